@@ -1,0 +1,3 @@
+from raylc.cli import main
+
+main()
