@@ -1,0 +1,69 @@
+"""The ``raylc`` command line: the only entry point."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from raylc.spec import JobSpecError, load_job
+from raylc.store import StoreError
+
+app = typer.Typer(
+    name="raylc",
+    help="Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def run(
+    job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
+    store: Optional[str] = typer.Option(None, "--store", help="Store root (local folder or s3://bucket/prefix); overrides store.path."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing run with the same job resumes at its first unfinished stage."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
+) -> None:
+    """Run a job end to end: build -> sample -> infer -> score -> fit -> report."""
+    from raylc.pipeline.runner import RunError, run_job
+
+    overrides: dict[str, Any] = {}
+    if store is not None:
+        overrides["store.path"] = store
+    if seed is not None:
+        overrides["seed"] = seed
+    try:
+        job = load_job(job_file, overrides)
+        if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
+            raise JobSpecError(f"--run-id {run_id!r}: must be a plain name (no '/', not starting with '.')")
+        run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
+    except (JobSpecError, RunError, StoreError) as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
+    """Print a finished run's category table and planted recovery (also in report/summary.md)."""
+    from raylc.report import load_report, print_report
+
+    try:
+        tables, _ = load_report(run_dir)
+    except StoreError as exc:
+        _fail(str(exc))
+    print_report(tables)
+
+
+def main() -> None:
+    app(prog_name="raylc")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Thin Ray layer: start or join Ray, map per-row stages over Ray Data, per-task stages over Ray tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Iterator
+
+import polars as pl
+import pyarrow as pa
+
+from raylc.spec import Job
+
+
+def ensure_ray(job: Job) -> None:
+    """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the machine."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = job.ray.address or os.environ.get("RAY_ADDRESS")
+    common: dict[str, Any] = {"logging_level": logging.ERROR, "configure_logging": True}
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(num_cpus=job.ray.num_cpus, include_dashboard=job.ray.include_dashboard, **common)
+
+
+def _configure_data(job: Job) -> None:
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    if job.ray.no_progress_timeout_s is not None:
+        ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
+    ctx.enable_progress_bars = True
+    ctx.print_on_execution_start = False
+
+
+class _InferActor:
+    """Ray Data actor: holds the problems and the backend; renders prompts and runs the probe."""
+
+    def __init__(self, job: Job, problems: pl.DataFrame):
+        from raylc.backends import make_backend
+
+        self.job = job
+        self.problems = problems
+        self.backend = make_backend(job, problems)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from raylc.pipeline.stages import infer
+
+        return infer(pl.from_arrow(batch), self.problems, self.job, self.backend).to_arrow()  # type: ignore[arg-type]
+
+
+def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Iterator[pl.DataFrame]:
+    """Stream completions from an actor pool of ``job.ray.actors`` actors, in batches."""
+    import ray.data
+
+    _configure_data(job)
+    table = spans.to_arrow()
+    size = max(job.ray.batch_size * 4, 1)
+    blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
+    ds = ray.data.from_arrow(blocks).map_batches(
+        _InferActor,
+        fn_constructor_kwargs={"job": job, "problems": problems},
+        batch_size=job.ray.batch_size,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=job.ray.actors),
+        num_cpus=job.ray.actor_num_cpus,
+    )
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield pl.from_arrow(batch)  # type: ignore[misc]
+
+
+def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:
+    """Run ``fn(frame, *args)`` as one Ray task per frame; results in input order."""
+    import ray
+
+    remote = ray.remote(fn)
+    return ray.get([remote.remote(frame, *args) for frame in frames])

@@ -1,0 +1,235 @@
+"""Run a job: each stage's table under ``<store>/<run_id>/<stage>/``, a manifest beside them.
+
+Stages already marked done in the manifest of the same run (same job fingerprint) are
+not run again, so re-running a crashed run picks up at the first unfinished stage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import polars as pl
+
+from raylc import __version__
+from raylc.pipeline import ray_exec, stages
+from raylc.spec import Job
+from raylc.store import Store
+
+MANIFEST = "manifest.json"
+LOCK = "_lock.json"
+LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
+OUTPUTS = {
+    "build": ["build/problems.parquet"],
+    "sample": ["sample/spans.parquet"],
+    "infer": ["infer"],
+    "score": ["score/observations.parquet"],
+    "fit": ["fits/problems.parquet", "fits/tasks.parquet"],
+    "report": ["report/categories.parquet", "report/summary.md"],
+}
+INFER_SHARD_ROWS = 50_000
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or continue; the message is one line."""
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "raylc": __version__}
+    for pkg in ("ray", "polars", "pyarrow", "numpy", "scipy", "pydantic", "diptest"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "missing"
+    return out
+
+
+def default_run_id(job: Job) -> str:
+    return f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+
+
+@dataclass
+class Run:
+    """A run folder and its manifest."""
+
+    store: Store
+    run_id: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def save(self) -> None:
+        """Write the manifest (last, after the tables it describes) and refresh the lock."""
+        self.manifest["updated_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
+        self.store.write_json(self.manifest, self.run_id, MANIFEST)
+        self.store.write_json(_lock_record(), self.run_id, LOCK)
+
+    def acquire(self) -> None:
+        """Take the run's lock; refuse while another live process holds it."""
+        held = self.store.read_json(self.run_id, LOCK)
+        if held and _lock_alive(held):
+            raise RunError(
+                f"{self.store.uri(self.run_id)}: run is in use by pid {held.get('pid')} on {held.get('host')} "
+                f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id"
+            )
+        self.store.write_json(_lock_record(), self.run_id, LOCK)
+
+    def release(self) -> None:
+        held = self.store.read_json(self.run_id, LOCK)
+        if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
+            self.store.delete(self.run_id, LOCK)
+
+    def done(self, stage: str) -> bool:
+        """Marked done in the manifest and every output present and readable (else redone)."""
+        state = self.manifest.get("stages", {}).get(stage, {})
+        if state.get("status") != "done":
+            return False
+        for rel in OUTPUTS[stage]:
+            parts = rel.split("/")
+            ok = self.store.table_ok(self.run_id, *parts) if not rel.endswith(".md") else self.store.exists(self.run_id, *parts)
+            if not ok:
+                return False
+        return True
+
+    def read(self, rel: str) -> pl.DataFrame:
+        return self.store.read_table(self.run_id, *rel.split("/"))
+
+    def write(self, df: pl.DataFrame, rel: str) -> None:
+        self.store.write_table(df, self.run_id, *rel.split("/"))
+
+
+_STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def _lock_record() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started_at": _STARTED, "heartbeat": time.time()}
+
+
+def _lock_alive(held: dict[str, Any]) -> bool:
+    """Whether the lock's owner may still be running: same host -> its pid exists; else a recent heartbeat."""
+    if held.get("host") == socket.gethostname():
+        if held.get("pid") == os.getpid():
+            return False
+        try:
+            os.kill(int(held.get("pid", -1)), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, ValueError, OverflowError):
+            return True
+        return True
+    return time.time() - float(held.get("heartbeat", 0)) < LOCK_STALE_S
+
+
+def open_run(job: Job, run_id: Optional[str]) -> Run:
+    store = Store(job.store.path)
+    run_id = run_id or default_run_id(job)
+    existing = store.read_json(run_id, MANIFEST)
+    if existing is not None and existing.get("fingerprint") != job.fingerprint():
+        raise RunError(
+            f"{store.uri(run_id)}: run exists with a different job spec (fingerprint "
+            f"{existing.get('fingerprint')} != {job.fingerprint()}); use another --run-id"
+        )
+    run = Run(store, run_id, existing or {})
+    run.manifest.update(
+        run_id=run_id,
+        job=job.resolved(),
+        fingerprint=job.fingerprint(),
+        seed=job.seed,
+        versions=_versions(),
+    )
+    run.manifest.setdefault("created_at", dt.datetime.now(dt.timezone.utc).isoformat())
+    run.manifest.setdefault("stages", {})
+    return run
+
+
+def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None]) -> None:
+    if run.done(name):
+        log(f"[{name}] done already, skipped")
+        return
+    run.manifest["stages"][name] = {"status": "running"}
+    run.save()
+    t0 = time.perf_counter()
+    rows = fn()
+    seconds = round(time.perf_counter() - t0, 3)
+    run.manifest["stages"][name] = {"status": "done", "rows": rows, "seconds": seconds}
+    run.save()
+    log(f"[{name}] {', '.join(f'{k}={v}' for k, v in rows.items())} ({seconds:.1f} s)")
+
+
+def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
+    """Run every stage of ``job``; returns the finished :class:`Run`."""
+    run = open_run(job, run_id)
+    run.acquire()
+    try:
+        run.save()
+        log(f"run {run.run_id} -> {run.store.uri(run.run_id)}")
+        _run_stages(job, run, log)
+    finally:
+        run.release()
+    return run
+
+
+def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
+    def do_build() -> dict[str, int]:
+        problems = stages.build(job)
+        run.write(problems, "build/problems.parquet")
+        return {"problems": problems.height}
+
+    def do_sample() -> dict[str, int]:
+        spans = stages.sample(run.read("build/problems.parquet"), job)
+        run.write(spans, "sample/spans.parquet")
+        return {"spans": spans.height}
+
+    def do_infer() -> dict[str, int]:
+        run.store.delete(run.run_id, "infer")
+        ray_exec.ensure_ray(job)
+        spans, problems = run.read("sample/spans.parquet"), run.read("build/problems.parquet")
+        n, shard, pending = 0, 0, []
+        for batch in ray_exec.infer_on_ray(spans, problems, job):
+            pending.append(batch)
+            if sum(b.height for b in pending) >= INFER_SHARD_ROWS:
+                n += _flush(run, pending, shard)
+                shard, pending = shard + 1, []
+        if pending or shard == 0:
+            n += _flush(run, pending, shard)
+        return {"completions": n}
+
+    def do_score() -> dict[str, int]:
+        completions = run.read("infer").sort("task", "problem_id", "C", "start")
+        obs = stages.score(completions, run.read("build/problems.parquet"), job)
+        run.write(obs, "score/observations.parquet")
+        return {"observations": obs.height}
+
+    def do_fit() -> dict[str, int]:
+        ray_exec.ensure_ray(job)
+        obs = run.read("score/observations.parquet")
+        per_task = [frame for _, frame in obs.group_by("task", maintain_order=True)]
+        problems, tasks = stages.combine_fits(ray_exec.map_tasks(stages.fit_task, per_task, job))
+        run.write(problems, "fits/problems.parquet")
+        run.write(tasks, "fits/tasks.parquet")
+        return {"problems": problems.height, "tasks": tasks.height}
+
+    def do_report() -> dict[str, int]:
+        from raylc.report import write_report
+
+        tables = stages.report(
+            run.read("fits/problems.parquet"), run.read("fits/tasks.parquet"),
+            run.read("build/problems.parquet"), run.read("score/observations.parquet"),
+        )
+        write_report(run, tables)
+        return {name: t.height for name, t in tables.items()}
+
+    for name, fn in zip(stages.STAGES, (do_build, do_sample, do_infer, do_score, do_fit, do_report)):
+        _stage(run, name, fn, log)
+    run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
+    run.save()
+
+
+def _flush(run: Run, frames: list[pl.DataFrame], shard: int) -> int:
+    df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+    run.write(df, f"infer/part-{shard:05d}.parquet")
+    return df.height

@@ -1,0 +1,17 @@
+"""Metrics (vectorized over frames of predictions), answer extraction, and COW outcomes."""
+
+from raylc.scoring.exact import OBSERVATION_SCHEMA, score_exact_match
+from raylc.scoring.extract import EXTRACTORS, IDK_PATTERNS, TABLE4_EXTRACTOR, is_idk
+from raylc.scoring.metrics import METRICS, normalize_squad, score_frame
+
+__all__ = [
+    "EXTRACTORS",
+    "IDK_PATTERNS",
+    "METRICS",
+    "OBSERVATION_SCHEMA",
+    "TABLE4_EXTRACTOR",
+    "is_idk",
+    "normalize_squad",
+    "score_exact_match",
+    "score_frame",
+]

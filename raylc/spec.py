@@ -1,0 +1,257 @@
+"""The job spec: one pydantic model tree, loaded from YAML with a safe loader.
+
+A job file has the sections ``suite``, ``sampling``, ``probe``, ``scoring``, ``fit``,
+``store`` and ``ray``. Unknown keys and wrong types are errors that name the key and
+list the allowed ones (:class:`JobSpecError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class JobSpecError(ValueError):
+    """A job file that cannot be loaded; the message is one line naming file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Length = Union[int, Literal["L"]]
+
+
+class PlantedSuite(_Strict):
+    """Synthetic suite with planted evidence of known complexity lambda and redundancy k.
+
+    Each problem's context is ``L`` filler sentences (units); ``k`` non-overlapping runs of
+    ``lambda`` consecutive clue sentences are hidden in it, and the answer can only be
+    derived from one complete run. ``"L"`` in ``lambdas`` means lambda = L (the whole
+    context is one run of clues, k = 1).
+    """
+
+    kind: Literal["planted"] = "planted"
+    tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1)
+    problems_per_task: int = Field(default=100, ge=1)
+    lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1)
+    ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1)
+    min_units: int = Field(default=50, ge=2)
+    max_units: int = Field(default=400, ge=2)
+
+    @field_validator("lambdas")
+    @classmethod
+    def _positive_lambdas(cls, v: list[Length]) -> list[Length]:
+        if any(isinstance(x, int) and x < 1 for x in v):
+            raise ValueError("every lambda must be >= 1 or 'L'")
+        return v
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_ks(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("every k must be >= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _units_range(self) -> "PlantedSuite":
+        if self.min_units > self.max_units:
+            raise ValueError("min_units must be <= max_units")
+        return self
+
+
+class Sampling(_Strict):
+    """Observation spans (DOLCE Section 3.1).
+
+    ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
+    explicit list where ``"L"`` is the full context. ``take_every`` shifts the window by
+    ``every`` units (Appendix K.1); ``stride_fraction`` > 0 widens the shift to
+    ``max(every, floor(stride_fraction * C))`` units, a rate inversely proportional to C
+    (the take-ip-rate idea of Appendix K.1). ``enumerate`` is ``take_every`` with every = 1.
+    """
+
+    lengths: Union[Literal["exponential"], list[Length]] = "exponential"
+    strategy: Literal["take_every", "enumerate"] = "take_every"
+    every: int = Field(default=1, ge=1)
+    stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class SimulatedProbe(_Strict):
+    """The simulated probe: a deterministic program that reads the prompt.
+
+    It exists to validate the pipeline and the estimator, never as a stand-in for a real
+    model. Per request, seeded from the prompt text: with ``knowledge_rate`` it answers
+    correctly closed-book; otherwise it answers correctly iff a complete evidence run is
+    visible (missing it with ``idk_rate``); without one it guesses a random code with
+    ``guess_rate``, gives a plausible wrong answer with ``wrong_rate``, else "Unanswerable".
+    """
+
+    backend: Literal["simulated"] = "simulated"
+    knowledge_rate: float = Field(default=0.003, ge=0.0, le=1.0)
+    guess_rate: float = Field(default=0.005, ge=0.0, le=1.0)
+    wrong_rate: float = Field(default=0.002, ge=0.0, le=1.0)
+    idk_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _rates(self) -> "SimulatedProbe":
+        if self.guess_rate + self.wrong_rate > 1.0:
+            raise ValueError("guess_rate + wrong_rate must be <= 1")
+        return self
+
+
+class Scoring(_Strict):
+    """Exact match with IDK detection: outcome 1, 0, or IDK (null score).
+
+    ``idk_patterns`` are regexes on the lower-cased output; unset means
+    :data:`raylc.scoring.extract.IDK_PATTERNS`.
+    """
+
+    metric: Literal["exact_match"] = "exact_match"
+    idk_patterns: Optional[list[str]] = Field(default=None, min_length=1)
+
+    @field_validator("idk_patterns")
+    @classmethod
+    def _compiles(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        for pattern in v or []:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+        return v
+
+
+class Fit(_Strict):
+    """DOLCE fit settings (Section 3.4, Algorithm 1)."""
+
+    scenario: Literal["cow"] = "cow"
+    em_steps: int = Field(default=10, ge=1)
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class Store(_Strict):
+    """Where stage tables go: ``<path>/<run_id>/<stage>/``."""
+
+    path: str = "./runs"
+
+
+class RayResources(_Strict):
+    """Ray resources. ``address`` (or RAY_ADDRESS) joins a cluster; else a local one starts."""
+
+    address: Optional[str] = None
+    num_cpus: Optional[int] = Field(default=None, ge=1)
+    actors: int = Field(default=1, ge=1)
+    actor_num_cpus: float = Field(default=0.5, gt=0.0)
+    batch_size: int = Field(default=256, ge=1)
+    no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0)
+    include_dashboard: bool = False
+
+
+class Job(_Strict):
+    """A raylc job: what to build, how to sample and probe, how to score and fit."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    suite: PlantedSuite = PlantedSuite()
+    sampling: Sampling = Sampling()
+    probe: SimulatedProbe = SimulatedProbe()
+    scoring: Scoring = Scoring()
+    fit: Fit = Fit()
+    store: Store = Store()
+    ray: RayResources = RayResources()
+
+    def resolved(self) -> dict[str, Any]:
+        """The full spec with every default filled in, as plain JSON data."""
+        return self.model_dump(mode="json")
+
+    def fingerprint(self) -> str:
+        """Hash of what determines the results (everything except store and ray)."""
+        data = self.resolved()
+        data.pop("store")
+        data.pop("ray")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    """The model class that holds the key at ``loc`` (for listing allowed keys)."""
+    model: Optional[type[BaseModel]] = Job
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            if isinstance(part, int):
+                continue
+            return None
+        model = _first_model(model.model_fields[part].annotation)
+    return model
+
+
+def _first_model(annotation: Any) -> Optional[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType, list, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _first_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith(("literal[", "int"))))
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = tuple(err["loc"])
+    key = _dotted(loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "?"
+        return f"unknown key '{key}' (allowed: {allowed})"
+    if err["type"] == "missing":
+        return f"missing key '{key}'"
+    return f"key '{key}': {err['msg']} (got {err.get('input')!r})"
+
+
+def parse_job(data: Any, source: str = "<job>") -> Job:
+    """Validate already-parsed YAML data into a :class:`Job`."""
+    if not isinstance(data, dict):
+        raise JobSpecError(f"{source}: the job file must be a YAML mapping of sections (allowed: {', '.join(Job.model_fields)})")
+    try:
+        return Job.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise JobSpecError(f"{source}: {_describe(errors[0])}{more}") from None
+
+
+def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Job:
+    """Load and validate a job file; ``overrides`` are dotted keys (``store.path``) to set."""
+    p = Path(path)
+    if not p.is_file():
+        raise JobSpecError(f"{path}: job file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise JobSpecError(f"{path}: invalid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise JobSpecError(f"{path}: not a UTF-8 text file") from None
+    if isinstance(data, dict) and overrides:
+        for dotted, value in overrides.items():
+            node = data
+            *parents, last = dotted.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    raise JobSpecError(f"{path}: key '{part}' must be a mapping to override '{dotted}'")
+            node[last] = value
+    return parse_job(data, str(path))

@@ -1,0 +1,174 @@
+"""The one module that knows where tables live: a local folder or ``s3://bucket/prefix``.
+
+Everything goes through :mod:`pyarrow.fs`, so the same code writes locally and to S3
+(credentials from the standard AWS chain; ``AWS_ENDPOINT_URL`` for S3-compatible
+services). Writes are atomic: a table is written to a temporary name and renamed into
+place, so a reader never sees a partial file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import polars as pl
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+
+class StoreError(RuntimeError):
+    """A table that is missing, unreadable or corrupt; the message names the path."""
+
+
+def _split(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in uri:
+        if uri.startswith("s3://"):
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            kwargs: dict[str, Any] = {}
+            if endpoint:
+                scheme, _, host = endpoint.partition("://")
+                kwargs.update(endpoint_override=host or scheme, scheme=scheme if host else "https")
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            if region:
+                kwargs["region"] = region
+            return pafs.S3FileSystem(**kwargs), uri[len("s3://"):].rstrip("/")
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+@dataclass(frozen=True)
+class Store:
+    """A root folder (local path or URI) holding runs: ``<root>/<run_id>/<stage>/``."""
+
+    root: str
+
+    def __post_init__(self) -> None:
+        fs, base = _split(self.root)
+        object.__setattr__(self, "_fs", fs)
+        object.__setattr__(self, "_base", base)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self._fs  # type: ignore[attr-defined]
+
+    def path(self, *parts: str) -> str:
+        """Filesystem path of ``parts`` under the root."""
+        return "/".join([self._base, *parts])  # type: ignore[attr-defined]
+
+    def uri(self, *parts: str) -> str:
+        """User-facing location of ``parts`` (what to open in Polars or DuckDB)."""
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def exists(self, *parts: str) -> bool:
+        return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
+
+    @property
+    def is_s3(self) -> bool:
+        return isinstance(self.fs, pafs.S3FileSystem)
+
+    def _write_bytes(self, data: bytes, *parts: str) -> None:
+        """Atomic write: an S3 PUT is atomic by itself; locally, write a temp file and rename."""
+        final = self.path(*parts)
+        if self.is_s3:
+            with self.fs.open_output_stream(final) as out:
+                out.write(data)
+            return
+        parent = final.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[1]}"
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, final)
+        except BaseException:
+            if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+                self.fs.delete_file(tmp)
+            raise
+
+    def write_table(self, df: pl.DataFrame, *parts: str) -> str:
+        """Write ``df`` as one Parquet file at ``parts`` atomically; return its URI."""
+        buf = io.BytesIO()
+        df.write_parquet(buf, compression="zstd", statistics=True)
+        self._write_bytes(buf.getvalue(), *parts)
+        return self.uri(*parts)
+
+    def read_table(self, *parts: str) -> pl.DataFrame:
+        """Read one Parquet file, or every ``*.parquet`` file of a folder in name order."""
+        target = self.path(*parts)
+        info = self.fs.get_file_info(target)
+        if info.type == pafs.FileType.NotFound:
+            raise StoreError(f"{self.uri(*parts)}: no such table")
+        if info.type == pafs.FileType.Directory:
+            files = sorted(
+                f.path
+                for f in self.fs.get_file_info(pafs.FileSelector(target))
+                if f.path.endswith(".parquet") and not f.base_name.startswith(".")
+            )
+        else:
+            files = [target]
+        frames = []
+        for f in files:
+            try:
+                with self.fs.open_input_file(f) as fh:
+                    frames.append(pl.from_arrow(pq.read_table(fh)))
+            except Exception as exc:  # corrupt or truncated file: never read silently
+                raise StoreError(f"{f}: unreadable Parquet ({type(exc).__name__}: {exc})") from None
+        if not frames:
+            raise StoreError(f"{self.uri(*parts)}: folder holds no Parquet files")
+        return pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]  # type: ignore[return-value]
+
+    def table_ok(self, *parts: str) -> bool:
+        """True when ``parts`` is a readable Parquet file, or a folder of them (footers checked)."""
+        target = self.path(*parts)
+        info = self.fs.get_file_info(target)
+        if info.type == pafs.FileType.Directory:
+            files = [f.path for f in self.fs.get_file_info(pafs.FileSelector(target))
+                     if f.path.endswith(".parquet") and not f.base_name.startswith(".")]
+        elif info.type == pafs.FileType.File:
+            files = [target]
+        else:
+            return False
+        try:
+            for f in files:
+                with self.fs.open_input_file(f) as fh:
+                    pq.read_metadata(fh)
+        except Exception:
+            return False
+        return bool(files)
+
+    def write_json(self, obj: Any, *parts: str) -> None:
+        self._write_bytes(json.dumps(obj, indent=2, sort_keys=True, default=str).encode(), *parts)
+
+    def read_json(self, *parts: str) -> Optional[Any]:
+        text = self.read_text(*parts)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{self.uri(*parts)}: not valid JSON ({exc})") from None
+
+    def write_text(self, text: str, *parts: str) -> None:
+        self._write_bytes(text.encode(), *parts)
+
+    def write_bytes(self, data: bytes, *parts: str) -> None:
+        self._write_bytes(data, *parts)
+
+    def delete(self, *parts: str) -> None:
+        """Remove a file or a folder (with everything under it) if it exists."""
+        info = self.fs.get_file_info(self.path(*parts))
+        if info.type == pafs.FileType.Directory:
+            self.fs.delete_dir(self.path(*parts))
+        elif info.type != pafs.FileType.NotFound:
+            self.fs.delete_file(self.path(*parts))
+
+    def read_text(self, *parts: str) -> Optional[str]:
+        if not self.exists(*parts):
+            return None
+        with self.fs.open_input_stream(self.path(*parts)) as fh:
+            return fh.read().decode()

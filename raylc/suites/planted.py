@@ -1,0 +1,108 @@
+"""Planted synthetic suite: contexts with evidence of known complexity lambda and redundancy k.
+
+A problem asks for the code of a vault. Its context is ``L`` sentence units of filler with
+``k`` non-overlapping copies of a run of ``lambda`` consecutive clue sentences
+("Ledger entry i of lambda for vault V: add v."). The code is the sum of the lambda
+values modulo 1000, so only a complete run answers the question (DOLCE Assumption 1).
+Copies are placed uniformly over all placements of k non-overlapping length-lambda
+spans (stars and bars), the same law as the cover probability pi(lambda, k; L, C).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from raylc.spec import PlantedSuite
+
+_SUBJECTS = ["The harbor council", "A quiet archivist", "The night ferry", "Our village baker", "The old observatory",
+             "A travelling merchant", "The river guild", "The lighthouse keeper", "A young cartographer", "The mill owner",
+             "The tax office", "A stray cat", "The choir", "The museum guard", "A retired sailor", "The school board"]
+_VERBS = ["reviewed", "painted", "counted", "ignored", "repaired", "described", "borrowed", "measured", "praised",
+          "cleaned", "moved", "questioned", "sketched", "weighed", "sorted", "announced"]
+_OBJECTS = ["the grain reports", "a broken lantern", "the winter schedule", "three copper kettles", "the east bridge",
+            "a pile of letters", "the festival banners", "the tide tables", "an unfinished map", "the wool prices",
+            "the chapel bells", "a crate of apples", "the signal flags", "the orchard fence", "a dusty ledger",
+            "the market stalls"]
+_TAILS = ["before noon", "with great care", "after the storm", "for the third time", "without a word",
+          "at the request of the mayor", "during the fair", "in the rain", "by candlelight", "late in the evening"]
+
+CLUE_RE = re.compile(r"Ledger entry (\d+) of (\d+) for vault (\S+): add (\d+)\.")
+QUESTION_RE = re.compile(r"What is the code of vault (\S+)\?")
+
+
+def clue(i: int, lam: int, vault: str, value: int) -> str:
+    return f"Ledger entry {i} of {lam} for vault {vault}: add {value}."
+
+
+def question(vault: str) -> str:
+    return f"What is the code of vault {vault}? The code is the sum of all its ledger entries modulo 1000."
+
+
+def place_copies(rng: np.random.Generator, L: int, lam: int, k: int) -> np.ndarray:
+    """Sorted starts of k non-overlapping length-lam runs, uniform over all placements."""
+    slots = np.sort(rng.choice(L - k * lam + k, size=k, replace=False))
+    return slots + np.arange(k) * (lam - 1)
+
+
+def _filler(rng: np.random.Generator, n: int) -> list[str]:
+    s, v, o, t = (rng.integers(0, len(x), n) for x in (_SUBJECTS, _VERBS, _OBJECTS, _TAILS))
+    return [f"{_SUBJECTS[a]} {_VERBS[b]} {_OBJECTS[c]} {_TAILS[d]}." for a, b, c, d in zip(s, v, o, t)]
+
+
+def build_planted(suite: PlantedSuite, seed: int) -> pl.DataFrame:
+    """Build the problems table.
+
+    Columns: ``task, problem_id, L, units (list[str]), question, answer, planted_lam,
+    planted_k, evidence_starts (list[int])``. Deterministic per ``seed``.
+    """
+    rows = []
+    for t_idx, task in enumerate(suite.tasks):
+        for p_idx in range(suite.problems_per_task):
+            rng = np.random.default_rng([seed, t_idx, p_idx])
+            lam_choice = suite.lambdas[rng.integers(len(suite.lambdas))]
+            if lam_choice == "L":
+                L = int(rng.integers(suite.min_units, suite.max_units + 1))
+                lam, k = L, 1
+            else:
+                lam = int(lam_choice)
+                ks = [k for k in suite.ks if k * lam <= suite.max_units] or [1]
+                k = int(ks[rng.integers(len(ks))])
+                lo = max(suite.min_units, k * lam)
+                L = int(rng.integers(lo, max(lo, suite.max_units) + 1))
+            problem_id = f"{task}-{p_idx:04d}"
+            values = rng.integers(0, 1000, lam)
+            starts = place_copies(rng, L, lam, k)
+            units = _filler(rng, L)
+            clues = [clue(i + 1, lam, problem_id, int(v)) for i, v in enumerate(values)]
+            for s in starts:
+                units[s : s + lam] = clues
+            rows.append(
+                {
+                    "task": task,
+                    "problem_id": problem_id,
+                    "L": L,
+                    "units": units,
+                    "question": question(problem_id),
+                    "answer": str(int(values.sum()) % 1000),
+                    "planted_lam": lam,
+                    "planted_k": k,
+                    "evidence_starts": [int(s) for s in starts],
+                }
+            )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "task": pl.String,
+            "problem_id": pl.String,
+            "L": pl.Int64,
+            "units": pl.List(pl.String),
+            "question": pl.String,
+            "answer": pl.String,
+            "planted_lam": pl.Int64,
+            "planted_k": pl.Int64,
+            "evidence_starts": pl.List(pl.Int64),
+        },
+    )

@@ -1,0 +1,264 @@
+"""Test-only references for DOLCE COW: brute-force pi, a literal Algorithm 1, a simulator.
+
+Nothing here is used by the package; these are slow, obviously-correct transcriptions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+import polars as pl
+
+from raylc.dolce.cover import cow_cover_prob
+
+IDK = None
+X_VALUES = (1, 0, IDK)  # the order of COWFit.noise_
+
+
+# --------------------------------------------------------------------------- pi by enumeration
+@lru_cache(maxsize=None)
+def placements(L: int, lam: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """All start tuples of k non-overlapping length-lam spans in L units."""
+    return tuple(
+        p
+        for p in itertools.combinations(range(L - lam + 1), k)
+        if all(b - a >= lam for a, b in zip(p, p[1:]))
+    )
+
+
+def brute_cover_prob(lam: int, k: int, L: int, C: int) -> Fraction:
+    """pi(lam, k; L, C) by enumerating every placement and every observation start."""
+    if lam == 0:
+        return Fraction(1)  # convention: empty evidence is always covered
+    pls = placements(L, lam, k)
+    if not pls:
+        return Fraction(0)  # k * lam > L: no placement
+    n_windows = L - C + 1
+    covered = sum(
+        1 for p in pls for s in range(n_windows) if any(s <= a and a + lam <= s + C for a in p)
+    )
+    return Fraction(covered, len(pls) * n_windows)
+
+
+# --------------------------------------------------------------------------- literal Algorithm 1
+def reference_cow_em(observations, n_steps: int = 10) -> dict:
+    """Algorithm 1, transcribed per observation with loops over i, j, lambda, k, x.
+
+    ``observations``: iterable of (problem, L, C, x) with x in {1, 0, None (IDK)}. Typo
+    resolutions (same as COWFit): priors P_i(z) = sum_j q_ij(z|x_ij) / |J_i|; the duplicated
+    q(z = IDK) lines are dropped and q(O) = 1 - q(N); 0/0 in P_nonpar -> 0, in the noise
+    M-step -> 1/3, in the E-step -> q(N) = P_i(N). Candidate sets: {C_ij} U {0, maxC+1, L_i}.
+    """
+    problems = sorted({o[0] for o in observations})
+    L, J = {}, {i: [] for i in problems}
+    for i, L_i, C_ij, x_ij in observations:
+        L[i] = L_i
+        J[i].append((C_ij, x_ij))
+    Lam, K = {}, {}
+    max_partial = {}
+    for i in problems:
+        partial = [C for C, _ in J[i] if C < L[i]]
+        max_partial[i] = max(partial) if partial else 0
+        Lam[i] = sorted({C for C, _ in J[i]} | {0, max_partial[i] + 1, L[i]})
+        K[i] = Lam[i]
+
+    pi_cache: dict = {}
+
+    def pi(lam, k, L_i, C):
+        key = (lam, k, L_i, C)
+        if key not in pi_cache:
+            pi_cache[key] = float(cow_cover_prob(lam, k, L_i, C))
+        return pi_cache[key]
+
+    def log(v):
+        return math.log(v) if v > 0 else -math.inf
+
+    # q_ij(z | x) <- 0.5
+    q = {i: [{z: {x: 0.5 for x in X_VALUES} for z in "NO"} for _ in J[i]] for i in problems}
+    P_z = {i: {"N": 0.5, "O": 0.5} for i in problems}
+    P_N: dict = {}
+    out_lam, out_k, out_ll = {}, {}, {}
+    for _t in range(n_steps):
+        # M-step: P(x | z = N)
+        den = sum(
+            q[i][j]["N"][x2] * (J[i][j][1] == x2) for i in problems for j in range(len(J[i])) for x2 in X_VALUES
+        )
+        for x in X_VALUES:
+            num = sum(q[i][j]["N"][x] * (J[i][j][1] == x) for i in problems for j in range(len(J[i])))
+            P_N[x] = num / den if den > 0 else 1.0 / 3.0
+        P_O_star = {}
+        for i in problems:
+            best = None
+            for lam in Lam[i]:
+                # M-step: P_nonpar,i(x | z = O; lambda)
+                den = sum(
+                    q[i][j]["O"][x2] * (J[i][j][1] == x2 and J[i][j][0] < lam)
+                    for j in range(len(J[i]))
+                    for x2 in X_VALUES
+                )
+                nonpar = {}
+                for x in X_VALUES:
+                    num = sum(
+                        q[i][j]["O"][x] * (J[i][j][1] == x and J[i][j][0] < lam) for j in range(len(J[i]))
+                    )
+                    nonpar[x] = num / den if den > 0 else 0.0
+                for k in K[i]:
+                    if k < 1 or k * lam > L[i]:
+                        continue
+                    P_ij = []
+                    for C_ij, x_ij in J[i]:
+                        p = pi(lam, k, L[i], C_ij)
+                        par = {1: p ** (x_ij == 1), 0: 0.0 ** (x_ij == 0), IDK: (1.0 - p) ** (x_ij is IDK)}  # Eq. 3
+                        P_ij.append(
+                            {
+                                x: nonpar[x] ** (x_ij == x and C_ij < lam) * par[x] ** (x_ij == x and C_ij >= lam)
+                                for x in X_VALUES
+                            }
+                        )  # Eq. 4
+                    objective = 0.0
+                    for j, (_C, x_ij) in enumerate(J[i]):
+                        objective += log(P_ij[j][x_ij] * P_z[i]["O"] + P_N[x_ij] * P_z[i]["N"])
+                    if best is None or objective > best[0]:
+                        best = (objective, lam, k, P_ij)
+            out_ll[i], out_lam[i], out_k[i], P_O_star[i] = best
+        # M-step: P_i(z)
+        for i in problems:
+            for z in "NO":
+                P_z[i][z] = sum(
+                    q[i][j][z][x2] * (J[i][j][1] == x2) for j in range(len(J[i])) for x2 in X_VALUES
+                ) / len(J[i])
+        # E-step: q_ij(z | x)
+        for i in problems:
+            for j in range(len(J[i])):
+                for x in X_VALUES:
+                    a = P_N[x] * P_z[i]["N"]
+                    b = P_O_star[i][j][x] * P_z[i]["O"]
+                    q_n = a / (a + b) if a + b > 0 else P_z[i]["N"]
+                    q[i][j]["N"][x] = q_n
+                    q[i][j]["O"][x] = 1.0 - q_n
+    return {
+        "problems": problems,
+        "lam": [out_lam[i] for i in problems],
+        "k": [out_k[i] for i in problems],
+        "loglik": [out_ll[i] for i in problems],
+        "prior_oracle": [P_z[i]["O"] for i in problems],
+        "lam_q": [max_partial[i] for i in problems],
+        "noise": [P_N[x] for x in X_VALUES],
+    }
+
+
+def counts_from_observations(observations):
+    """(problem, L, C, n1, n0, nidk) arrays, one row per (problem, C), for COWFit.fit."""
+    cells: dict = {}
+    for i, L_i, C, x in observations:
+        row = cells.setdefault((i, C), [L_i, 0, 0, 0])
+        row[1 + X_VALUES.index(x)] += 1
+    keys = sorted(cells)
+    return (
+        np.array([k[0] for k in keys]),
+        np.array([cells[k][0] for k in keys]),
+        np.array([k[1] for k in keys]),
+        np.array([cells[k][1] for k in keys], dtype=float),
+        np.array([cells[k][2] for k in keys], dtype=float),
+        np.array([cells[k][3] for k in keys], dtype=float),
+    )
+
+
+# --------------------------------------------------------------------------- simulator
+LADDER = (0, 1, 2, 5, 10, 20, 50, 100, 200)
+PLANTED_LAMS = (1, 2, 5, 10, 20, 50, "L")
+PLANTED_KS = (1, 2, 5, 10)
+
+
+def plant_copies(rng: np.random.Generator, L: int, lam: int, k: int, size: int | None = None) -> np.ndarray:
+    """Starts of k non-overlapping length-lam spans, uniform over the binom(L - k lam + k, k)
+    placements (stars and bars: k sorted distinct slots b, starts b_i + i (lam - 1)).
+    Shape (k,), or (size, k) for ``size`` independent placements."""
+    n_slots = L - k * lam + k
+    if size is None:
+        b = np.sort(rng.choice(n_slots, size=k, replace=False))
+    else:
+        b = np.sort(np.argsort(rng.random((size, n_slots)), axis=1)[:, :k], axis=1)
+    return b + np.arange(k) * (lam - 1)
+
+
+def covers(starts: np.ndarray, C: int, copies: np.ndarray, lam: int) -> np.ndarray:
+    """Does the span [s, s + C) contain one of the copies [a, a + lam)? ``copies`` is (k,)
+    (shared by all spans) or (len(starts), k) (one placement per span)."""
+    s = starts[:, None]
+    a = np.broadcast_to(copies, (starts.size, copies.shape[-1]))
+    return ((s <= a) & (a + lam <= s + C)).any(axis=1)
+
+
+def simulate_cow_task(
+    n_problems: int,
+    seed: int,
+    *,
+    rho_max: float = 0.2,
+    take_every: int = 1,
+    L_range: tuple[int, int] = (50, 300),
+    p_zero_below: float = 0.1,
+    ladder=LADDER,
+    noise=None,
+    replant_each_observation: bool = False,
+    task: str = "sim",
+) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
+    """Observation table drawn from the COW model with planted (lambda, k) per problem.
+
+    lambda uniform in {1, 2, 5, 10, 20, 50, L}, then k uniform in {1, 2, 5, 10} with
+    k lambda <= L; L uniform in ``L_range``. The k copies are placed explicitly at random
+    non-overlapping positions, once per problem (or afresh for every span when
+    ``replant_each_observation``, which makes P(1 | O) exactly pi as the model assumes).
+    Observation lengths: ``ladder`` below L plus C = L, starts 0, e, 2e, ... <= L - C with
+    e = ``take_every`` (C = 0 has one empty span). Each outcome is noise with probability
+    rho_i ~ U(0, rho_max) (task noise distribution over 1, 0, IDK; Dirichlet(2, 2, 2) unless
+    given), else oracle: for C >= lambda, 1 if the span covers a copy, else IDK; for
+    C < lambda, 0 with probability ``p_zero_below``, else IDK.
+    Returns (obs, planted, noise): obs has the columns of ``fit_cow_task`` (score 1.0 / 0.0 /
+    null), planted has problem_id, L, planted_lam, planted_k, rho.
+    """
+    rng = np.random.default_rng(seed)
+    noise = rng.dirichlet([2.0, 2.0, 2.0]) if noise is None else np.asarray(noise, dtype=float)
+    cols: dict[str, list] = {"problem_id": [], "L": [], "C": [], "start": [], "x": []}
+    planted = []
+    for n in range(n_problems):
+        L = int(rng.integers(L_range[0], L_range[1] + 1))
+        lam = PLANTED_LAMS[rng.integers(len(PLANTED_LAMS))]
+        lam = L if lam == "L" else lam
+        k = int(rng.choice([k for k in PLANTED_KS if k * lam <= L]))
+        rho = float(rng.uniform(0.0, rho_max))
+        copies = plant_copies(rng, L, lam, k)
+        pid = f"p{n:04d}"
+        for C in [c for c in ladder if c < L] + [L]:
+            starts = np.zeros(1, dtype=np.int64) if C == 0 else np.arange(0, L - C + 1, take_every)
+            m = starts.size
+            if C >= lam:
+                spans_copies = plant_copies(rng, L, lam, k, size=m) if replant_each_observation else copies
+                x = np.where(covers(starts, C, spans_copies, lam), 1, 2)
+            else:
+                x = np.where(rng.random(m) < p_zero_below, 0, 2)
+            x = np.where(rng.random(m) < rho, rng.choice(np.array([1, 0, 2]), size=m, p=noise), x)
+            cols["problem_id"].append(np.full(m, pid))
+            cols["L"].append(np.full(m, L))
+            cols["C"].append(np.full(m, C))
+            cols["start"].append(starts)
+            cols["x"].append(x)
+        planted.append({"problem_id": pid, "L": L, "planted_lam": lam, "planted_k": k, "rho": rho})
+    cat = {c: np.concatenate(v) for c, v in cols.items()}
+    x = cat.pop("x")
+    obs = pl.DataFrame(
+        {
+            "task": pl.Series([task]).extend_constant(task, x.size - 1),
+            "problem_id": cat["problem_id"].astype(str),
+            "L": cat["L"].astype(np.int64),
+            "C": cat["C"].astype(np.int64),
+            "start": cat["start"].astype(np.int64),
+            "score": pl.Series(np.where(x == 2, np.nan, (x == 1).astype(float))).fill_nan(None),
+            "metric": pl.Series(["accuracy"]).extend_constant("accuracy", x.size - 1),
+        }
+    )
+    return obs, pl.DataFrame(planted), noise
