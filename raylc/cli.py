@@ -61,6 +61,26 @@ def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
     print_report(tables)
 
 
+@app.command()
+def submit(
+    job_file: Path = typer.Argument(..., help="Job YAML file inside the working directory."),
+    address: str = typer.Option(..., "--address", help="Ray dashboard address, e.g. http://HEAD:8265."),
+    store: Optional[str] = typer.Option(None, "--store", help="Store root as seen from the cluster (e.g. s3://bucket/runs)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id to use (or resume) on the cluster."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Print the job id and return without following the logs."),
+    working_dir: Path = typer.Option(Path("."), "--working-dir", help="Folder uploaded as the job's working directory."),
+) -> None:
+    """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
+    from raylc.submit import SubmitError
+    from raylc.submit import submit as do_submit
+
+    try:
+        job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo)
+    except (JobSpecError, SubmitError) as exc:
+        _fail(str(exc), 2 if isinstance(exc, JobSpecError) else 1)
+    typer.echo(f"{job_id} {status}")
+
+
 def main() -> None:
     app(prog_name="raylc")
 
