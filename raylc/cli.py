@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from raylc.spec import JobSpecError, load_job
-from raylc.store import StoreError
+from raylc.store import StoreError, StoreUnavailable
 
 app = typer.Typer(
     name="raylc",
@@ -33,7 +33,7 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
 ) -> None:
     """Run a job end to end: build -> sample -> infer -> score -> fit -> report."""
-    from raylc.pipeline.runner import RunError, run_job
+    from raylc.pipeline.runner import RunError, default_run_id, run_job
 
     overrides: dict[str, Any] = {}
     if store is not None:
@@ -44,7 +44,10 @@ def run(
         job = load_job(job_file, overrides)
         if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
             raise JobSpecError(f"--run-id {run_id!r}: must be a plain name (no '/', not starting with '.')")
+        run_id = run_id or default_run_id(job)
         run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
+    except StoreUnavailable as exc:
+        _fail(f"{exc} (finished stages are kept; re-run with --run-id {run_id} to resume)", 1)
     except (JobSpecError, RunError, StoreError) as exc:
         _fail(str(exc))
 

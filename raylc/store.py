@@ -8,20 +8,38 @@ place, so a reader never sees a partial file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 
 class StoreError(RuntimeError):
     """A table that is missing, unreadable or corrupt; the message names the path."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or refused an operation (network, permissions)."""
+
+
+@contextlib.contextmanager
+def _io(where: str) -> Iterator[None]:
+    """Turn filesystem errors into one-line :class:`StoreUnavailable` naming ``where``."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except OSError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreUnavailable(f"{where}: storage error: {detail}") from None
 
 
 def _split(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -65,7 +83,8 @@ class Store:
         return "/".join([self.root.rstrip("/"), *parts])
 
     def exists(self, *parts: str) -> bool:
-        return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
+        with _io(self.uri(*parts)):
+            return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
 
     @property
     def is_s3(self) -> bool:
@@ -73,7 +92,10 @@ class Store:
 
     def _write_bytes(self, data: bytes, *parts: str) -> None:
         """Atomic write: an S3 PUT is atomic by itself; locally, write a temp file and rename."""
-        final = self.path(*parts)
+        with _io(self.uri(*parts)):
+            self._put(data, self.path(*parts))
+
+    def _put(self, data: bytes, final: str) -> None:
         if self.is_s3:
             with self.fs.open_output_stream(final) as out:
                 out.write(data)
@@ -99,10 +121,13 @@ class Store:
 
     def read_table(self, *parts: str) -> pl.DataFrame:
         """Read one Parquet file, or every ``*.parquet`` file of a folder in name order."""
-        target = self.path(*parts)
+        with _io(self.uri(*parts)):
+            return self._read_table(self.path(*parts), self.uri(*parts))
+
+    def _read_table(self, target: str, uri: str) -> pl.DataFrame:
         info = self.fs.get_file_info(target)
         if info.type == pafs.FileType.NotFound:
-            raise StoreError(f"{self.uri(*parts)}: no such table")
+            raise StoreError(f"{uri}: no such table")
         if info.type == pafs.FileType.Directory:
             files = sorted(
                 f.path
@@ -117,14 +142,19 @@ class Store:
                 with self.fs.open_input_file(f) as fh:
                     frames.append(pl.from_arrow(pq.read_table(fh)))
             except Exception as exc:  # corrupt or truncated file: never read silently
+                if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
+                    raise
                 raise StoreError(f"{f}: unreadable Parquet ({type(exc).__name__}: {exc})") from None
         if not frames:
-            raise StoreError(f"{self.uri(*parts)}: folder holds no Parquet files")
+            raise StoreError(f"{uri}: folder holds no Parquet files")
         return pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]  # type: ignore[return-value]
 
     def table_ok(self, *parts: str) -> bool:
         """True when ``parts`` is a readable Parquet file, or a folder of them (footers checked)."""
-        target = self.path(*parts)
+        with _io(self.uri(*parts)):
+            return self._table_ok(self.path(*parts))
+
+    def _table_ok(self, target: str) -> bool:
         info = self.fs.get_file_info(target)
         if info.type == pafs.FileType.Directory:
             files = [f.path for f in self.fs.get_file_info(pafs.FileSelector(target))
@@ -137,7 +167,7 @@ class Store:
             for f in files:
                 with self.fs.open_input_file(f) as fh:
                     pq.read_metadata(fh)
-        except Exception:
+        except pa.ArrowInvalid:  # corrupt or truncated
             return False
         return bool(files)
 
@@ -161,14 +191,15 @@ class Store:
 
     def delete(self, *parts: str) -> None:
         """Remove a file or a folder (with everything under it) if it exists."""
-        info = self.fs.get_file_info(self.path(*parts))
-        if info.type == pafs.FileType.Directory:
-            self.fs.delete_dir(self.path(*parts))
-        elif info.type != pafs.FileType.NotFound:
-            self.fs.delete_file(self.path(*parts))
+        with _io(self.uri(*parts)):
+            info = self.fs.get_file_info(self.path(*parts))
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(self.path(*parts))
+            elif info.type != pafs.FileType.NotFound:
+                self.fs.delete_file(self.path(*parts))
 
     def read_text(self, *parts: str) -> Optional[str]:
         if not self.exists(*parts):
             return None
-        with self.fs.open_input_stream(self.path(*parts)) as fh:
+        with _io(self.uri(*parts)), self.fs.open_input_stream(self.path(*parts)) as fh:
             return fh.read().decode()

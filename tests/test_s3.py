@@ -1,0 +1,166 @@
+"""The store on S3: a moto S3 server on 127.0.0.1, read back with Polars and DuckDB, outages, secrets."""
+
+import glob
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import polars as pl
+import pytest
+
+from raycluster import free_port
+from raylc.pipeline.runner import run_job
+from raylc.spec import load_job
+
+ROOT = Path(__file__).resolve().parents[1]
+BUCKET = "raylc-test"
+TABLES = ["build/problems.parquet", "sample/spans.parquet", "score/observations.parquet", "fits/problems.parquet",
+          "fits/tasks.parquet", "report/categories.parquet", "report/recovery.parquet", "report/problems.parquet"]
+
+
+class S3Server:
+    def __init__(self):
+        from moto.server import ThreadedMotoServer
+
+        self._cls = ThreadedMotoServer
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.server = None
+
+    def start(self):
+        self.server = self._cls(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+    def stop(self):
+        self.server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = S3Server()
+    server.start()
+    creds = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
+    env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", **creds}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    yield server, creds
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def runs(s3, ray_session, tmp_path_factory):
+    """The quickstart written to S3 and to a local folder."""
+    local = tmp_path_factory.mktemp("local")
+    logs: list[str] = []
+    base = ROOT / "jobs" / "quickstart.yaml"
+    job_s3 = load_job(base, {"store.path": f"s3://{BUCKET}/runs", "ray.no_progress_timeout_s": 300})
+    job_local = load_job(base, {"store.path": str(local), "ray.no_progress_timeout_s": 300})
+    run_job(job_s3, "qs", log=logs.append)
+    run_job(job_local, "qs", log=logs.append)
+    return local, logs
+
+
+def _duckdb(s3):
+    import duckdb
+    import duckdb_ext
+
+    server, creds = s3
+    ext = glob.glob(os.path.join(duckdb_ext.__path__[0], "extensions", "*", "*", "httpfs.duckdb_extension"))[0]
+    con = duckdb.connect()
+    con.execute(f"LOAD '{ext}'")
+    con.execute(
+        f"CREATE SECRET (TYPE s3, KEY_ID '{creds['AWS_ACCESS_KEY_ID']}', SECRET '{creds['AWS_SECRET_ACCESS_KEY']}', "
+        f"ENDPOINT '127.0.0.1:{server.port}', URL_STYLE 'path', USE_SSL false, REGION 'us-east-1')"
+    )
+    return con
+
+
+def test_s3_tables_equal_local_run_in_polars_and_duckdb(s3, runs):
+    local, _ = runs
+    con = _duckdb(s3)
+    for rel in TABLES:
+        remote = pl.read_parquet(f"s3://{BUCKET}/runs/qs/{rel}")
+        assert remote.equals(pl.read_parquet(local / "qs" / rel)), rel
+        via_duckdb = con.execute(f"SELECT * FROM 's3://{BUCKET}/runs/qs/{rel}'").pl()
+        assert via_duckdb.height == remote.height and via_duckdb.columns == remote.columns, rel
+    infer_s3 = pl.read_parquet(f"s3://{BUCKET}/runs/qs/infer/*.parquet").sort("task", "problem_id", "C", "start")
+    infer_local = pl.read_parquet(local / "qs" / "infer" / "*.parquet").sort("task", "problem_id", "C", "start")
+    assert infer_s3.equals(infer_local)
+    n = con.execute(f"SELECT count(*) FROM 's3://{BUCKET}/runs/qs/infer/*.parquet'").fetchone()[0]
+    assert n == infer_local.height
+    manifest = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key="runs/qs/manifest.json")["Body"].read())
+    assert all(v["status"] == "done" for v in manifest["stages"].values())
+
+
+def test_credentials_never_written(s3, runs):
+    _, creds = s3
+    local, logs = runs
+    client = boto3.client("s3")
+    blobs = [client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+             for o in client.list_objects_v2(Bucket=BUCKET, Prefix="runs/")["Contents"]]
+    blobs += [p.read_bytes() for p in local.rglob("*") if p.is_file()]
+    blobs.append("\n".join(logs).encode())
+    for secret in creds.values():
+        assert not any(secret.encode() in b for b in blobs)
+
+
+def _raylc(args, env_extra=None, **kw):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "raylc", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs):
+    server, creds = s3
+    client = boto3.client("s3")
+    store = f"s3://{BUCKET}/outage"
+    proc = _raylc(["run", "jobs/quickstart.yaml", "--store", store, "--run-id", "o1"])
+    deadline = time.time() + 300
+    while time.time() < deadline:  # stop the server while inference writes its shards
+        try:
+            body = client.get_object(Bucket=BUCKET, Key="outage/o1/manifest.json")["Body"].read()
+            if json.loads(body)["stages"].get("infer", {}).get("status") == "running":
+                break
+        except client.exceptions.NoSuchKey:
+            pass
+        time.sleep(0.5)
+    else:
+        pytest.fail("the run never reached inference")
+    server.stop()
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        server.start()
+    assert proc.returncode == 1, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: {store}/o1") and "storage error" in last and "--run-id o1" in last
+    assert "Traceback" not in err
+    for secret in creds.values():
+        assert secret not in out + err
+    # every object that is visible is a complete table (or JSON), never a partial one
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="outage/o1/").get("Contents", [])]
+    for key in keys:
+        if key.endswith(".parquet"):
+            pl.read_parquet(f"s3://{BUCKET}/{key}")
+        elif key.endswith(".json"):
+            json.loads(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    manifest = json.loads(client.get_object(Bucket=BUCKET, Key="outage/o1/manifest.json")["Body"].read())
+    assert manifest["stages"].get("infer", {}).get("status") != "done"
+
+    proc = _raylc(["run", "jobs/quickstart.yaml", "--store", store, "--run-id", "o1"])
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    assert "[build] done already, skipped" in err
+    for rel in TABLES:
+        assert pl.read_parquet(f"{store}/o1/{rel}").equals(pl.read_parquet(f"s3://{BUCKET}/runs/qs/{rel}")), rel
