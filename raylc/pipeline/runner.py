@@ -146,10 +146,11 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return run
 
 
-def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None]) -> None:
-    if run.done(name):
+def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None], upstream_redone: bool) -> bool:
+    """Run one stage unless it (and everything upstream) is done already; True if it ran."""
+    if not upstream_redone and run.done(name):
         log(f"[{name}] done already, skipped")
-        return
+        return False
     run.manifest["stages"][name] = {"status": "running"}
     run.save()
     t0 = time.perf_counter()
@@ -158,6 +159,7 @@ def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[
     run.manifest["stages"][name] = {"status": "done", "rows": rows, "seconds": seconds}
     run.save()
     log(f"[{name}] {', '.join(f'{k}={v}' for k, v in rows.items())} ({seconds:.1f} s)")
+    return True
 
 
 def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
@@ -223,8 +225,9 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
         write_report(run, tables)
         return {name: t.height for name, t in tables.items()}
 
+    redone = False  # a redone stage invalidates everything downstream of it
     for name, fn in zip(stages.STAGES, (do_build, do_sample, do_infer, do_score, do_fit, do_report)):
-        _stage(run, name, fn, log)
+        redone = _stage(run, name, fn, log, redone) or redone
     run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     run.save()
 

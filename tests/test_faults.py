@@ -1,0 +1,68 @@
+"""Faults: a corrupt or truncated table is detected and its stage redone; a killed worker is survived."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from raylc.pipeline import stages
+from raylc.pipeline.runner import run_job
+from raylc.spec import load_job
+from raylc.store import Store, StoreError
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress_timeout_s": 300}
+
+
+def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_path):
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path), **SMALL})
+    run_job(job, "r", log=lambda m: None)
+    before = {rel: pl.read_parquet(tmp_path / "r" / rel) for rel in ("score/observations.parquet", "fits/problems.parquet")}
+    obs = tmp_path / "r" / "score" / "observations.parquet"
+    obs.write_bytes(obs.read_bytes()[: obs.stat().st_size // 2])  # truncated
+    (tmp_path / "r" / "fits" / "problems.parquet").write_bytes(b"not parquet at all")  # corrupt
+    with pytest.raises(StoreError, match="observations.parquet: unreadable Parquet"):
+        Store(str(tmp_path)).read_table("r", "score", "observations.parquet")
+    logs: list[str] = []
+    run_job(job, "r", log=logs.append)
+    skipped = {line.split("]")[0].strip("[") for line in logs if "skipped" in line}
+    assert skipped == {"build", "sample", "infer"}
+    for rel, df in before.items():
+        assert pl.read_parquet(tmp_path / "r" / rel).equals(df), rel
+
+
+def _infer_actor_pids(parent: int) -> list[int]:
+    """Ray Data inference actors (their process title names the UDF)."""
+    out = subprocess.run(["pgrep", "-f", "MapWorker.*_InferActor"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path)})
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raylc", "run", "jobs/quickstart.yaml", "--store", str(tmp_path), "--run-id", "k"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    killed = []
+    deadline = time.time() + 300
+    while not killed and time.time() < deadline and proc.poll() is None:
+        pids = _infer_actor_pids(proc.pid)
+        if pids and (tmp_path / "k" / "sample" / "spans.parquet").exists():
+            time.sleep(3.0)  # mid-stage
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=900)
+    assert killed, "no inference worker was found to kill"
+    assert proc.returncode == 0, err[-3000:]
+    problems = stages.build(job)
+    spans = stages.sample(problems, job)
+    expected = stages.score(stages.infer(spans, problems, job), problems, job)
+    assert pl.read_parquet(tmp_path / "k" / "score" / "observations.parquet").equals(expected)
