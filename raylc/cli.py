@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import polars as pl
 import typer
 
 from raylc.spec import JobSpecError, load_job
@@ -82,6 +83,36 @@ def submit(
     except (JobSpecError, SubmitError) as exc:
         _fail(str(exc), 2 if isinstance(exc, JobSpecError) else 1)
     typer.echo(f"{job_id} {status}")
+
+
+@app.command()
+def longscore(
+    scores: str = typer.Argument(..., help="Scores table (Parquet/CSV/JSONL, local or s3://): model, task, length, score [, sample_id]."),
+    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for per_length/summary tables and figures."),
+    base_lengths: str = typer.Option("2048,4096,6144", "--base-lengths", help="Comma-separated base lengths in tokens."),
+    n_boot: int = typer.Option(0, "--n-boot", help="Bootstrap resamples for confidence intervals (needs sample_id)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is set)."),
+) -> None:
+    """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
+    from rich.console import Console
+
+    from raylc.length_report import run_longscore
+    from raylc.report import rich_table
+
+    try:
+        lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
+    try:
+        result = run_longscore(scores, out, lengths, n_boot, seed, ray)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    cols = ["model", "task", "base", "avg_score", "avg_lc", "rank_base", "rank_score", "rank_lc", "warning"]
+    summary = result["summary"].select(cols).with_columns(pl.col("base", "avg_score", "avg_lc").round(2))
+    Console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
     return wide.join(totals, on="task").select("task", "n", *[c for c in CATEGORIES if c in wide.columns])
 
 
-def _rich_table(df: pl.DataFrame, title: str, pct: tuple[str, ...] = ()) -> Table:
+def rich_table(df: pl.DataFrame, title: str, pct: tuple[str, ...] = ()) -> Table:
     table = Table(title=title)
     for col in df.columns:
         table.add_column(col, justify="left" if df[col].dtype == pl.String else "right")
@@ -60,9 +60,9 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
 
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or Console()
-    console.print(_rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
+    console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
     if "recovery" in tables:
-        console.print(_rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
+        console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
 
 
 def write_report(run, tables: dict[str, pl.DataFrame]) -> None:

@@ -59,6 +59,26 @@ def _split(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
+def read_input(uri: str) -> pl.DataFrame:
+    """Read a user's input table (Parquet, CSV or JSON Lines) from a local path or s3:// URI."""
+    root, _, name = uri.rstrip("/").rpartition("/")
+    store = Store(root or ".")
+    if not store.exists(name):
+        raise StoreError(f"{uri}: no such file")
+    if name.endswith(".parquet") or store.fs.get_file_info(store.path(name)).type == pafs.FileType.Directory:
+        return store.read_table(name)
+    with _io(uri), store.fs.open_input_file(store.path(name)) as fh:
+        data = fh.read()
+    try:
+        if name.endswith(".csv"):
+            return pl.read_csv(io.BytesIO(data))
+        if name.endswith((".jsonl", ".ndjson")):
+            return pl.read_ndjson(io.BytesIO(data))
+    except pl.exceptions.PolarsError as exc:
+        raise StoreError(f"{uri}: cannot parse ({str(exc).splitlines()[0]})") from None
+    raise StoreError(f"{uri}: unsupported format (use .parquet, .csv or .jsonl)")
+
+
 @dataclass(frozen=True)
 class Store:
     """A root folder (local path or URI) holding runs: ``<root>/<run_id>/<stage>/``."""

@@ -1,0 +1,192 @@
+"""Length plots (matplotlib, Agg backend, PNG): 100-LongBench Figures 6/7 and HELMET Figure 3.
+
+- :func:`plot_score_vs_length`: score ``S_l`` against context length, one line per model, one panel per
+  task (100-LongBench Figure 6 plots the task-averaged ``overall`` rows).
+- :func:`plot_longscore_vs_length`: LongScore ``LC_l`` (percent) against length, one line per model, darker
+  lines for stronger Base Ability (100-LongBench Figure 7), with bootstrap bands when present.
+- :func:`plot_correlation_heatmap`: Spearman matrix from :func:`raylc.longscore.task_correlation`
+  (HELMET Figure 3).
+
+Every function takes frames and an output path and returns the path of the PNG written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _length_label(tokens: int) -> str:
+    k = tokens / 1024
+    if k >= 1024 and (k / 1024).is_integer():
+        return f"{int(k / 1024)}M"
+    return f"{int(k)}K" if k.is_integer() else f"{tokens}"
+
+
+def _grid(n: int, width: float = 4.2, height: float = 3.3):
+    plt = _plt()
+    cols = min(n, 4)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return plt, fig, list(axes.flat[:n])
+
+
+def _tasks(frame: pl.DataFrame, tasks: Sequence[str] | None) -> list[str]:
+    if tasks is not None:
+        return list(tasks)
+    names = sorted(frame["task"].unique().to_list())
+    return sorted(names, key=lambda t: t == "overall", reverse=True)  # overall first
+
+
+def _save(plt, fig, path: str | Path, title: str | None) -> Path:
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _length_axis(ax, lengths: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([_length_label(x) for x in lengths], rotation=45 if len(lengths) > 6 else 0)
+    ax.minorticks_off()
+    ax.set_xlabel("context length (tokens)")
+    ax.grid(alpha=0.3)
+
+
+def plot_score_vs_length(
+    per_length: pl.DataFrame,
+    path: str | Path,
+    *,
+    tasks: Sequence[str] | None = None,
+    value: str = "score",
+    title: str | None = None,
+) -> Path:
+    """Score against length per model (100-LongBench Figure 6); base lengths shaded when ``is_base`` exists.
+
+    ``per_length``: ``longscore()["per_length"]`` or any frame with ``model, task, length, <value>``
+    (sample-level rows are averaged).
+    """
+    cells = per_length.group_by("model", "task", "length").agg(pl.col(value).mean())
+    if "is_base" in per_length.columns:
+        cells = cells.join(per_length.group_by("task", "length").agg(pl.col("is_base").first()),
+                           on=["task", "length"], how="left")
+    names = _tasks(cells, tasks)
+    plt, fig, axes = _grid(len(names))
+    models = sorted(cells["model"].unique().to_list())
+    colors = {m: plt.get_cmap("tab10" if len(models) <= 10 else "tab20")(i % 20) for i, m in enumerate(models)}
+    for ax, task in zip(axes, names):
+        sub = cells.filter(pl.col("task") == task).sort("length")
+        for (model,), line in sub.group_by("model", maintain_order=True):
+            ax.plot(line["length"], line[value], marker="o", ms=3, label=model, color=colors[model])
+        if "is_base" in sub.columns:
+            base = sub.filter(pl.col("is_base"))["length"]
+            if base.len():
+                ax.axvspan(base.min() / 2**0.25, base.max() * 2**0.25, color="0.9", zorder=0, label="_base")
+        _length_axis(ax, sorted(sub["length"].unique().to_list()))
+        ax.set_title(task)
+        ax.set_ylabel(value)
+    axes[0].legend(fontsize=7)
+    return _save(plt, fig, path, title)
+
+
+def plot_longscore_vs_length(
+    per_length: pl.DataFrame,
+    path: str | Path,
+    *,
+    tasks: Sequence[str] | None = None,
+    include_base: bool = False,
+    title: str | None = None,
+) -> Path:
+    """LongScore ``LC_l`` (percent) against length per model (100-LongBench Figure 7).
+
+    Darker lines mark stronger Base Ability within each task, as in the paper; bootstrap intervals
+    (``lc_lo``, ``lc_hi``) are drawn as bands. Only long lengths unless ``include_base``.
+    """
+    frame = per_length if include_base or "is_base" not in per_length.columns else per_length.filter(~pl.col("is_base"))
+    names = _tasks(frame, tasks)
+    plt, fig, axes = _grid(len(names))
+    cmap = plt.get_cmap("Blues")
+    for ax, task in zip(axes, names):
+        sub = frame.filter(pl.col("task") == task).sort("length")
+        bases = sub.group_by("model").agg(pl.col("base").first()).sort("base", nulls_last=False)
+        n = max(bases.height - 1, 1)
+        shade = {m: 0.35 + 0.6 * i / n for i, m in enumerate(bases["model"])}
+        for (model,), line in sub.group_by("model", maintain_order=True):
+            color = cmap(shade[model])
+            ax.plot(line["length"], line["lc"], marker="o", ms=3, color=color, label=model)
+            if "lc_lo" in line.columns and line["lc_lo"].null_count() < line.height:
+                ok = line.filter(pl.col("lc_lo").is_not_null())
+                ax.fill_between(ok["length"], ok["lc_lo"], ok["lc_hi"], color=color, alpha=0.15, lw=0)
+        ax.axhline(0, color="0.5", lw=0.8)
+        _length_axis(ax, sorted(sub["length"].unique().to_list()))
+        ax.set_title(task)
+        ax.set_ylabel("LongScore LC_l (%)")
+    axes[0].legend(fontsize=7)
+    return _save(plt, fig, path, title)
+
+
+def plot_correlation_heatmap(
+    corr: pl.DataFrame,
+    path: str | Path,
+    *,
+    group: object = None,
+    annotate: bool = True,
+    title: str | None = None,
+) -> Path:
+    """Heatmap of a long correlation frame ``[<group>,] a, b, rho`` (HELMET Figure 3).
+
+    With several groups (e.g. one matrix per length), ``group`` picks one; by default every group gets
+    a panel. Null rho is left blank.
+    """
+    gcol = next((c for c in corr.columns if c not in ("a", "b", "rho", "n", "slope", "intercept")), None)
+    if gcol is not None and group is not None:
+        corr = corr.filter(pl.col(gcol) == group)
+        if corr.height == 0:
+            raise ValueError(f"no correlations for {gcol} = {group!r}")
+    groups = corr[gcol].unique(maintain_order=True).to_list() if gcol is not None else [None]
+    size = max(3.5, 0.55 * corr["a"].n_unique() + 1.5)
+    plt, fig, axes = _grid(len(groups), width=size + 0.8, height=size)
+    import numpy as np
+
+    for ax, g in zip(axes, groups):
+        sub = corr if gcol is None else corr.filter(pl.col(gcol).is_null() if g is None else pl.col(gcol) == g)
+        names = sub["a"].unique().sort().to_list()
+        index = {n: i for i, n in enumerate(names)}
+        mat = np.full((len(names), len(names)), np.nan)
+        for a, b, rho in sub.select("a", "b", "rho").iter_rows():
+            if rho is not None:
+                mat[index[a], index[b]] = rho
+        im = ax.imshow(mat, vmin=-1, vmax=1, cmap="RdBu_r")
+        labels = [_length_label(n) if isinstance(n, int) else str(n) for n in names]
+        ax.set_xticks(range(len(names)), labels, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(len(names)), labels, fontsize=8)
+        if annotate and len(names) <= 20:
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    if not np.isnan(mat[i, j]):
+                        ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                                color="white" if abs(mat[i, j]) > 0.6 else "black")
+        if gcol is not None and g is not None:
+            label = _length_label(g) if gcol == "length" else g
+            ax.set_title(f"{gcol} = {label}")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="Spearman rho")
+    return _save(plt, fig, path, title)

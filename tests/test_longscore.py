@@ -1,0 +1,420 @@
+"""LongScore against 100-LongBench Tables 5 and 6, plus bootstrap, mapper, correlation, slope and plot tests.
+
+Fixtures transcribe the tables as printed: tests/data/longbench100_table5.csv (RULER, Base = score at 4K,
+"(k)" ranks in score_rank / lc_rank) and tests/data/longbench100_table6.csv (Base given). Every printed
+cell is checked to +-0.1 (ranks exactly) against ``longscore`` run on the printed inputs; cells that
+disagree with their own printed inputs are skipped individually, with the computed value and reason.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from raylc.longscore import (
+    OVERALL,
+    length_slopes,
+    longscore,
+    longscore_group,
+    pair_slopes,
+    task_correlation,
+    write_longscore,
+)
+
+DATA = Path(__file__).parent / "data"
+TOL = 0.1
+
+# ------------------------------------------------------------------------------------------ Table 5
+
+T5 = pl.read_csv(DATA / "longbench100_table5.csv")
+
+
+def _table5_result():
+    scores = T5.filter(pl.col("col") != "avg").select("model", pl.lit("ruler").alias("task"), "length", "score")
+    return longscore(scores, base_lengths=(4096,))
+
+
+T5_RESULT = _table5_result()
+
+# Cells that cannot be reproduced from the printed inputs (paper issues), keyed (model, column, field).
+T5_SKIP = {
+    ("Phi-medium (14B)", "16K", "score_rank"): (
+        "paper typo: Phi-medium's 16K score 91.1 is printed with rank (2), but Yi's 91.3 is also (2) and is "
+        "higher; from the printed scores the rank is 3 (the 16K LC ranks in the same table, -2.1(2) for Yi "
+        "and -2.3(3) for Phi, agree with 3)"
+    ),
+    ("Phi-medium (14B)", "base", "score_rank"): (
+        "tie in the printed inputs: Yi and Phi-medium both have Base 93.3, printed (2) and (3); with ties "
+        "ranked by min rank both are 2 (computed 2). The paper presumably broke the tie with unrounded scores, "
+        "which the table does not give"
+    ),
+}
+
+
+def _t5_cells():
+    for row in T5.iter_rows(named=True):
+        fields = ["score", "score_rank"] if row["col"] == "base" else ["score", "score_rank", "lc", "lc_rank"]
+        for field in fields:
+            key = (row["model"], row["col"], field)
+            marks = [pytest.mark.skip(reason=T5_SKIP[key])] if key in T5_SKIP else []
+            yield pytest.param(*key, id="/".join(key), marks=marks)
+
+
+def _t5_computed(model: str, col: str, field: str):
+    summ = T5_RESULT["summary"].filter(pl.col("model") == model).row(0, named=True)
+    if col == "base":
+        return {"score": summ["base"], "score_rank": summ["rank_base"]}[field]
+    if col == "avg":
+        return {"score": summ["avg_score"], "score_rank": summ["rank_score"],
+                "lc": summ["avg_lc"], "lc_rank": summ["rank_lc"]}[field]
+    length = T5.filter((pl.col("model") == model) & (pl.col("col") == col))["length"][0]
+    row = T5_RESULT["per_length"].filter((pl.col("model") == model) & (pl.col("length") == length)).row(0, named=True)
+    return {"score": row["score"], "score_rank": row["rank_score"], "lc": row["lc"], "lc_rank": row["rank_lc"]}[field]
+
+
+@pytest.mark.parametrize("model,col,field", list(_t5_cells()))
+def test_table5_cell(model, col, field):
+    printed = T5.filter((pl.col("model") == model) & (pl.col("col") == col))[field][0]
+    computed = _t5_computed(model, col, field)
+    if field.endswith("rank"):
+        assert computed == printed
+    else:
+        assert computed == pytest.approx(printed, abs=TOL)
+
+
+def test_table5_is_table1():
+    """Table 1 repeats Table 5's Base / Avg score / Avg LC columns and ranks (Phi's base rank: see T5_SKIP)."""
+    table1 = {"Llama3.1 (70B)": (96.5, 1, 88.2, 1, -8.6, 2), "Yi (34B)": (93.3, 2, 86.3, 2, -7.5, 1),
+              "Phi-medium (14B)": (93.3, 2, 79.1, 3, -15.1, 4), "LWM (7B)": (82.3, 4, 70.8, 4, -13.9, 3)}
+    for row in T5_RESULT["summary"].iter_rows(named=True):
+        base, rb, avg, rs, lc, rl = table1[row["model"]]
+        assert (row["rank_base"], row["rank_score"], row["rank_lc"]) == (rb, rs, rl)
+        assert row["base"] == pytest.approx(base, abs=TOL)
+        assert row["avg_score"] == pytest.approx(avg, abs=TOL)
+        assert row["avg_lc"] == pytest.approx(lc, abs=TOL)
+    assert T5_RESULT["per_length"]["warning"].null_count() == T5_RESULT["per_length"].height
+
+
+# ------------------------------------------------------------------------------------------ Table 6
+
+T6 = pl.read_csv(DATA / "longbench100_table6.csv")
+T6_LONG = T6.filter(~pl.col("col").is_in(["base", "avg"]))
+T6_BASE = T6.filter(pl.col("col") == "base").select("model", "task", base="score")
+T6_RESULT = longscore(T6_LONG.select("model", "task", "length", "score"), base=T6_BASE)
+
+T6_SKIP = {
+    ("NTK", "lc"): (
+        "printed per-length scores disagree with the printed averages: they average to 15.80 (printed "
+        "15.83, within 0.1) and give avg LongScore 100*(15.80-19.39)/19.39 = -18.51, printed -18.40; the "
+        "printed average 15.83 itself gives -18.36 (test_table6_printed_avg_consistent)"
+    ),
+    ("LLaMA3-8B (ratio=1)", "score"): (
+        "the five printed lengths (37.08, 1.45, 1.87, 0.52, 0.99) average to 8.38, printed 7.13 (LC -76.30 vs "
+        "-79.84); the printed avg and avg LC agree with each other, so a length cell is missing or misprinted "
+        "(e.g. a hidden 6th length scoring ~0.87 would give 7.13)"
+    ),
+    ("LLaMA3-8B (ratio=1)", "lc"): "see the avg score of this row: computed -76.30, printed -79.84",
+    ("LLaMA3-8B (ratio=64)", "score"): (
+        "the five printed lengths (31.94, 25.34, 26.08, 26.94, 1.63) average to 22.39, printed 18.83 (LC "
+        "-31.16 vs -42.12); as for ratio=1, the printed avg and avg LC agree with each other (a hidden 6th "
+        "length scoring ~1.05 would give 18.83)"
+    ),
+    ("LLaMA3-8B (ratio=64)", "lc"): "see the avg score of this row: computed -31.16, printed -42.12",
+}
+
+
+def _t6_cells():
+    for model in T6["model"].unique(maintain_order=True):
+        for field in ("score", "lc"):
+            marks = [pytest.mark.skip(reason=T6_SKIP[(model, field)])] if (model, field) in T6_SKIP else []
+            yield pytest.param(model, field, id=f"{model}/avg_{field}", marks=marks)
+
+
+@pytest.mark.parametrize("model,field", list(_t6_cells()))
+def test_table6_avg(model, field):
+    printed = T6.filter((pl.col("model") == model) & (pl.col("col") == "avg"))[field][0]
+    summ = T6_RESULT["summary"].filter(pl.col("model") == model).row(0, named=True)
+    assert summ["avg_score" if field == "score" else "avg_lc"] == pytest.approx(printed, abs=TOL)
+
+
+def test_table6_printed_avg_consistent():
+    """Each printed avg(LONGSCORE) is the LongScore of the printed avg(score) with the given Base: the
+    discrepancies skipped above lie in the per-length cells, not in Eq. 2."""
+    avg = T6.filter(pl.col("col") == "avg")
+    res = longscore(avg.select("model", "task", pl.lit(131072).alias("length"), "score"), base=T6_BASE)
+    got = res["summary"].join(avg.select("model", printed="lc"), on="model")
+    assert got.height == 6
+    for row in got.iter_rows(named=True):
+        assert row["avg_lc"] == pytest.approx(row["printed"], abs=TOL), row["model"]
+
+
+def test_table6_rankings():
+    """The paper's orderings: NTK > PI, ratio=64 > ratio=1, Gemini-Pro > Gemini-Flash (by LongScore)."""
+    summ = T6_RESULT["summary"]
+    best = summ.filter(pl.col("rank_lc") == 1)["model"].sort().to_list()
+    assert best == ["Gemini-1.5-Pro", "LLaMA3-8B (ratio=64)", "NTK"]
+    assert summ.filter(pl.col("model") == "PI")["rank_lc"][0] == 2
+    # Base is taken from the given frame, not from scores
+    assert dict(summ.select("model", "base").iter_rows()) == dict(T6_BASE.select("model", "base").iter_rows())
+    # no overall rows: every model has one task
+    assert OVERALL not in summ["task"].to_list()
+
+
+# ------------------------------------------------------------------------------------ definitions
+
+
+def test_overall_is_longscore_of_task_means():
+    scores = pl.DataFrame({
+        "model": ["m"] * 4, "task": ["a", "a", "b", "b"], "length": [4096, 8192] * 2,
+        "score": [80.0, 40.0, 20.0, 18.0],
+    })
+    res = longscore(scores, base_lengths=(4096,))
+    ov = res["summary"].filter(pl.col("task") == OVERALL).row(0, named=True)
+    assert ov["base"] == pytest.approx(50.0)
+    assert ov["avg_score"] == pytest.approx(29.0)
+    assert ov["avg_lc"] == pytest.approx(100 * (29 - 50) / 50)  # not mean(-50, -10) = -30
+    assert longscore(scores, base_lengths=(4096,), overall=False)["summary"].height == 2
+
+
+def test_base_is_mean_of_base_lengths_and_missing_lengths_warn():
+    scores = pl.DataFrame({
+        "model": ["m"] * 4 + ["n"] * 3, "task": ["t"] * 7,
+        "length": [2048, 4096, 6144, 8192, 2048, 4096, 16384], "score": [60.0, 50, 40, 45, 30, 40, 20],
+    })
+    with pytest.warns(UserWarning, match="warning"):
+        res = longscore(scores)
+    summ = {r["model"]: r for r in res["summary"].iter_rows(named=True)}
+    assert summ["m"]["base"] == pytest.approx(50.0)
+    assert summ["m"]["avg_lc"] == pytest.approx(-10.0)
+    assert "missing long lengths 16384" in summ["m"]["warning"]
+    assert "missing base lengths [6144]" in summ["n"]["warning"]
+    assert summ["n"]["base"] == pytest.approx(35.0)
+
+
+@pytest.mark.parametrize("base_score", [0.0, -1.0])
+def test_base_nonpositive_is_null_with_warning(base_score):
+    scores = pl.DataFrame({
+        "model": ["bad", "bad", "ok", "ok"], "task": ["t"] * 4, "length": [4096, 8192] * 2,
+        "score": [base_score, 5.0, 50.0, 40.0],
+    })
+    with pytest.warns(UserWarning, match="LongScore undefined"):
+        res = longscore(scores, base_lengths=(4096,))
+    bad = res["summary"].filter(pl.col("model") == "bad").row(0, named=True)
+    assert bad["avg_lc"] is None and bad["rank_lc"] is None
+    assert "Base" in bad["warning"] and "<= 0" in bad["warning"]
+    assert bad["avg_score"] == pytest.approx(5.0)  # the raw score is still defined
+    assert res["per_length"].filter(pl.col("model") == "bad")["lc"].null_count() == 2
+    ok = res["summary"].filter(pl.col("model") == "ok").row(0, named=True)
+    assert ok["rank_lc"] == 1 and ok["avg_lc"] == pytest.approx(-20.0) and ok["warning"] is None
+    # Base given directly
+    with pytest.warns(UserWarning):
+        res2 = longscore(scores.filter(pl.col("length") > 4096), base=pl.DataFrame({"model": ["bad"], "base": [base_score]}))
+    row = res2["summary"].filter(pl.col("model") == "bad").row(0, named=True)
+    assert row["avg_lc"] is None and "<= 0" in row["warning"]
+
+
+def test_validation_errors():
+    dup = pl.DataFrame({"model": ["m", "m"], "task": ["t", "t"], "length": [4096, 4096], "score": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="sample_id"):
+        longscore(dup)
+    with pytest.raises(ValueError, match="sample_id"):
+        longscore(dup.head(1), n_boot=10)
+    with pytest.raises(ValueError, match="missing columns"):
+        longscore(dup.drop("score"))
+
+
+# ------------------------------------------------------------------------------------------ bootstrap
+
+
+def _samples(n: int, seed: int = 0, paired: bool = False) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for model, p0 in (("A", 0.85), ("B", 0.7)):
+        for task, drop in (("t1", 0.08), ("t2", 0.15)):
+            for length in (2048, 4096, 6144, 8192, 16384, 32768, 65536):
+                p = p0 - drop * max(0.0, np.log2(length / 4096))
+                for i in range(n):
+                    sid = f"q{i}" if paired else f"{length}-{i}"
+                    rows.append((model, task, length, sid, float(rng.random() < p)))
+    return pl.DataFrame(rows, schema=["model", "task", "length", "sample_id", "score"], orient="row")
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_bootstrap_ci_contains_estimate_and_narrows(paired):
+    widths = []
+    for n in (40, 640):
+        res = longscore(_samples(n, paired=paired), n_boot=400, seed=3)
+        per, summ = res["per_length"], res["summary"]
+        assert per["lc_lo"].null_count() == 0 and summ["avg_lc_lo"].null_count() == 0
+        assert (per["lc_lo"] <= per["lc"] + 1e-9).all() and (per["lc"] <= per["lc_hi"] + 1e-9).all()
+        assert (summ["avg_lc_lo"] <= summ["avg_lc"]).all() and (summ["avg_lc"] <= summ["avg_lc_hi"]).all()
+        long = per.filter(~pl.col("is_base"))
+        widths.append(((long["lc_hi"] - long["lc_lo"]).mean(), (summ["avg_lc_hi"] - summ["avg_lc_lo"]).mean()))
+        # the point estimate is the plain sample mean, bootstrap or not
+        plain = longscore(_samples(n, paired=paired))
+        assert_frame_equal(plain["summary"].select("model", "task", "avg_lc"), summ.select("model", "task", "avg_lc"))
+    (w_small, a_small), (w_big, a_big) = widths
+    assert w_big < 0.5 * w_small and a_big < 0.5 * a_small  # ~ 1/sqrt(16) = 0.25
+    assert OVERALL in summ["task"].to_list()
+
+
+def test_bootstrap_deterministic_and_mapper_equals_in_process():
+    scores = _samples(60)
+    local = longscore(scores, n_boot=200, seed=7)
+    again = longscore(scores, n_boot=200, seed=7)
+    calls = []
+
+    def ray_like(fn, frames, *args):
+        """Pickle each frame and argument (as Ray would), run in reverse order, return in input order."""
+        calls.append(len(frames))
+        payload = [pickle.dumps((f, args)) for f in frames]
+        out = [fn(f, *a) for f, a in (pickle.loads(p) for p in reversed(payload))]
+        return [pickle.loads(pickle.dumps(o)) for o in reversed(out)]
+
+    mapped = longscore(scores, n_boot=200, seed=7, mapper=ray_like)
+    assert calls == [4]
+    for name in ("per_length", "summary"):
+        assert_frame_equal(local[name], again[name])
+        assert_frame_equal(local[name], mapped[name])
+    other = longscore(scores, n_boot=200, seed=8)
+    assert not other["per_length"]["lc_lo"].equals(local["per_length"]["lc_lo"])
+
+
+@pytest.mark.ray
+def test_ray_mapper_equals_in_process(ray_session):
+    from raylc.pipeline.ray_exec import map_tasks as ray_mapper
+
+    scores = _samples(40)
+    local = longscore(scores, n_boot=100, seed=2)
+    mapped = longscore(scores, n_boot=100, seed=2, mapper=ray_mapper)
+    for name in ("per_length", "summary"):
+        assert_frame_equal(local[name], mapped[name])
+
+
+def test_longscore_group_is_standalone():
+    frame = _samples(30).filter((pl.col("model") == "A") & (pl.col("task") == "t1"))
+    out = longscore_group(frame, (2048, 4096, 6144), base_value=0.8, n_boot=50, seed=1)
+    assert out["base"].unique().to_list() == [0.8]
+    assert out.height == 7 and out["boot_score"].list.len().unique().to_list() == [50]
+    with pytest.raises(ValueError, match="exactly one"):
+        longscore_group(_samples(5), (4096,))
+
+
+def test_results_open_in_duckdb(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    paths = write_longscore(T5_RESULT, tmp_path)
+    rows = duckdb.sql(f"select model, rank_lc from '{paths['summary']}' where rank_lc = 1").fetchall()
+    assert rows == [("Yi (34B)", 1)]
+    assert set(pl.read_parquet(paths["per_length"]).columns) >= {"model", "task", "length", "score", "base", "lc", "lc_lo", "lc_hi"}
+
+
+# ------------------------------------------------------------------------------ correlations / slopes
+
+
+def _constructed() -> pl.DataFrame:
+    ability = {"m1": 1.0, "m2": 2.0, "m3": 3.0, "m4": 4.0, "m5": 5.0}
+    rows = []
+    for m, a in ability.items():
+        for length in (8192, 16384, 32768):
+            d = np.log2(length / 8192)
+            rows += [
+                (m, "up", length, 10 * a - d),           # increasing in ability
+                (m, "up_sq", length, a ** 3 + 50 - d),   # monotone transform: concordant
+                (m, "down", length, 100 - 7 * a - d),    # reversed
+            ]
+    return pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row")
+
+
+def test_task_correlation_concordant_and_reversed():
+    corr = task_correlation(_constructed(), by="task")
+    assert set(corr.columns) == {"length", "a", "b", "rho", "n"}
+    assert corr.height == 3 * 9 and (corr["n"] == 5).all()
+    rho = {(r["length"], r["a"], r["b"]): r["rho"] for r in corr.iter_rows(named=True)}
+    for length in (8192, 16384, 32768):
+        assert rho[(length, "up", "up_sq")] == pytest.approx(1.0)
+        assert rho[(length, "up", "down")] == pytest.approx(-1.0)
+        assert rho[(length, "down", "up_sq")] == pytest.approx(-1.0)
+        assert rho[(length, "up", "up")] == pytest.approx(1.0)
+    at = task_correlation(_constructed(), by="task", at=32768)
+    assert at["length"].unique().to_list() == [32768]
+    pooled = task_correlation(_constructed(), by="task", at="mean")
+    assert pooled.filter((pl.col("a") == "up") & (pl.col("b") == "down"))["rho"][0] == pytest.approx(-1.0)
+
+
+def test_length_correlation_and_missing_values():
+    scores = _constructed()
+    corr = task_correlation(scores, by="length")
+    assert corr["task"].unique().sort().to_list() == ["down", "up", "up_sq"]
+    assert corr["a"].dtype == pl.Int64 and corr["rho"].drop_nulls().is_between(0.999, 1.001).all()
+    # pairwise complete: drop one model at one length
+    holey = scores.filter(~((pl.col("model") == "m5") & (pl.col("length") == 32768)))
+    c2 = task_correlation(holey, by="length", at="up")
+    row = c2.filter((pl.col("a") == 8192) & (pl.col("b") == 32768)).row(0, named=True)
+    assert row["n"] == 4 and row["rho"] == pytest.approx(1.0)
+    # constant task -> null, never a number
+    const = scores.with_columns(score=pl.when(pl.col("task") == "up").then(1.0).otherwise("score"))
+    c3 = task_correlation(const, by="task", at=8192)
+    assert c3.filter((pl.col("a") == "up") & (pl.col("b") == "down"))["rho"][0] is None
+
+
+def test_length_slopes_linear():
+    lengths = [4096, 8192, 16384, 32768, 65536, 131072]
+    rows = [("m", "log", L, 90.0 - 5.0 * np.log2(L / 4096)) for L in lengths]
+    rows += [("m", "lin", L, 90.0 - 0.25 * L / 1024) for L in lengths]
+    rows += [("m", "one", 4096, 1.0)]
+    slopes = length_slopes(pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row"))
+    s = {r["task"]: r for r in slopes.iter_rows(named=True)}
+    assert s["log"]["slope_log2"] == pytest.approx(-5.0)
+    assert s["log"]["intercept_log2"] == pytest.approx(90.0 + 5.0 * 12)
+    assert s["log"]["r2_log2"] == pytest.approx(1.0)
+    assert s["lin"]["slope_per_k"] == pytest.approx(-0.25)
+    assert s["lin"]["intercept_per_k"] == pytest.approx(90.0)
+    assert s["one"]["slope_log2"] is None and s["one"]["n"] == 1
+    only_long = length_slopes(pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row"),
+                              lengths=lengths[2:])
+    assert only_long.filter(pl.col("task") == "log")["n"][0] == 4
+
+
+def test_pair_slopes_cross_model_fit():
+    scores = _constructed()
+    fits = pair_slopes(scores, by="task", at=8192)
+    row = fits.filter((pl.col("a") == "up") & (pl.col("b") == "down")).row(0, named=True)
+    assert row["slope"] == pytest.approx(-0.7) and row["intercept"] == pytest.approx(100.0) and row["n"] == 5
+    by_len = pair_slopes(scores, by="length", at="up")
+    r = by_len.filter((pl.col("a") == 8192) & (pl.col("b") == 32768)).row(0, named=True)
+    assert r["slope"] == pytest.approx(1.0) and r["intercept"] == pytest.approx(-2.0)
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_write_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    from raylc.plots_length import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
+
+    res = longscore(_samples(30), n_boot=50)
+    corr = task_correlation(_constructed(), by="task")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no matplotlib warnings (e.g. missing glyphs, tight_layout)
+        paths = [
+            plot_score_vs_length(res["per_length"], tmp_path / "score.png", title="Figure 6"),
+            plot_longscore_vs_length(res["per_length"], tmp_path / "sub" / "lc.png"),
+            plot_longscore_vs_length(T5_RESULT["per_length"], tmp_path / "t5.png"),
+            plot_correlation_heatmap(corr, tmp_path / "corr.png", group=32768),
+            plot_correlation_heatmap(corr, tmp_path / "corr_all.png"),
+            plot_correlation_heatmap(task_correlation(_constructed(), at="mean"), tmp_path / "corr_mean.png"),
+        ]
+    for path in paths:
+        assert path.exists() and path.read_bytes()[:8] == PNG_MAGIC
+        img = imread(path)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100

@@ -1,0 +1,41 @@
+"""`raylc longscore` end to end on the paper's Table 5 (RULER scores, base at 4K)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE5 = ROOT / "tests" / "data" / "longbench100_table5.csv"
+
+
+def test_longscore_command_reproduces_table5(tmp_path):
+    printed = pl.read_csv(TABLE5).filter(pl.col("length").is_not_null())  # drop the printed "avg" rows
+    scores = printed.select("model", pl.lit("RULER").alias("task"), "length", "score")
+    scores.write_parquet(tmp_path / "scores.parquet")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylc", "longscore", str(tmp_path / "scores.parquet"), "--out", str(out),
+         "--base-lengths", "4096", "--no-ray"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "LongScore" in proc.stdout
+    per = pl.read_parquet(out / "per_length.parquet").filter(~pl.col("is_base"))
+    joined = per.join(printed.filter(pl.col("lc").is_not_null()), on=["model", "length"])
+    assert joined.height == printed.filter(pl.col("lc").is_not_null()).height
+    assert ((joined["lc"] - joined["lc_right"]).abs() <= 0.1).all()
+    for png in ("score_vs_length.png", "longscore_vs_length.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_longscore_bad_input_one_line(tmp_path):
+    pl.DataFrame({"model": ["m"], "length": [4096], "score": [1.0]}).write_csv(tmp_path / "s.csv")
+    pl.DataFrame({"model": ["m"], "task": ["t"], "length": [None], "score": [1.0]}).write_csv(tmp_path / "n.csv")
+    for args in (["/nonexistent/scores.csv"], [str(tmp_path / "s.csv")], [str(tmp_path / "n.csv")]):
+        proc = subprocess.run([sys.executable, "-m", "raylc", "longscore", *args, "--out", str(tmp_path / "o")],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(f"error: {args[0]}")
+    assert not (tmp_path / "o").exists()
