@@ -115,6 +115,70 @@ def longscore(
     Console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
 
 
+@app.command()
+def fit(
+    observations: str = typer.Argument(..., help="Observation table (Parquet/CSV/JSONL, local or s3://): task, problem_id, L, C, start, score, metric."),
+    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for problems.parquet, tasks.parquet and figures."),
+    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0, help="Binarization threshold for COW on continuous scores."),
+    scenario: str = typer.Option("auto", "--scenario", help="auto (dip test), cow or pig."),
+    em_steps_cow: int = typer.Option(10, "--em-steps-cow", min=1, help="EM steps, COW (Algorithm 1)."),
+    em_steps_pig: int = typer.Option(5, "--em-steps-pig", min=1, help="EM steps, PIG (Algorithm 2)."),
+    compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
+    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),
+) -> None:
+    """DOLCE fit of an observation table: lambda, k and focus category per problem."""
+    from rich.console import Console
+
+    from raylc.fit_report import run_fit
+    from raylc.report import category_matrix, rich_table
+
+    if scenario not in ("auto", "cow", "pig"):
+        _fail(f"--scenario {scenario!r}: expected auto, cow or pig")
+    try:
+        out_frames = run_fit(observations, out, scenario=scenario, threshold=threshold, em_steps_cow=em_steps_cow,
+                             em_steps_pig=em_steps_pig, compare_uri=compare, use_ray=ray)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    console = Console()
+    problems = out_frames["problems"]
+    counts = problems.group_by("task", "subset", "scenario", "category").len("n").with_columns(
+        share=pl.col("n") / pl.col("n").sum().over("subset"))
+    console.print(rich_table(category_matrix(counts), "DOLCE focus categories", pct=("I", "II", "III", "IV", "V")))
+    if "compare" in out_frames:
+        console.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)), f"Compared with {compare}"))
+
+
+@app.command()
+def sensitivity(
+    observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
+    out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet and sensitivity.png."),
+    experiments: str = typer.Option("take_every,threshold", "--experiments", help="Comma-separated: take_every, threshold."),
+    every: str = typer.Option("2,5,10", "--every", help="Take-every strides N to compare with full enumeration."),
+    thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds", help="Binarization thresholds to compare with 0.5."),
+    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Grid cells as Ray tasks (default) or in-process."),
+) -> None:
+    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6)."""
+    from rich.console import Console
+
+    from raylc.fit_report import run_sensitivity_grid
+    from raylc.report import rich_table
+
+    try:
+        ev = [int(x) for x in every.split(",") if x.strip()]
+        th = [float(x) for x in thresholds.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--every {every!r} / --thresholds {thresholds!r}: expected comma-separated numbers")
+    try:
+        sens = run_sensitivity_grid(observations, out, [e.strip() for e in experiments.split(",") if e.strip()], ev, th, ray)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    Console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
+
+
 def main() -> None:
     app(prog_name="raylc")
 

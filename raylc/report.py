@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from raylc.pipeline.stages import CATEGORIES
+from raylc.dolce import CATEGORIES
 from raylc.store import Store, StoreError
 
 REPORT_TABLES = ("categories", "recovery", "problems")
 
 
 def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
-    """One row per task, one column per category I..V (share of problems), plus ``n``."""
-    wide = categories.pivot(on="category", index="task", values="share").sort("task")
-    totals = categories.group_by("task").agg(n=pl.col("n").sum())
-    return wide.join(totals, on="task").select("task", "n", *[c for c in CATEGORIES if c in wide.columns])
+    """One row per task subset (COW/PIG split), one column per category I..V (share), plus ``n``."""
+    keys = ["subset", "scenario"]
+    wide = categories.pivot(on="category", index=keys, values="share")
+    wide = wide.with_columns(pl.lit(0.0).alias(c) for c in CATEGORIES if c not in wide.columns).fill_null(0.0)
+    totals = categories.group_by(keys).agg(n=pl.col("n").sum())
+    return wide.join(totals, on=keys).select(*keys, "n", *CATEGORIES).sort(keys)
 
 
 def rich_table(df: pl.DataFrame, title: str, pct: tuple[str, ...] = ()) -> Table:
@@ -46,12 +50,14 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
         f"Job `{manifest.get('job', {}).get('name', '?')}`, seed {manifest.get('seed')}, "
         f"fingerprint `{manifest.get('fingerprint')}`.",
         "",
-        "## DOLCE focus categories (share of problems per task)",
+        "## DOLCE focus categories (share of problems per task subset)",
         "",
         "I: closed-book (lambda = 0); II: retrieval, redundant; III: retrieval; "
         "IV: moderate complexity; V: holistic understanding (lambda > max C).",
         "",
         _markdown_table(matrix, pct=CATEGORIES),
+        "",
+        "![categories](categories.png) ![lambda-k](lambda_k.png)",
     ]
     if "recovery" in tables:
         parts += ["", "## Planted-category recovery", "", _markdown_table(tables["recovery"], pct=("recovery",))]
@@ -65,12 +71,24 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
         console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
 
 
-def write_report(run, tables: dict[str, pl.DataFrame]) -> None:
-    """Write the report tables and ``summary.md`` for ``run`` and print them."""
+def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    """Write the report tables, figures and ``summary.md`` for ``run`` and print them."""
     for name, df in tables.items():
         run.write(df, f"report/{name}.parquet")
+    for name, data in figures(*fits).items():
+        run.store.write_bytes(data, run.run_id, "report", name)
     run.store.write_text(markdown(tables, run.manifest), run.run_id, "report", "summary.md")
     print_report(tables)
+
+
+def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:
+    """PNG figures: category bars per task (DOLCE Figure 2), lambda-k scatter (Figure 11)."""
+    from raylc.plots import plot_categories, plot_lambda_k
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [plot_categories(task_fits, Path(tmp, "categories.png")),
+                 plot_lambda_k(problem_fits, Path(tmp, "lambda_k.png"))]
+        return {Path(p).name: Path(p).read_bytes() for p in paths}
 
 
 def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:

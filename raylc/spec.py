@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -107,6 +107,65 @@ class SimulatedProbe(_Strict):
         return self
 
 
+class GenerationParams(_Strict):
+    """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request)."""
+
+    temperature: float = Field(default=0.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=32, ge=1)
+    stop: list[str] = []
+    seed: Optional[int] = None
+
+
+Truncation = Literal["middle", "end", "start", "refuse"]
+
+
+class VLLMProbe(_Strict):
+    """vLLM offline engine in a Ray Data actor pool (one engine per replica, ``tensor_parallel_size`` GPUs each).
+
+    ``truncation`` fits prompt + ``sampling.max_tokens`` into ``max_model_len`` by cutting the
+    context only: ``middle`` (LongBench), ``end`` (HELMET), ``start``, or ``refuse`` (record an error).
+    """
+
+    backend: Literal["vllm"]
+    model: str = Field(min_length=1)
+    tokenizer: Optional[str] = None
+    max_model_len: int = Field(default=131072, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
+    dtype: str = "auto"
+    hf_overrides: dict[str, Any] = {}
+    chat_template: bool = True
+    sampling: GenerationParams = GenerationParams()
+    truncation: Truncation = "middle"
+
+
+class OpenAIProbe(_Strict):
+    """Any OpenAI-compatible endpoint (e.g. ``vllm serve``). The API key is read from the
+    environment variable named by ``api_key_env``; the key itself is never stored."""
+
+    backend: Literal["openai"]
+    base_url: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    api_key_env: Optional[str] = None
+    mode: Literal["chat", "completions"] = "chat"
+    concurrency: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    backoff_s: float = Field(default=1.0, ge=0.0)
+    timeout_s: float = Field(default=120.0, gt=0.0)
+    tokenizer: Optional[str] = None
+    max_model_len: Optional[int] = Field(default=None, ge=1)
+    sampling: GenerationParams = GenerationParams()
+    truncation: Truncation = "middle"
+
+
+Probe = Annotated[Union[SimulatedProbe, VLLMProbe, OpenAIProbe], Field(discriminator="backend")]
+
+
 class Scoring(_Strict):
     """Exact match with IDK detection: outcome 1, 0, or IDK (null score).
 
@@ -129,10 +188,16 @@ class Scoring(_Strict):
 
 
 class Fit(_Strict):
-    """DOLCE fit settings (Section 3.4, Algorithm 1)."""
+    """DOLCE fit settings (Sections 3.1-3.4, Algorithms 1-2).
 
-    scenario: Literal["cow"] = "cow"
-    em_steps: int = Field(default=10, ge=1)
+    ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
+    Appendix H; accuracy-scored problems are COW); ``cow`` / ``pig`` force one.
+    ``threshold`` binarizes continuous scores for COW.
+    """
+
+    scenario: Literal["auto", "cow", "pig"] = "auto"
+    em_steps_cow: int = Field(default=10, ge=1)
+    em_steps_pig: int = Field(default=5, ge=1)
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
@@ -161,7 +226,7 @@ class Job(_Strict):
     seed: int = 0
     suite: PlantedSuite = PlantedSuite()
     sampling: Sampling = Sampling()
-    probe: SimulatedProbe = SimulatedProbe()
+    probe: Probe = SimulatedProbe()
     scoring: Scoring = Scoring()
     fit: Fit = Fit()
     store: Store = Store()
@@ -179,43 +244,61 @@ class Job(_Strict):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
-    """The model class that holds the key at ``loc`` (for listing allowed keys)."""
-    model: Optional[type[BaseModel]] = Job
-    for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
-            if isinstance(part, int):
-                continue
-            return None
-        model = _first_model(model.model_fields[part].annotation)
-    return model
-
-
-def _first_model(annotation: Any) -> Optional[type[BaseModel]]:
+def _members(annotation: Any) -> list[type[BaseModel]]:
+    """The model classes inside an annotation (unions, Optional, list, Annotated)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType, list, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _first_model(arg)
-            if found is not None:
-                return found
-    return None
+        return [annotation]
+    if typing.get_origin(annotation) in (Union, types.UnionType, list, typing.Annotated):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return []
 
 
-def _dotted(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith(("literal[", "int"))))
+def _tag_of(model: type[BaseModel]) -> Optional[str]:
+    field = model.model_fields.get("backend") or model.model_fields.get("kind")
+    return field.default if field is not None and isinstance(field.default, str) else (
+        typing.get_args(field.annotation)[0] if field is not None and typing.get_args(field.annotation) else None
+    )
+
+
+def _walk(loc: tuple[Any, ...]) -> tuple[Optional[type[BaseModel]], list[str]]:
+    """Follow ``loc`` through the model tree: (model holding the last key, key path without union tags)."""
+    models: list[type[BaseModel]] = [Job]
+    path: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            path.append(str(part))
+            continue
+        if len(models) > 1:  # a discriminated union: this part is the tag
+            tagged = [m for m in models if _tag_of(m) == part]
+            if tagged:
+                models = tagged
+                continue
+        holder = next((m for m in models if part in m.model_fields), None)
+        path.append(str(part))
+        if holder is None:
+            return None, path
+        models = _members(holder.model_fields[part].annotation)
+    return (models[0] if len(models) == 1 else None), path
 
 
 def _describe(err: dict[str, Any]) -> str:
     loc = tuple(err["loc"])
-    key = _dotted(loc) or "(top level)"
+    parent, parent_path = _walk(loc[:-1]) if loc else (Job, [])
+    _, path = _walk(loc)
+    key = ".".join(path) or "(top level)"
     if err["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1])
         allowed = ", ".join(parent.model_fields) if parent else "?"
         return f"unknown key '{key}' (allowed: {allowed})"
     if err["type"] == "missing":
         return f"missing key '{key}'"
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        holder = _walk(loc[:-1])[0] if loc else Job
+        field = holder.model_fields.get(str(loc[-1])) if holder is not None and loc else None
+        tags = [t for t in (_tag_of(m) for m in _members(field.annotation))] if field is not None else []
+        expected = ", ".join(f"'{t}'" for t in tags) or err.get("ctx", {}).get("expected_tags", "")
+        tag = err.get("ctx", {}).get("discriminator", "'backend'").strip("'")
+        got = err.get("ctx", {}).get("tag")
+        return f"key '{key}.{tag}': {got!r} is not one of {expected}" if got is not None else f"missing key '{key}.{tag}' (one of {expected})"
     return f"key '{key}': {err['msg']} (got {err.get('input')!r})"
 
 

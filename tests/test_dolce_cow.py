@@ -159,7 +159,7 @@ def test_fit_validation(change, message):
 
 # --------------------------------------------------------------------------- parameter recovery
 def _recovery(seeds, n_problems, **kw):
-    fitted, planted_all = [], []
+    fitted = []
     for seed in seeds:
         obs, planted, _ = simulate_cow_task(n_problems, seed=seed, **kw)
         problems, info = fit_cow_task(obs)

@@ -37,7 +37,7 @@ def test_planted_values_and_layout(problems):
 
 def _answers(problems, spans, probe):
     backend = SimulatedBackend(probe, dict(zip(problems["problem_id"], problems["answer"])))
-    return backend.generate(render_prompts(spans, problems).to_list())
+    return [g["completion"] for g in backend.generate(render_prompts(spans, problems).to_list())]
 
 
 def test_answer_derivable_exactly_when_a_copy_is_covered(problems):

@@ -12,7 +12,10 @@ BAD_JOBS = {
     "unknown_key": ("name: x\nsampling:\n  stride: 3\n", "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction)"),
     "unknown_section": ("name: x\nprobes: {}\n", "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, store, ray)"),
     "wrong_type": ("name: x\nsuite:\n  problems_per_task: many\n", "key 'suite.problems_per_task'"),
-    "bad_literal": ("name: x\nprobe:\n  backend: gpt\n", "key 'probe.backend'"),
+    "bad_backend": ("name: x\nprobe:\n  backend: gpt\n", "key 'probe.backend': 'gpt' is not one of 'simulated', 'vllm', 'openai'"),
+    "backend_key": ("name: x\nprobe:\n  backend: vllm\n  model: m\n  tp: 2\n", "unknown key 'probe.tp' (allowed: backend, model, tokenizer,"),
+    "nested_key": ("name: x\nprobe: {backend: openai, base_url: 'http://h', model: m, sampling: {max_tokenz: 3}}\n", "unknown key 'probe.sampling.max_tokenz' (allowed: temperature, top_p, max_tokens, stop, seed)"),
+    "no_backend": ("name: x\nprobe: {model: m}\n", "missing key 'probe.backend' (one of 'simulated', 'vllm', 'openai')"),
     "missing_key": ("seed: 1\n", "missing key 'name'"),
     "invalid_yaml": ("name: x\nsuite: [unclosed\n", "invalid YAML at line"),
     "not_mapping": ("- just\n- a list\n", "must be a YAML mapping"),
@@ -25,7 +28,7 @@ def test_quickstart_loads_and_defaults_are_resolved():
     assert job.name == "quickstart"
     resolved = job.resolved()
     assert set(resolved) == set(Job.model_fields)
-    assert resolved["fit"]["em_steps"] == 10
+    assert resolved["fit"]["em_steps_cow"] == 10 and resolved["fit"]["em_steps_pig"] == 5
     assert job.fingerprint() == load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": "elsewhere"}).fingerprint()
     assert job.fingerprint() != load_job(ROOT / "jobs" / "quickstart.yaml", {"seed": 5}).fingerprint()
 

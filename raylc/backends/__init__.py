@@ -1,16 +1,35 @@
-"""Inference backends behind one interface: ``generate(prompts: list[str]) -> list[str]``."""
+"""Inference backends behind one interface: ``generate(prompts: list[str]) -> list[dict]``.
+
+See :mod:`raylc.backends.base` for the result dict and its Polars schema. vLLM is imported
+only when its backend generates (it needs CUDA).
+"""
 
 from __future__ import annotations
 
 import polars as pl
 
+from raylc.backends.base import GENERATION_SCHEMA, Backend, BackendUnavailable, Generation, generations_frame
 from raylc.backends.simulated import SimulatedBackend
 from raylc.spec import Job
 
+__all__ = [
+    "GENERATION_SCHEMA", "Backend", "BackendUnavailable", "Generation", "generations_frame", "make_backend",
+    "SimulatedBackend",
+]
 
-def make_backend(job: Job, problems: pl.DataFrame) -> SimulatedBackend:
+
+def make_backend(job: Job, problems: pl.DataFrame) -> Backend:
     """The backend named by ``job.probe.backend``."""
-    if job.probe.backend == "simulated":
+    probe = job.probe
+    if probe.backend == "simulated":
         knowledge = dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
-        return SimulatedBackend(job.probe, knowledge, seed=job.seed)
-    raise ValueError(f"unknown probe backend {job.probe.backend!r}")
+        return SimulatedBackend(probe, knowledge, seed=job.seed)
+    if probe.backend == "vllm":
+        from raylc.backends.vllm_engine import VLLMBackend
+
+        return VLLMBackend(probe)
+    if probe.backend == "openai":
+        from raylc.backends.openai_http import OpenAIBackend
+
+        return OpenAIBackend(probe, seed=job.seed)
+    raise ValueError(f"unknown probe backend {probe.backend!r}")

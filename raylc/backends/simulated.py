@@ -12,12 +12,15 @@ with ``wrong_rate``, gives the plausible wrong answer from the partial clues it 
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 
+from raylc.backends.base import Backend, Generation, generation
 from raylc.prompts import IDK_ANSWER
 from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
+from raylc.tokenize import get_tokenizer
 
 
 def _complete_run(clues: list[tuple[int, int, int]]) -> int | None:
@@ -30,8 +33,12 @@ def _complete_run(clues: list[tuple[int, int, int]]) -> int | None:
     return None
 
 
-class SimulatedBackend:
-    """``generate(prompts) -> completions`` with the simulated probe's behaviour."""
+class SimulatedBackend(Backend):
+    """``generate(prompts) -> result dicts`` with the simulated probe's behaviour.
+
+    ``answer(prompt)`` is the completion text; token counts use the default tokenizer,
+    ``cached_tokens`` is None and ``finish_reason`` is ``"stop"``.
+    """
 
     name = "simulated"
 
@@ -62,5 +69,16 @@ class SimulatedBackend:
             return str(sum(c[2] for c in clues) % 1000) if clues else str(guess)
         return IDK_ANSWER
 
-    def generate(self, prompts: list[str]) -> list[str]:
-        return [self.answer(p) for p in prompts]
+    def generate(self, prompts: list[str]) -> list[Generation]:
+        tok = get_tokenizer(None)
+        out = []
+        for p in prompts:
+            t0 = time.perf_counter()
+            text = self.answer(p)
+            out.append(
+                generation(
+                    text, prompt_tokens=tok.count(p), generated_tokens=tok.count(text), finish_reason="stop",
+                    latency_s=time.perf_counter() - t0,
+                )
+            )
+        return out

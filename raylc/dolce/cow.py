@@ -9,31 +9,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.dolce.categories import assign_categories, category_thresholds
+from raylc.dolce.categories import category_thresholds
+from raylc.dolce.cells import OBS_COLUMNS, cell_grid, check_task_table, fit_frames
 from raylc.dolce.cover import cow_cover_prob
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES", "OBS_COLUMNS"]
 
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
-#: Columns of the observation table consumed by :func:`fit_cow_task`.
-OBS_COLUMNS = ("task", "problem_id", "L", "C", "start", "score", "metric")
-
-
-def _int_vector(x, name: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.floor(a)):
-        a = a.astype(np.int64)
-    if a.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
-    return a.astype(np.int64)
-
-
-def _segment_positions(owner: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Position of each element inside its group (``owner`` sorted) and the group sizes."""
-    sizes = np.bincount(owner, minlength=n_groups)
-    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return np.arange(owner.size) - first[owner], sizes
 
 
 def _cell_term(cnt: np.ndarray, log_p: np.ndarray) -> np.ndarray:
@@ -106,82 +89,16 @@ class COWFit:
 
     # ------------------------------------------------------------------ preparation
     def _prepare(self, problem, L, C, n1, n0, nidk) -> dict:
-        problem = np.asarray(problem)
-        arrays = {"L": L, "C": C, "n1": n1, "n0": n0, "nidk": nidk}
-        if problem.ndim != 1:
-            raise ValueError("problem must be a 1-D array")
-        n = problem.shape[0]
-        if n == 0:
-            raise ValueError("no observation cells given (empty input)")
-        for name, a in arrays.items():
-            if np.ndim(a) != 1 or np.shape(a)[0] != n:
-                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {n})")
-        L_a = _int_vector(L, "L")
-        C_a = _int_vector(C, "C")
-        if np.any(L_a < 1):
-            raise ValueError("L must be >= 1")
-        if np.any(C_a < 0):
-            raise ValueError("C must be non-negative")
-        if np.any(C_a > L_a):
-            raise ValueError("C must not exceed L (observation span longer than the context)")
+        for name, a in (("n1", n1), ("n0", n0), ("nidk", nidk)):
+            if np.ndim(a) != 1 or np.shape(a)[0] != np.shape(problem)[0]:
+                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {np.shape(problem)[0]})")
         cnt = np.stack([np.asarray(a, dtype=np.float64) for a in (n1, n0, nidk)], axis=1)
         if not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
             raise ValueError("counts n1, n0, nidk must be finite and non-negative")
+        g = cell_grid(problem, L, C, cnt)
+        P, M, Lp, Cpad, cellmask, cand, valid = g["P"], g["M"], g["Lp"], g["Cpad"], g["cellmask"], g["cand"], g["valid"]
+        problems, maxC, cntpad = g["problems"], g["maxC"], g["stats"]
 
-        problems, pid = np.unique(problem, return_inverse=True)
-        pid = pid.reshape(-1)
-        P = problems.size
-        order = np.lexsort((C_a, pid))
-        pid, L_a, C_a, cnt = pid[order], L_a[order], C_a[order], cnt[order]
-        starts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
-        L_lo, L_hi = np.minimum.reduceat(L_a, starts), np.maximum.reduceat(L_a, starts)
-        if np.any(L_lo != L_hi):
-            bad = problems[np.flatnonzero(L_lo != L_hi)[0]]
-            raise ValueError(f"problem {bad!r} has several context lengths L")
-        Lp = L_lo
-        totals = np.add.reduceat(cnt.sum(axis=1), starts)
-        if np.any(totals <= 0):
-            bad = problems[np.flatnonzero(totals <= 0)[0]]
-            raise ValueError(f"problem {bad!r} has no observations (all counts are 0)")
-
-        # merge duplicate (problem, C) rows, drop empty cells
-        cell_start = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (C_a[1:] != C_a[:-1])])
-        cell_cnt = np.add.reduceat(cnt, cell_start, axis=0)
-        cell_pid, cell_C = pid[cell_start], C_a[cell_start]
-        keep = cell_cnt.sum(axis=1) > 0
-        cell_cnt, cell_pid, cell_C = cell_cnt[keep], cell_pid[keep], cell_C[keep]
-
-        pos, n_cells = _segment_positions(cell_pid, P)
-        Mc = int(n_cells.max())
-        Cpad = np.zeros((P, Mc), dtype=np.int64)
-        cntpad = np.zeros((P, Mc, 3))
-        cellmask = np.zeros((P, Mc), dtype=bool)
-        Cpad[cell_pid, pos] = cell_C
-        cntpad[cell_pid, pos] = cell_cnt
-        cellmask[cell_pid, pos] = True
-
-        partial = cell_C < Lp[cell_pid]
-        maxC = np.zeros(P, dtype=np.int64)
-        np.maximum.at(maxC, cell_pid[partial], cell_C[partial])
-
-        # candidates Lambda_i = K_i = {C_ij} U {0, maxC_i + 1, L_i}, sorted, padded
-        ar = np.arange(P)
-        vals = np.concatenate([cell_C, np.zeros(P, dtype=np.int64), maxC + 1, Lp])
-        owner = np.concatenate([cell_pid, ar, ar, ar])
-        o = np.lexsort((vals, owner))
-        vals, owner = vals[o], owner[o]
-        first = np.r_[True, (owner[1:] != owner[:-1]) | (vals[1:] != vals[:-1])]
-        vals, owner = vals[first], owner[first]
-        cpos, n_cand = _segment_positions(owner, P)
-        M = int(n_cand.max())
-        cand = np.zeros((P, M), dtype=np.int64)
-        candmask = np.zeros((P, M), dtype=bool)
-        cand[owner, cpos] = vals
-        candmask[owner, cpos] = True
-
-        lam_b = cand[:, :, None]
-        k_b = cand[:, None, :]
-        valid = candmask[:, :, None] & candmask[:, None, :] & (k_b >= 1) & (k_b * lam_b <= Lp[:, None, None])
         below = cellmask[:, None, :] & (Cpad[:, None, :] < cand[:, :, None])  # (P, M, Mc)
         above = cellmask[:, None, :] & ~below
         n_below = below.sum(axis=2)  # cells sorted by C: the cells below lambda are a prefix
@@ -283,46 +200,6 @@ class COWFit:
         return self
 
 
-def _validate_obs(obs: pl.DataFrame) -> None:
-    if not isinstance(obs, pl.DataFrame):
-        raise ValueError(f"obs must be a polars DataFrame, got {type(obs).__name__}")
-    missing = [c for c in OBS_COLUMNS if c not in obs.columns]
-    if missing:
-        raise ValueError(f"observation table is missing column(s): {', '.join(missing)}")
-    if obs.height == 0:
-        raise ValueError("observation table is empty")
-    for c in ("L", "C", "start"):
-        if not obs.schema[c].is_integer():
-            raise ValueError(f"column {c!r} must be an integer column, got {obs.schema[c]}")
-    if not obs.schema["score"].is_numeric():
-        raise ValueError(f"column 'score' must be numeric (null = IDK), got {obs.schema['score']}")
-    score = pl.col("score").cast(pl.Float64)
-    s = obs.select(
-        n_tasks=pl.col("task").n_unique(),
-        nulls=pl.sum_horizontal(pl.col("task", "problem_id", "L", "C").null_count()),
-        min_L=pl.col("L").min(),
-        min_C=pl.col("C").min(),
-        min_start=pl.col("start").min(),
-        c_gt_l=(pl.col("C") > pl.col("L")).sum(),
-        outside=(pl.col("start") + pl.col("C") > pl.col("L")).sum(),
-        bad_score=(score.is_nan() | (score < 0) | (score > 1)).sum(),
-    ).row(0, named=True)
-    if s["n_tasks"] != 1:
-        raise ValueError(f"observation table must hold exactly one task, found {s['n_tasks']}")
-    if s["nulls"]:
-        raise ValueError("columns task, problem_id, L, C must not contain nulls")
-    if s["min_L"] < 1:
-        raise ValueError("L must be >= 1")
-    if s["min_C"] < 0 or (s["min_start"] is not None and s["min_start"] < 0):
-        raise ValueError("C and start must be non-negative")
-    if s["c_gt_l"]:
-        raise ValueError(f"{s['c_gt_l']} observation(s) have C > L")
-    if s["outside"]:
-        raise ValueError(f"{s['outside']} observation span(s) end past the context (start + C > L)")
-    if s["bad_score"]:
-        raise ValueError(f"{s['bad_score']} score(s) outside [0, 1] (use null for IDK)")
-
-
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:
     """Fit the COW model (Algorithm 1) to the observation table of one task.
 
@@ -336,7 +213,7 @@ def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -
     category, loglik, prior_oracle, sorted by problem_id; info is {"p_noise_1", "p_noise_0",
     "p_noise_idk", "lam_p", "k_p"}.
     """
-    _validate_obs(obs)
+    check_task_table(obs)
     if not np.isfinite(threshold):
         raise ValueError("threshold must be finite")
     score = pl.col("score").cast(pl.Float64)
@@ -356,25 +233,4 @@ def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -
         cells["problem_id"].cast(pl.String).to_numpy(), L, C,
         cells["n1"].to_numpy(), cells["n0"].to_numpy(), cells["nidk"].to_numpy(),
     )
-    categories = assign_categories(model.lam_, model.k_, lam_p, k_p, model.lam_q_)
-    P = model.problems_.size
-    problems = pl.DataFrame(
-        {
-            "task": pl.Series("task", [obs["task"][0]] * P, dtype=obs.schema["task"]),
-            "problem_id": pl.Series("problem_id", model.problems_.astype(str), dtype=pl.String),
-            "scenario": pl.Series("scenario", ["COW"] * P, dtype=pl.String),
-            "lam": pl.Series("lam", model.lam_, dtype=pl.Int64),
-            "k": pl.Series("k", model.k_, dtype=pl.Int64),
-            "category": pl.Series("category", categories.astype(str), dtype=pl.String),
-            "loglik": pl.Series("loglik", model.loglik_, dtype=pl.Float64),
-            "prior_oracle": pl.Series("prior_oracle", model.prior_oracle_, dtype=pl.Float64),
-        }
-    ).sort("problem_id")
-    info = {
-        "p_noise_1": float(model.noise_[0]),
-        "p_noise_0": float(model.noise_[1]),
-        "p_noise_idk": float(model.noise_[2]),
-        "lam_p": int(lam_p),
-        "k_p": int(k_p),
-    }
-    return problems, info
+    return fit_frames(model, obs["task"][0], "COW", lam_p, k_p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import polars as pl
 import pyarrow as pa
@@ -14,16 +14,20 @@ from raylc.spec import Job
 
 def ensure_ray(job: Job) -> None:
     """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the machine."""
+    init_ray(job.ray.address or os.environ.get("RAY_ADDRESS"), job.ray.num_cpus, job.ray.include_dashboard)
+
+
+def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False) -> None:
+    """``ray.init`` once per process: join ``address`` if given, else start a local instance."""
     import ray
 
     if ray.is_initialized():
         return
-    address = job.ray.address or os.environ.get("RAY_ADDRESS")
     common: dict[str, Any] = {"logging_level": logging.ERROR, "configure_logging": True}
     if address:
         ray.init(address=address, **common)
     else:
-        ray.init(num_cpus=job.ray.num_cpus, include_dashboard=job.ray.include_dashboard, **common)
+        ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
 
 
 def _configure_data(job: Job) -> None:

@@ -31,7 +31,7 @@ OUTPUTS = {
     "infer": ["infer"],
     "score": ["score/observations.parquet"],
     "fit": ["fits/problems.parquet", "fits/tasks.parquet"],
-    "report": ["report/categories.parquet", "report/summary.md"],
+    "report": ["report/categories.parquet", "report/summary.md", "report/categories.png", "report/lambda_k.png"],
 }
 INFER_SHARD_ROWS = 50_000
 
@@ -90,7 +90,7 @@ class Run:
             return False
         for rel in OUTPUTS[stage]:
             parts = rel.split("/")
-            ok = self.store.table_ok(self.run_id, *parts) if not rel.endswith(".md") else self.store.exists(self.run_id, *parts)
+            ok = self.store.table_ok(self.run_id, *parts) if rel.endswith(".parquet") or "." not in rel else self.store.exists(self.run_id, *parts)
             if not ok:
                 return False
         return True
@@ -208,9 +208,7 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
 
     def do_fit() -> dict[str, int]:
         ray_exec.ensure_ray(job)
-        obs = run.read("score/observations.parquet")
-        per_task = [frame for _, frame in obs.group_by("task", maintain_order=True)]
-        problems, tasks = stages.combine_fits(ray_exec.map_tasks(stages.fit_task, per_task, job))
+        problems, tasks = stages.fit(run.read("score/observations.parquet"), job, mapper=ray_exec.map_tasks)
         run.write(problems, "fits/problems.parquet")
         run.write(tasks, "fits/tasks.parquet")
         return {"problems": problems.height, "tasks": tasks.height}
@@ -218,11 +216,9 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
     def do_report() -> dict[str, int]:
         from raylc.report import write_report
 
-        tables = stages.report(
-            run.read("fits/problems.parquet"), run.read("fits/tasks.parquet"),
-            run.read("build/problems.parquet"), run.read("score/observations.parquet"),
-        )
-        write_report(run, tables)
+        fits = run.read("fits/problems.parquet"), run.read("fits/tasks.parquet")
+        tables = stages.report(*fits, run.read("build/problems.parquet"), run.read("score/observations.parquet"))
+        write_report(run, tables, fits)
         return {name: t.height for name, t in tables.items()}
 
     redone = False  # a redone stage invalidates everything downstream of it

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from raylc.backends import make_backend
-from raylc.dolce import assign_categories, fit_cow_task
+from raylc.backends.base import generations_frame
+from raylc.dolce import CATEGORIES, assign_categories, fit_observations
 from raylc.prompts import render_prompts
 from raylc.sampling import sample_spans
 from raylc.scoring import score_exact_match
@@ -19,7 +20,6 @@ from raylc.spec import Job
 from raylc.suites.planted import build_planted
 
 STAGES = ("build", "sample", "infer", "score", "fit", "report")
-CATEGORIES = ("I", "II", "III", "IV", "V")
 
 
 def build(job: Job) -> pl.DataFrame:
@@ -33,10 +33,12 @@ def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
 
 
 def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -> pl.DataFrame:
-    """Render each span's prompt, run the probe, return the spans with ``completion``."""
+    """Render each span's prompt, run the probe; the spans plus the generation columns
+    (``completion, prompt_tokens, generated_tokens, cached_tokens, finish_reason, latency_s,
+    error, truncated_tokens``)."""
     backend = backend or make_backend(job, problems)
     prompts = render_prompts(spans, problems)
-    return spans.with_columns(completion=pl.Series("completion", backend.generate(prompts.to_list()), pl.String))
+    return pl.concat([spans, generations_frame(backend.generate(prompts.to_list()))], how="horizontal")
 
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
@@ -44,47 +46,38 @@ def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.Dat
     return score_exact_match(completions, problems, job.scoring.idk_patterns).sort("task", "problem_id", "C", "start")
 
 
-def fit_task(observations: pl.DataFrame, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """DOLCE COW fit of one benchmark task: (per-problem fits, one-row task summary)."""
-    problems, info = fit_cow_task(observations, n_steps=job.fit.em_steps, threshold=job.fit.threshold)
-    task = observations["task"][0]
-    shares = {f"share_{c}": float((problems["category"] == c).mean()) for c in CATEGORIES}
-    summary = pl.DataFrame(
-        [{"task": task, "scenario": "COW", "n_problems": problems.height, **shares, **info}]
+def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """DOLCE fits per task (and COW/PIG subset); ``mapper`` maps the per-subset fits (e.g. over Ray tasks)."""
+    return fit_observations(
+        observations,
+        scenario=job.fit.scenario,
+        threshold=job.fit.threshold,
+        em_steps_cow=job.fit.em_steps_cow,
+        em_steps_pig=job.fit.em_steps_pig,
+        mapper=mapper,
     )
-    return problems, summary
 
 
-def fit(observations: pl.DataFrame, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per-task fits, in-process (the runner maps :func:`fit_task` over Ray tasks instead)."""
-    parts = [fit_task(obs, job) for _, obs in observations.group_by("task", maintain_order=True)]
-    return combine_fits(parts)
-
-
-def combine_fits(parts: list[tuple[pl.DataFrame, pl.DataFrame]]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    problems = pl.concat([p for p, _ in parts], how="vertical_relaxed").sort("task", "problem_id")
-    tasks = pl.concat([t for _, t in parts], how="vertical_relaxed").sort("task")
-    return problems, tasks
-
-
-def planted_categories(problems: pl.DataFrame, observations: pl.DataFrame, tasks: pl.DataFrame) -> pl.DataFrame:
+def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, observations: pl.DataFrame,
+                       tasks: pl.DataFrame) -> pl.DataFrame:
     """Category each planted (lambda, k) belongs to, with the thresholds the fit used.
 
-    lambda_p, k_p come from the task's ladder (``tasks``); lambda_q is the problem's largest
-    partial observation length, exactly as for the fitted values.
+    lambda_p, k_p come from the problem's fitted subset (``tasks``); lambda_q is the
+    problem's largest partial observation length, exactly as for the fitted values.
     """
     lam_q = observations.filter(pl.col("C") < pl.col("L")).group_by("problem_id").agg(lam_q=pl.col("C").max())
     df = (
-        problems.select("task", "problem_id", "planted_lam", "planted_k")
+        problem_fits.select("task", "subset", "problem_id")
+        .join(problems.select("problem_id", "planted_lam", "planted_k"), on="problem_id", how="left")
         .join(lam_q, on="problem_id", how="left")
-        .join(tasks.select("task", "lam_p", "k_p"), on="task", how="left")
+        .join(tasks.select("task", "subset", "lam_p", "k_p"), on=["task", "subset"], how="left")
         .with_columns(pl.col("lam_q").fill_null(0))
     )
     cats = assign_categories(
         df["planted_lam"].to_numpy(), df["planted_k"].to_numpy(), df["lam_p"].to_numpy(), df["k_p"].to_numpy(),
         df["lam_q"].to_numpy(),
     )
-    return df.select("task", "problem_id", "planted_lam", "planted_k").with_columns(
+    return df.select("problem_id", "planted_lam", "planted_k").with_columns(
         planted_category=pl.Series(np.asarray(cats, dtype=object).astype(str), dtype=pl.String)
     )
 
@@ -92,25 +85,26 @@ def planted_categories(problems: pl.DataFrame, observations: pl.DataFrame, tasks
 def report(
     problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, observations: pl.DataFrame
 ) -> dict[str, pl.DataFrame]:
-    """Report tables: ``categories`` (share per task and category) and, for planted
+    """Report tables: ``categories`` (share per task/subset and category) and, for planted
     suites, ``recovery`` (per task: share of problems whose planted category was recovered)
     and ``problems`` (fitted next to planted values)."""
+    keys = ["task", "subset", "scenario"]
     counts = (
-        problem_fits.group_by("task", "category").len("n")
-        .join(problem_fits.group_by("task").len("total"), on="task")
+        problem_fits.group_by(*keys, "category").len("n")
+        .join(problem_fits.group_by(keys).len("total"), on=keys)
         .with_columns(share=pl.col("n") / pl.col("total"))
     )
-    grid = task_fits.select("task").join(pl.DataFrame({"category": list(CATEGORIES)}), how="cross")
+    grid = task_fits.select(keys).join(pl.DataFrame({"category": list(CATEGORIES)}), how="cross")
     categories = (
-        grid.join(counts.select("task", "category", "n", "share"), on=["task", "category"], how="left")
+        grid.join(counts.select(*keys, "category", "n", "share"), on=[*keys, "category"], how="left")
         .with_columns(pl.col("n").fill_null(0).cast(pl.Int64), pl.col("share").fill_null(0.0))
-        .sort("task", "category")
+        .sort("task", "subset", "category")
     )
     out = {"categories": categories}
     if "planted_lam" in problems.columns:
-        planted = planted_categories(problems, observations, task_fits)
-        joined = problem_fits.select("task", "problem_id", "lam", "k", "category").join(
-            planted.drop("task"), on="problem_id", how="left"
+        planted = planted_categories(problem_fits, problems, observations, task_fits)
+        joined = problem_fits.select("task", "subset", "problem_id", "scenario", "lam", "k", "category").join(
+            planted, on="problem_id", how="left"
         ).with_columns(recovered=pl.col("category") == pl.col("planted_category"))
         per_task = joined.group_by("task").agg(
             n_problems=pl.len(), recovered=pl.col("recovered").sum(), recovery=pl.col("recovered").mean()

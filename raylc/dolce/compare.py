@@ -1,0 +1,274 @@
+r"""Sensitivity of DOLCE fits to modeling decisions (Section 6, Appendix K).
+
+Two fits of the same problems - a reference (ref) and a test setup - are compared per
+(task, subset) with the metrics of Section 6:
+
+* relative change delta(lambda) = |lambda_ref - lambda_test| / max(lambda_ref, lambda_test)
+  per problem (0 when both are 0), likewise delta(k); the median over the problems is
+  reported, as the paper reports medians (Section 6, Appendix K.3);
+* Spearman's rank correlation rho(lambda), rho(k) over the problems
+  (``scipy.stats.spearmanr``); NaN when either side is constant (e.g. k = 1 for every
+  problem) or fewer than two problems match, as in the paper's Table 8 (Appendix K.2);
+* the KL divergence of the background-noise distribution P(x | z = N) over the three
+  outcomes x in {1, 0, IDK}: KL(ref || test) = sum_x P_ref(x|N) log(P_ref(x|N) /
+  P_test(x|N)) in nats. The paper does not state a direction; the reference is the first
+  argument here (terms with P_ref = 0 are 0; P_test = 0 < P_ref gives +inf).
+
+:func:`run_sensitivity` runs two built-in experiments as a grid of (task x setting) cells,
+each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such as
+:func:`raylc.pipeline.ray_exec.map_tasks` can run the cells as Ray tasks:
+
+* ``"take_every"`` (Appendix K.1): the input must come from full enumeration (every start,
+  stride 1); the take-every-N table keeps the rows with start % N == 0 (every C = 0 and
+  C = L observation, whose only start is 0, is always kept) and is refit; N in ``every``;
+* ``"threshold"`` (Appendix K.4): the COW subsets of continuous-metric tasks are refit with
+  binarization thresholds in ``thresholds`` and compared with the reference threshold 0.5.
+
+Refits reuse the reference's scenario selection (the paper compares setups on "the same COW
+and PIG splits", Section 6), so both fits cover the same problems and subsets.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional, Sequence
+
+import numpy as np
+import polars as pl
+from scipy.stats import spearmanr
+
+from raylc.dolce.fit import Mapper, fit_observations, in_process, validate_observations
+from raylc.dolce.scenario import binary_metric_expr
+
+__all__ = [
+    "COMPARE_SCHEMA",
+    "SENSITIVITY_SCHEMA",
+    "compare_fits",
+    "kl_divergence",
+    "relative_change",
+    "run_sensitivity",
+    "sensitivity_cell",
+    "spearman_rho",
+    "take_every",
+]
+
+COMPARE_SCHEMA = {
+    "task": pl.String,
+    "subset": pl.String,
+    "scenario": pl.String,
+    "n_problems": pl.Int64,
+    "delta_lam": pl.Float64,
+    "delta_k": pl.Float64,
+    "rho_lam": pl.Float64,
+    "rho_k": pl.Float64,
+    "kl_noise": pl.Float64,
+    "category_agreement": pl.Float64,
+}
+SENSITIVITY_SCHEMA = {
+    "experiment": pl.String,
+    "setting": pl.Float64,
+    **COMPARE_SCHEMA,
+    "n_obs_ref": pl.Int64,
+    "n_obs_test": pl.Int64,
+}
+NOISE_COLUMNS = ("p_noise_1", "p_noise_0", "p_noise_idk")
+DEFAULT_EVERY = (2, 5, 10)
+DEFAULT_THRESHOLDS = (0.0, 0.25, 0.5, 0.75, 1.0)
+REFERENCE_THRESHOLD = 0.5
+
+
+# ------------------------------------------------------------------------------ metrics
+def relative_change(ref, test) -> np.ndarray:
+    """delta = |ref - test| / max(ref, test) elementwise, 0 where both are 0 (Section 6).
+
+    Defined for non-negative values (lambda, k >= 0)."""
+    a = np.asarray(ref, dtype=np.float64)
+    b = np.asarray(test, dtype=np.float64)
+    den = np.maximum(a, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, np.abs(a - b) / np.where(den > 0, den, 1.0), 0.0)
+
+
+def spearman_rho(ref, test) -> float:
+    """Spearman's rank correlation (``scipy.stats.spearmanr``); NaN when fewer than two
+    pairs or when either side is constant (undefined, Appendix K.2)."""
+    a = np.asarray(ref, dtype=np.float64)
+    b = np.asarray(test, dtype=np.float64)
+    if a.size < 2 or np.unique(a).size < 2 or np.unique(b).size < 2:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(spearmanr(a, b).statistic)
+
+
+def kl_divergence(p_ref, p_test) -> float:
+    """KL(P_ref || P_test) = sum_x P_ref(x) log(P_ref(x) / P_test(x)) in nats, for discrete
+    distributions over the same outcomes (here x in {1, 0, IDK}); 0 log 0 = 0, +inf when
+    P_test(x) = 0 < P_ref(x). Both inputs are normalized to sum 1 first."""
+    p = np.asarray(p_ref, dtype=np.float64)
+    q = np.asarray(p_test, dtype=np.float64)
+    if p.shape != q.shape or p.ndim != 1:
+        raise ValueError("p_ref and p_test must be 1-D arrays of the same length")
+    if np.any(p < 0) or np.any(q < 0) or p.sum() <= 0 or q.sum() <= 0:
+        raise ValueError("distributions must be non-negative with a positive total")
+    p, q = p / p.sum(), q / q.sum()
+    pos = p > 0
+    if np.any(q[pos] == 0):
+        return float("inf")
+    return float(max(np.sum(p[pos] * np.log(p[pos] / q[pos])), 0.0))
+
+
+def compare_fits(
+    ref_problems: pl.DataFrame, ref_tasks: pl.DataFrame, test_problems: pl.DataFrame, test_tasks: pl.DataFrame
+) -> pl.DataFrame:
+    """Section 6 metrics between a reference and a test fit, one row per (task, subset).
+
+    Inputs are the (problems, tasks) frames of :func:`raylc.dolce.fit.fit_observations`.
+    Problems are matched on (task, subset, problem_id); only (task, subset) pairs present in
+    both fits are reported (fit both with the same scenario selection). Columns: task, subset,
+    scenario (the reference's), n_problems (matched), delta_lam and delta_k (medians of the
+    per-problem relative changes), rho_lam and rho_k (Spearman; NaN if a side is constant),
+    kl_noise (KL(P_ref(x|N) || P_test(x|N))), category_agreement (share of matched problems
+    with the same category I-V).
+    """
+    keys = ["task", "subset", "problem_id"]
+    cols = [*keys, "scenario", "lam", "k", "category"]
+    ref = ref_problems.select(cols)
+    test = test_problems.select(*keys, pl.col("lam").alias("lam_test"), pl.col("k").alias("k_test"),
+                                pl.col("category").alias("category_test"))
+    joined = ref.join(test, on=keys, how="inner").sort(keys)
+    noise = ref_tasks.select("task", "subset", *NOISE_COLUMNS).join(
+        test_tasks.select("task", "subset", *(pl.col(c).alias(c + "_test") for c in NOISE_COLUMNS)),
+        on=["task", "subset"], how="inner",
+    )
+    rows = []
+    for (task, subset), g in joined.group_by("task", "subset", maintain_order=True):
+        nz = noise.filter((pl.col("task") == task) & (pl.col("subset") == subset))
+        if nz.height:
+            r = nz.row(0, named=True)
+            kl = kl_divergence([r[c] for c in NOISE_COLUMNS], [r[c + "_test"] for c in NOISE_COLUMNS])
+        else:
+            kl = None
+        lam_r, lam_t = g["lam"].to_numpy(), g["lam_test"].to_numpy()
+        k_r, k_t = g["k"].to_numpy(), g["k_test"].to_numpy()
+        rows.append({
+            "task": task, "subset": subset, "scenario": g["scenario"][0], "n_problems": g.height,
+            "delta_lam": float(np.median(relative_change(lam_r, lam_t))),
+            "delta_k": float(np.median(relative_change(k_r, k_t))),
+            "rho_lam": spearman_rho(lam_r, lam_t), "rho_k": spearman_rho(k_r, k_t),
+            "kl_noise": kl,
+            "category_agreement": float((g["category"] == g["category_test"]).mean()),
+        })
+    return pl.DataFrame(rows, schema=COMPARE_SCHEMA).sort("task", "subset")
+
+
+# ------------------------------------------------------------------------------ experiments
+def take_every(obs: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Take-every-N subsample of a full-enumeration observation table (Appendix K.1): the
+    rows with start % N == 0, plus every C = 0 or C = L row (their only start is 0)."""
+    if int(n) < 1:
+        raise ValueError("take-every N must be >= 1")
+    keep = (pl.col("start") % int(n) == 0) | (pl.col("C") == 0) | (pl.col("C") == pl.col("L"))
+    return obs.filter(keep)
+
+
+def sensitivity_cell(
+    frame: pl.DataFrame,
+    ref_problems: pl.DataFrame,
+    ref_tasks: pl.DataFrame,
+    em_steps_cow: int = 10,
+    em_steps_pig: int = 5,
+) -> pl.DataFrame:
+    """One (task x setting) cell of :func:`run_sensitivity`, a plain function of one frame.
+
+    ``frame`` is one task's validated observations plus constant columns ``experiment``
+    ("take_every" or "threshold") and ``setting`` (N or the threshold). The test fit reuses
+    the scenario selection of ``ref_problems`` (the reference fit of all tasks, with
+    ``ref_tasks``): take_every refits the take-every-N subsample of all subsets at threshold
+    0.5; threshold refits the task's COW subsets of continuous-metric problems at the given
+    threshold. Returns :func:`compare_fits` rows with experiment, setting, n_obs_ref and
+    n_obs_test (observations behind the reference and test fits of the compared subsets).
+    """
+    head = frame.row(0, named=True)
+    experiment, setting, task = head["experiment"], float(head["setting"]), head["task"]
+    obs = frame.drop("experiment", "setting")
+    sel = ref_problems.filter(pl.col("task") == task).select("task", "problem_id", "subset", "scenario", "dip_pvalue")
+    if experiment == "take_every":
+        test_obs, threshold = take_every(obs, int(setting)), REFERENCE_THRESHOLD
+    elif experiment == "threshold":
+        cont = obs.group_by("problem_id").agg(pl.col("metric").first()).filter(
+            ~binary_metric_expr()
+        )
+        sel = sel.filter((pl.col("scenario") == "COW") & pl.col("problem_id").is_in(cont["problem_id"].implode()))
+        obs = obs.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()))
+        test_obs, threshold = obs, setting
+    else:
+        raise ValueError(f"unknown experiment {experiment!r}; use 'take_every' or 'threshold'")
+    if sel.height == 0:
+        return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
+    ref_p = ref_problems.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()) & (pl.col("task") == task))
+    test_p, test_t = fit_observations(
+        test_obs, threshold=threshold, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig, selection=sel
+    )
+    cmp = compare_fits(ref_p, ref_tasks, test_p, test_t)
+    n_obs = obs.join(sel.select("problem_id", "subset"), on="problem_id").group_by("subset").agg(n_obs_ref=pl.len())
+    n_test = test_obs.join(sel.select("problem_id", "subset"), on="problem_id").group_by("subset").agg(
+        n_obs_test=pl.len()
+    )
+    return (
+        cmp.join(n_obs, on="subset", how="left").join(n_test, on="subset", how="left")
+        .with_columns(experiment=pl.lit(experiment, pl.String), setting=pl.lit(setting, pl.Float64))
+        .select(list(SENSITIVITY_SCHEMA))
+        .cast(SENSITIVITY_SCHEMA)
+    )
+
+
+def run_sensitivity(
+    obs: pl.DataFrame,
+    experiments: Sequence[str] = ("take_every", "threshold"),
+    mapper: Optional[Mapper] = None,
+    *,
+    every: Sequence[int] = DEFAULT_EVERY,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    scenario: str = "auto",
+    em_steps_cow: int = 10,
+    em_steps_pig: int = 5,
+) -> pl.DataFrame:
+    """Sensitivity grid over (task x setting) (Section 6, Appendix K.1 and K.4).
+
+    The reference is :func:`raylc.dolce.fit.fit_observations` on the full ``obs`` (scenario
+    selection ``scenario``, threshold 0.5), itself mapped per subset by ``mapper``. Then every
+    (task, experiment, setting) cell runs :func:`sensitivity_cell` through ``mapper(fn, frames,
+    *args)`` (default in-process): "take_every" for each N in ``every`` (``obs`` must be a full
+    enumeration), "threshold" for each value in ``thresholds`` (only tasks with continuous-metric
+    COW problems get cells). Returns one row per (experiment, setting, task, subset) with the
+    :func:`compare_fits` metrics, n_obs_ref and n_obs_test, sorted.
+    """
+    experiments = tuple(experiments)
+    unknown = [e for e in experiments if e not in ("take_every", "threshold")]
+    if unknown:
+        raise ValueError(f"unknown experiment(s) {unknown}; use 'take_every' and/or 'threshold'")
+    obs = validate_observations(obs)
+    mapper = mapper or in_process
+    ref_p, ref_t = fit_observations(
+        obs, scenario=scenario, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig, mapper=mapper
+    )
+    cont_cow = ref_p.join(
+        obs.group_by("task", "problem_id").agg(pl.col("metric").first()), on=["task", "problem_id"]
+    ).filter((pl.col("scenario") == "COW") & ~binary_metric_expr())
+    cont_tasks = set(cont_cow["task"].to_list())
+    frames = []
+    for (task,), task_obs in obs.group_by("task", maintain_order=True):
+        settings = []
+        if "take_every" in experiments:
+            settings += [("take_every", float(int(n))) for n in every]
+        if "threshold" in experiments and task in cont_tasks:
+            settings += [("threshold", float(t)) for t in thresholds]
+        for experiment, setting in settings:
+            frames.append(task_obs.with_columns(
+                experiment=pl.lit(experiment, pl.String), setting=pl.lit(setting, pl.Float64)
+            ))
+    if not frames:
+        return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
+    parts = mapper(sensitivity_cell, frames, ref_p, ref_t, int(em_steps_cow), int(em_steps_pig))
+    return pl.concat(parts).sort("experiment", "setting", "task", "subset")

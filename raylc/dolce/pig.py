@@ -1,0 +1,788 @@
+r"""DOLCE partial-point-in-grading (PIG) scenario (Sections 3.3-3.4, Appendix B, Algorithm 2).
+
+Notation follows the paper: a problem's context has L units, an observation span has C
+consecutive units, lambda aspect groups each have k unit-length members (Assumption 2), and
+an observation is awarded the partial point s = m / lambda when it covers exactly m groups.
+
+* :func:`pig_cover_pmf`   - the discrete cover pmf rho~ of Appendix B.1 (corrected closed form);
+* :func:`pig_density`     - the continuous rho of Appendix B.2 (Eq. 6);
+* :class:`PIGFit`         - EM-based MLE of (lambda_i, k_i) for one task (Algorithm 2);
+* :func:`fit_pig_task`    - the same from an observation table (one polars group_by).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.special import expit, gammaln, logsumexp
+
+from raylc.dolce.categories import category_thresholds
+from raylc.dolce.cells import cell_grid, check_task_table, fit_frames
+
+__all__ = [
+    "PIG_OUTCOMES",
+    "PIGFit",
+    "fit_pig_task",
+    "pig_cover_logpmf",
+    "pig_cover_pmf",
+    "pig_density",
+    "pig_pmf_mode",
+]
+
+#: Sub-unit outcome order y in {1, 0, IDK} used for sufficient statistics and ``PIGFit.noise_``.
+PIG_OUTCOMES = ("1", "0", "IDK")
+#: Columns of the observation table consumed by :func:`fit_pig_task`.
+
+#: The signed log-sum-exp is accepted when sum|terms| / |sum| <= this (at most ~3 digits lost).
+_MAX_CANCELLATION = 1e3
+#: ... and when its estimated relative rounding error stays below this.
+_LSE_RTOL = 1e-10
+#: Numerical-tie tolerances: candidates whose log-likelihood is within
+#: _LL_TIE_RTOL * (1 + |max|) of the maximum tie (first in (lambda, k) order wins); pmf values
+#: within a relative _MODE_TIE_RTOL of the maximum tie (smallest m wins).
+_LL_TIE_RTOL = 1e-10
+_MODE_TIE_RTOL = 1e-9
+_CHUNK = 1 << 21  # max elements of the (entries x terms) work arrays
+
+
+# =============================================================================== helpers
+def _as_int(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64)
+    if a.dtype.kind in "fb":
+        a = a.astype(np.float64)
+        if not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
+            raise ValueError(f"{name} must hold integers, got non-integral values")
+        return a.astype(np.int64)
+    raise ValueError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
+
+
+def _stirling_tail(z: np.ndarray) -> np.ndarray:
+    """lgamma(z) - [(z - 1/2) log z - z + log(2 pi) / 2] for z >= 16 (error < 2e-16)."""
+    w = 1.0 / (z * z)
+    return (1.0 / 12.0 + w * (-1.0 / 360.0 + w * (1.0 / 1260.0 + w * (-1.0 / 1680.0 + w / 1188.0)))) / z
+
+
+def _lgd(x, a) -> np.ndarray:
+    """lgamma(x + a) - lgamma(x) for x >= 1, a >= 0, accurate to ~eps * |result|.
+
+    The plain gammaln difference has an absolute error of ~eps * lgamma(x + a) (~2e-9 at
+    x ~ 1e6); for x >= 16 the Stirling expansion of the difference,
+    (x + a - 1/2) log1p(a / x) + a log x - a + tail(x + a) - tail(x), avoids it.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    big = x >= 16.0
+    xb = np.where(big, x, 16.0)
+    stirling = (xb + a - 0.5) * np.log1p(a / xb) + a * np.log(xb) - a + (_stirling_tail(xb + a) - _stirling_tail(xb))
+    xs = np.where(big, 1.0, x)
+    direct = gammaln(xs + a) - gammaln(xs)
+    return np.where(big, stirling, direct)
+
+
+def _log_binom(n, r) -> np.ndarray:
+    """log binom(n, r) = lgd(n - r' + 1, r') - lgamma(r' + 1), r' = min(r, n - r); -inf unless 0 <= r <= n."""
+    n = np.asarray(n, dtype=np.float64)
+    r = np.asarray(r, dtype=np.float64)
+    ok = (r >= 0) & (n >= r)
+    rr = np.where(ok, np.minimum(r, n - r), 0.0)
+    nn = np.where(ok, n, 0.0)
+    return np.where(ok, _lgd(nn - rr + 1.0, rr) - gammaln(rr + 1.0), -np.inf)
+
+
+def _chunks(order: np.ndarray, widths_sorted: np.ndarray):
+    """Split ``order`` (sorted by width) into chunks with rows * max width <= _CHUNK."""
+    pos, n = 0, order.size
+    while pos < n:
+        w = np.maximum(widths_sorted[pos:], 1)
+        cost = np.arange(1, w.size + 1) * w  # non-decreasing
+        take = max(1, int(np.searchsorted(cost, _CHUNK, side="right")))
+        yield order[pos : pos + take]
+        pos += take
+
+
+def _row_terms_lse(log_terms_fn, n_terms: np.ndarray, signed: bool):
+    """Row-wise (signed) log-sum-exp of ``log_terms_fn(rows, i)`` over i < n_terms[row].
+
+    Rows are processed in chunks sorted by term count so the padded work arrays stay small.
+    Returns (log|sum|, sign, log sum|terms|).
+    """
+    n = n_terms.size
+    out = np.full(n, -np.inf)
+    sgn = np.zeros(n)
+    out_abs = np.full(n, -np.inf)
+    order = np.argsort(n_terms, kind="stable")
+    for rows in _chunks(order, n_terms[order]):
+        width = int(n_terms[rows].max())
+        i = np.arange(width, dtype=np.float64)[None, :]
+        mask = i < n_terms[rows][:, None]
+        with np.errstate(invalid="ignore"):
+            lt = np.where(mask, log_terms_fn(rows, i), -np.inf)
+        if signed:
+            b = np.where(mask, 1.0 - 2.0 * (i % 2), 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                v, s = logsumexp(lt, b=b, axis=1, return_sign=True)
+        else:
+            with np.errstate(divide="ignore"):
+                v = logsumexp(lt, axis=1)
+            s = np.where(np.isfinite(v), 1.0, 0.0)
+        with np.errstate(divide="ignore"):
+            out_abs[rows] = logsumexp(lt, axis=1)
+        out[rows] = v
+        sgn[rows] = s
+    return out, sgn, out_abs
+
+
+# ---------------------------------------------------------------- Cauchy-integral coefficients
+def _clog1p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log(1 + x + iy), accurate for small |x + iy| (real part via log1p)."""
+    return 0.5 * np.log1p(x * (2.0 + x) + y * y) + 1j * np.arctan2(y, 1.0 + x)
+
+
+def _log_g(A: np.ndarray) -> np.ndarray:
+    """log(e^A - 1) for complex A = k log(1 + z) (any branch: only exp(m * .) is used)."""
+    big = A.real > 1.0
+    Ab = np.where(big, A, 0.0)
+    As = np.where(big, 1.0, A)
+    e = np.exp(-Ab)
+    out_big = Ab + _clog1p(-e.real, -e.imag)
+    half = np.sin(As.imag / 2.0)
+    w = np.expm1(As.real) * np.cos(As.imag) - 2.0 * half * half + 1j * np.exp(As.real) * np.sin(As.imag)
+    with np.errstate(divide="ignore"):
+        out_small = np.log(w)
+    return np.where(big, out_big, out_small)
+
+
+def _log_g_real(a: np.ndarray) -> np.ndarray:
+    """log(e^a - 1) for real a > 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a > 1.0, a + np.log1p(-np.exp(-np.where(a > 1.0, a, 1.0))), np.log(np.expm1(np.minimum(a, 1.0))))
+
+
+def _log_coeff_fourier(n0, k, m, C, n_points=None) -> np.ndarray:
+    r"""log [x^C] (1 + x)^{n0} ((1 + x)^k - 1)^m by the discrete Cauchy integral.
+
+    The generating function F has non-negative coefficients and degree n0 + m k; on the circle
+    |x| = r through the saddle point (r F'(r) / F(r) = C) the N-point trapezoid rule returns
+    sum_j a_{C + jN} r^{jN} / r^0 (exactly a_C when N > deg F); the summands are bounded by
+    F(r) r^{-C} without cancellation, so the relative error is ~eps * sqrt(var) instead of the
+    inclusion-exclusion's eps * sum|terms| / a_C. N = min(deg + 1, 40 sigma + 64) (sigma^2 the
+    variance of the r-tilted coefficient distribution, which is log-concave, so the aliased
+    coefficients a_{C +- N} are ~e^{-40} smaller). Requires m >= 1, k >= 1, m < C < deg.
+    """
+    n0, k, m, C = (np.asarray(a, dtype=np.float64) for a in (n0, k, m, C))
+    deg = n0 + m * k
+    lo = np.full(C.shape, -80.0)
+    hi = np.full(C.shape, 80.0)
+
+    def mean_count(u):
+        s = expit(u)
+        q1 = -np.expm1(-k * np.logaddexp(0.0, u))  # 1 - (1 + r)^-k
+        return n0 * s + m * k * s / q1
+
+    for _ in range(90):  # bisection on u = log r; mean_count is increasing in u
+        u = 0.5 * (lo + hi)
+        below = mean_count(u) < C
+        lo = np.where(below, u, lo)
+        hi = np.where(below, hi, u)
+    u = 0.5 * (lo + hi)
+    s = expit(u)
+    a = k * np.logaddexp(0.0, u)
+    q1 = -np.expm1(-a)
+    var = n0 * s * (1.0 - s) + m * (k * s * (1.0 - s) / q1 - (k * s) ** 2 * (1.0 - q1) / q1**2)
+    sigma = np.sqrt(np.maximum(var, 0.0))
+    if n_points is None:
+        N = np.minimum(deg + 1.0, np.ceil(40.0 * sigma + 64.0))
+    else:
+        N = np.broadcast_to(np.asarray(n_points, dtype=np.float64), C.shape)
+    phi0 = n0 * np.logaddexp(0.0, u) + m * _log_g_real(a)
+    out = np.empty(C.shape)
+    # bucket by the next power of two of N (any N' >= N is at least as accurate)
+    bucket = np.ceil(np.log2(np.maximum(N, 2.0))).astype(np.int64)
+    r = np.exp(u)
+    Ci = C.astype(np.int64)
+    for b in np.unique(bucket):
+        idx = np.flatnonzero(bucket == b)
+        Nb = 1 << int(b)
+        j = np.arange(Nb // 2 + 1)
+        w = np.where((j == 0) | (j == Nb // 2), 1.0, 2.0)
+        step = max(1, _CHUNK // (Nb // 2 + 1))
+        for start in range(0, idx.size, step):
+            ii = idx[start : start + step]
+            theta = 2.0 * np.pi * j[None, :] / Nb
+            x = r[ii, None] * np.cos(theta)
+            y = r[ii, None] * np.sin(theta)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lz = _clog1p(x, y)  # -inf + i pi at x = -1 (r = 1, theta = pi): F(-1) = 0 if n0 > 0
+                phi = np.where(n0[ii, None] > 0, n0[ii, None] * lz, 0.0) + m[ii, None] * _log_g(k[ii, None] * lz)
+            phase = 2.0 * np.pi * ((Ci[ii, None] * j[None, :]) % Nb) / Nb  # C theta mod 2 pi, exact
+            with np.errstate(invalid="ignore"):
+                z = np.exp(phi.real - phi0[ii, None]) * np.cos(phi.imag - phase)
+            z = np.where(np.isnan(z) & np.isneginf(phi.real), 0.0, z)
+            mean = (z * w[None, :]).sum(axis=1) / Nb
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[ii] = phi0[ii] - C[ii] * u[ii] + np.log(mean)
+    return out
+
+
+# =============================================================================== rho~ (B.1)
+def _log_pmf_flat(m, lam, k, L, C, method: str) -> np.ndarray:
+    """log rho~ on flat int64 arrays (see :func:`pig_cover_pmf`)."""
+    out = np.full(m.shape, -np.inf)
+    valid = (k >= 1) & (lam >= 0) & (L >= 0) & (C >= 0) & (C <= L) & (k * lam <= L)
+    out[valid & (lam == 0) & (m == 0)] = 0.0
+    kk = np.where(valid, k, 1)
+    # support: m <= min(lam, C) (one window unit per covered group) and the lam - m uncovered
+    # groups must fit outside the window: (lam - m) k <= L - C
+    lo = np.maximum(0, lam - (L - C) // kk)
+    sup = valid & (lam > 0) & (m >= lo) & (m <= np.minimum(lam, C))
+    if not sup.any():
+        return out
+    idx = np.flatnonzero(sup)
+    mm, lm, kv, Lv, Cv = (a[idx] for a in (m, lam, k, L, C))
+    n0 = Lv - kv * lm  # units not holding any member
+    deg = n0 + mm * kv  # degree of (1 + x)^n0 ((1 + x)^k - 1)^m
+    logS = np.full(idx.size, np.nan)  # log S(m), S = sum_i (-1)^i binom(m, i) binom(n0 + (m - i) k, C)
+
+    if method == "lse":
+        todo = np.ones(idx.size, dtype=bool)
+    else:
+        # exact positive closed forms
+        e0 = mm == 0
+        logS[e0] = _log_binom(n0[e0], Cv[e0])
+        e1 = ~e0 & (kv == 1)  # [x^C] (1+x)^n0 x^m
+        logS[e1] = _log_binom(n0[e1], Cv[e1] - mm[e1])
+        rest = ~(e0 | e1)
+        eC = rest & (Cv == mm)  # one member of each covered group: k^m
+        logS[eC] = mm[eC] * np.log(kv[eC].astype(np.float64))
+        eD = rest & ~eC & (Cv == deg)  # leading coefficient
+        logS[eD] = 0.0
+        rest &= ~(eC | eD)
+        e2 = rest & (kv == 2)  # (2x + x^2)^m: sum_t binom(m, t) 2^(m - t) binom(n0, C - m - t)
+        if e2.any():
+            i2 = np.flatnonzero(e2)
+            t0 = np.maximum(0, Cv[i2] - mm[i2] - n0[i2])
+            t1 = np.minimum(mm[i2], Cv[i2] - mm[i2])
+            mf, n0f, Cf, t0f = (a.astype(np.float64) for a in (mm[i2], n0[i2], Cv[i2], t0))
+
+            def terms2(rows, i):
+                t = t0f[rows, None] + i
+                return (
+                    _log_binom(mf[rows, None], t)
+                    + (mf[rows, None] - t) * np.log(2.0)
+                    + _log_binom(n0f[rows, None], Cf[rows, None] - mf[rows, None] - t)
+                )
+
+            v, _, _ = _row_terms_lse(terms2, np.maximum(t1 - t0 + 1, 1), signed=False)
+            logS[i2] = v
+            rest &= ~e2
+        todo = rest
+        if method == "fourier":
+            if todo.any():
+                it = np.flatnonzero(todo)
+                logS[it] = _log_coeff_fourier(n0[it], kv[it], mm[it], Cv[it])
+            todo = np.zeros(idx.size, dtype=bool)
+
+    if todo.any():
+        it = np.flatnonzero(todo)
+        # inclusion-exclusion (Appendix B.1, sign restored): i runs to floor(min(m, d)),
+        # d = (L - C)/k - (lam - m); later terms vanish (binom(n, C) = 0 for n < C). Terms are
+        # taken relative to i = 0: T_i / T_0 = binom(m, i) binom(N - ik, C) / binom(N, C),
+        # N = L - k(lam - m), with the log-ratio from accurate lgamma differences, so rounding
+        # is relative to each term and not to lgamma(L) (matters for L >> 1e3).
+        d = (Lv[it] - Cv[it]) // kv[it] - (lm[it] - mm[it])
+        n_terms = np.minimum(mm[it], d) + 1
+        mf, kf, Cf = (a[it].astype(np.float64) for a in (mm, kv, Cv))
+        Nf = (n0[it] + mm[it] * kv[it]).astype(np.float64)
+
+        def terms(rows, i):
+            ik = i * kf[rows, None]
+            N = Nf[rows, None]
+            return (
+                _log_binom(mf[rows, None], i)
+                + _lgd(N - ik - Cf[rows, None] + 1.0, ik)
+                - _lgd(N - ik + 1.0, ik)
+            )
+
+        v, sgn, vabs = _row_terms_lse(terms, n_terms, signed=True)
+        v = v + _log_binom(Nf, Cf)
+        vabs = vabs + _log_binom(Nf, Cf)
+        if method == "lse":
+            logS[it] = np.where(sgn > 0, v, -np.inf)
+        else:
+            # rounding of each log-term ~ eps * magnitude, amplified by sum|T| / |sum T|
+            mag = 1.0 + mf * np.log(2.0) + 2.0 * (n_terms - 1) * kf * np.log(Lv[it] + 2.0)
+            with np.errstate(invalid="ignore"):
+                log_ratio = vabs - v
+                ok = (sgn > 0) & (log_ratio <= np.log(_MAX_CANCELLATION)) & (
+                    log_ratio + np.log(4.0 * np.finfo(float).eps * mag) <= np.log(_LSE_RTOL)
+                )
+            logS[it[ok]] = v[ok]
+            bad = it[~ok]
+            if bad.size:
+                logS[bad] = _log_coeff_fourier(n0[bad], kv[bad], mm[bad], Cv[bad])
+
+    val = _log_binom(lm, mm) - _log_binom(Lv, Cv) + logS
+    out[idx] = np.minimum(np.where(np.isnan(val), -np.inf, val), 0.0)
+    return out
+
+
+def pig_cover_logpmf(m, lam, k, L, C, *, method: str = "auto"):
+    """log rho~(m / lambda, lambda, k; L, C); -inf where rho~ = 0. See :func:`pig_cover_pmf`."""
+    if method not in ("auto", "lse", "fourier"):
+        raise ValueError("method must be 'auto', 'lse' or 'fourier'")
+    args = [_as_int(a, n) for a, n in zip((m, lam, k, L, C), ("m", "lam", "k", "L", "C"))]
+    scalar = all(a.ndim == 0 for a in args)
+    arrs = np.broadcast_arrays(*args)
+    shape = arrs[0].shape
+    out = _log_pmf_flat(*(a.ravel() for a in arrs), method=method).reshape(shape)
+    return out[()] if scalar else out
+
+
+def pig_cover_pmf(m, lam, k, L, C, *, method: str = "auto"):
+    r"""Discrete cover pmf rho~(s = m / lambda, lambda, k; L, C) of Assumption 2 (Appendix B.1).
+
+    lambda groups of k unit-length members occupy k lambda distinct units of the L-unit
+    context, uniformly at random; the observation is a window of C consecutive units (by
+    exchangeability its position is irrelevant); a group is covered when at least one member
+    lies in the window. rho~ is the probability that exactly m groups are covered. Closed form
+    (inclusion-exclusion over the covered groups that still miss the window):
+
+        rho~ = binom(lambda, m) / binom(L, C)
+               * sum_{i=0}^{floor(min(m, d))} (-1)^i binom(m, i) binom(L - k(lambda - m) - i k, C),
+        d = (L - C) / k - (lambda - m),
+
+    i.e. binom(lambda, m) [x^C] (1 + x)^{L - k lambda} ((1 + x)^k - 1)^m / binom(L, C).
+    Corrections to the paper (verified against brute-force enumeration, tests/pig_reference.py):
+
+    * the final printed expression of B.1 drops the alternating sign (-1)^i (the first display
+      of B.1 and the derivation keep it); without it the values do not sum to 1;
+    * the derivation's total count binom(lambda, k lambda) (k lambda)! / (k!)^lambda should
+      read binom(L, k lambda) (k lambda)! / (k!)^lambda;
+    * rho~ = 0 outside max(0, lambda - floor((L - C) / k)) <= m <= min(lambda, C) (d < 0 or
+      m > C), which the sum yields but we short-circuit.
+
+    Conventions: 0 for all m when the parameters are invalid (k < 1, k lambda > L, C outside
+    [0, L], lambda < 0); lambda = 0 gives rho~ = 1 at m = 0; m outside [0, lambda] gives 0.
+
+    Numerics (log space, scipy ``gammaln``): ``method="auto"`` uses exact positive forms where
+    they exist (m = 0: binom(L - k lambda, C); k = 1: hypergeometric binom(L - lambda, C - m);
+    k = 2: sum_t binom(m, t) 2^(m - t) binom(L - 2 lambda, C - m - t); C = m: k^m;
+    C = L - k(lambda - m): 1), otherwise the signed log-sum-exp of the sum above, and falls
+    back to the discrete Cauchy integral of the positive generating function on the
+    saddle-point circle when the alternating sum loses more than 3 digits
+    (sum|terms| > 1e3 |sum|: large m with small per-group cover probability, where the terms
+    reach 2^m times the result). ``"lse"`` forces the signed sum for every case (negative
+    results -> 0) and ``"fourier"`` the Cauchy integral for every case without a positive
+    closed form (k >= 3); both exist for tests. Relative accuracy ~1e-12 for L in
+    the hundreds, ~1e-9 at L ~ 1e6 (gammaln of arguments ~1e6).
+
+    All arguments broadcast (integers); returns float64 (a scalar for scalar inputs).
+    """
+    lp = pig_cover_logpmf(m, lam, k, L, C, method=method)
+    return np.exp(lp)
+
+
+def pig_pmf_mode(lam, k, L, C) -> np.ndarray:
+    """argmax_m rho~(m / lambda, lambda, k; L, C) (smallest m among numerical ties), vectorized.
+
+    Used by Algorithm 2 line 1114 (argmax_s rho = mode / lambda: rho is the piecewise-linear
+    interpolation of (lambda + 1) rho~, so its maximum is at a grid point). Returns -1 where
+    the parameters are invalid and 0 for lambda = 0.
+    """
+    args = [_as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
+    scalar = all(a.ndim == 0 for a in args)
+    lam_a, k_a, L_a, C_a = (a.ravel() for a in np.broadcast_arrays(*args))
+    shape = np.broadcast_shapes(*(a.shape for a in args))
+    out = np.full(lam_a.shape, -1, dtype=np.int64)
+    valid = (k_a >= 1) & (lam_a >= 0) & (C_a >= 0) & (C_a <= L_a) & (k_a * lam_a <= L_a)
+    out[valid & (lam_a == 0)] = 0
+    g = np.flatnonzero(valid & (lam_a > 0))
+    if g.size:
+        lo = np.maximum(0, lam_a[g] - (L_a[g] - C_a[g]) // k_a[g])
+        hi = np.minimum(lam_a[g], C_a[g])
+        width = hi - lo + 1
+        order = np.argsort(width, kind="stable")
+        for rows in _chunks(order, width[order]):
+            W = int(width[rows].max())
+            mgrid = lo[rows, None] + np.arange(W)[None, :]
+            inside = mgrid <= hi[rows, None]
+            lp = np.full(mgrid.shape, -np.inf)
+            sel = np.nonzero(inside)
+            lp[sel] = _log_pmf_flat(
+                mgrid[sel], lam_a[g][rows][sel[0]], k_a[g][rows][sel[0]], L_a[g][rows][sel[0]], C_a[g][rows][sel[0]], "auto"
+            )
+            mx = lp.max(axis=1, keepdims=True)
+            first = np.argmax(lp >= mx + np.log1p(-_MODE_TIE_RTOL), axis=1)
+            out[g[rows]] = lo[rows] + first
+    out = out.reshape(shape)
+    return out[()] if scalar else out
+
+
+# =============================================================================== rho (B.2)
+def pig_density(s, lam, k, L, C):
+    r"""Continuous rho(s, lambda, k; L, C) of Appendix B.2 (the oracle density of Eq. 6).
+
+        rho = (lambda + 1) rho~(s)                                          if s in N / lambda
+        rho = (lambda^2 + lambda) [(b - s) rho~(a) + (s - a) rho~(b)]        otherwise,
+        a = floor(s lambda) / lambda,  b = ceil(s lambda) / lambda,
+
+    (rho~ evaluated at m = a lambda, b lambda), i.e. (lambda + 1) times the linear
+    interpolation of rho~ between neighbouring multiples of 1/lambda. The two branches agree
+    at the grid points ((lambda^2 + lambda)(b - a) = lambda + 1), so rho is continuous and no
+    correction is needed; the text's "we simply multiply pi by lambda + 1" means rho~. The
+    factor lambda + 1 is the paper's approximate normalization (uniform prior: the pmf of the
+    discrete uniform on lambda + 1 points and the continuous uniform density differ by that
+    factor); rho does not integrate exactly to 1 (the trapezoid integral is
+    (lambda + 1)/lambda [1 - (rho~(0) + rho~(1)) / 2]).
+
+    Conventions: lambda = 0 (valid k >= 1, 0 <= C <= L) gives rho = 1 on [0, 1] (every s
+    satisfies s lambda = 0 and rho~(m = 0) = 1, times lambda + 1 = 1): the oracle's partial
+    point carries no information about the context. Invalid parameters (k < 1, k lambda > L)
+    and s outside [0, 1] give 0; NaN s gives NaN. Vectorized; all arguments broadcast.
+    """
+    s_a = np.asarray(s, dtype=np.float64)
+    args = [_as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
+    scalar = s_a.ndim == 0 and all(a.ndim == 0 for a in args)
+    s_b, lam_b, k_b, L_b, C_b = np.broadcast_arrays(s_a, *args)
+    shape = s_b.shape
+    s_f, lam_f, k_f, L_f, C_f = (a.ravel() for a in (s_b, lam_b, k_b, L_b, C_b))
+    out = np.zeros(s_f.shape)
+    valid = (k_f >= 1) & (lam_f >= 0) & (C_f >= 0) & (C_f <= L_f) & (k_f * lam_f <= L_f)
+    inrange = (s_f >= 0.0) & (s_f <= 1.0)
+    out[valid & inrange & (lam_f == 0)] = 1.0
+    g = np.flatnonzero(valid & inrange & (lam_f > 0))
+    if g.size:
+        t = s_f[g] * lam_f[g]
+        a = np.minimum(np.floor(t), lam_f[g]).astype(np.int64)
+        frac = t - a
+        b = np.minimum(a + 1, lam_f[g])
+        pa = np.exp(_log_pmf_flat(a, lam_f[g], k_f[g], L_f[g], C_f[g], "auto"))
+        need_b = frac > 0
+        pb = np.zeros(g.size)
+        if need_b.any():
+            nb = np.flatnonzero(need_b)
+            pb[nb] = np.exp(_log_pmf_flat(b[nb], lam_f[g][nb], k_f[g][nb], L_f[g][nb], C_f[g][nb], "auto"))
+        out[g] = (lam_f[g] + 1.0) * ((1.0 - frac) * pa + frac * pb)
+    out[np.isnan(s_f)] = np.nan
+    out = out.reshape(shape)
+    return out[()] if scalar else out
+
+
+# =============================================================================== EM (Algorithm 2)
+def _first_near_max(score: np.ndarray, allowed: np.ndarray, rtol: float) -> np.ndarray:
+    """Row-wise index of the first allowed entry within rtol (1 + |max|) of the row maximum."""
+    s = np.where(allowed, score, -np.inf)
+    mx = s.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        thr = np.where(np.isfinite(mx), mx - rtol * (1.0 + np.abs(mx)), -np.inf)
+    return np.argmax(allowed & (s >= thr), axis=1)
+
+
+class PIGFit:
+    r"""Per-problem (lambda_i, k_i) of one task by EM over the PIG mixture (Algorithm 2).
+
+    Model (Section 3.3): every sub-unit outcome y_ijl in {1, 0, IDK} comes from the noise
+    component N (one P(y|N) per task) with prior P_i(N), or from the oracle O with prior
+    P_i(O) and per-(problem, C) hit rates P_{i,C}(y|O) (Section 4). The observation-level
+    likelihood (Eq. 5) uses p(x|N) = 1 (uniform density) and p(x|O) = rho(P_{i,C}(y = 1|O),
+    lambda, k; L_i, C) (Eq. 6, :func:`pig_density`). Initialisation (lines 1090-1097):
+    y_ij(1) = s_ij, y_ij(0) = 1 - s_ij, y_ij(IDK) = 0 (IDK: 0, 0, 1); q_ij(z|y) = 0.5; P_i(z)
+    = 0.5. Each of the ``n_steps`` = T iterations runs, in Algorithm 2's order:
+
+      (a) M-step noise (line 1100): P(y|N) = sum_ij q_ij(N|y) y_ij(y) / sum_ij,y' (...);
+      (b) M-step oracle (line 1105): P_{i,c}(y|O) = sum_j q_ij(O|y) y_ij(y) [C_ij = c] /
+          sum_j,y' (...) - line 1104 loops over lambda, but the expression does not involve
+          lambda (Section 4: shared by all samples with the same length), so it is computed once;
+          (lambda_i*, k_i*) = argmax over valid pairs of
+          sum_j log[rho(P_{i,C_ij}(1|O), lambda, k; L_i, C_ij) P_i(O) + 1 * P_i(N)]
+          (lines 1108-1112; every observation of a cell, IDK included, contributes the same
+          factor; P_i(z) from the previous iteration); ties within 1e-10 (1 + |max|)
+          go to the first pair in (lambda ascending, k ascending) order;
+          then (lines 1113-1117) P_{i,c}(1|O) = argmax_s rho(s, lambda*, k*; L_i, c) = the mode
+          of rho~ / lambda* (``hit_rate="mode"``, the paper's choice: the most probable oracle
+          partial point s_O for span length c, a coherent point estimate of s_O,ij under Eq. 6;
+          the expected fraction is the other coherent choice, offered as an option below),
+          and P_{i,c}(y|O) for y in {0, IDK} rescaled to the remaining mass 1 - P_{i,c}(1|O);
+      (c) M-step priors (line 1122): P_i(z) = sum_j sum_y q_ij(z|y) y_ij(y) / |J_i| (the
+          printed y_ij(y) inside sum_y' is a typo for y_ij(y'));
+      (d) E-step (lines 1125-1126, y-level): q_ij(z|y) = P(y|z) P_i(z) / sum_z' P(y|z') P_i(z')
+          with P(y|O) = P_{i,C_ij}(y|O) from (b).
+
+    Candidates (Section 4): Lambda_i = K_i = {C_ij}_j U {0, maxC_i + 1, L_i}, maxC_i the
+    largest C_ij < L_i (0 if none); pairs with k < 1 or k lambda > L_i are excluded. For
+    lambda = 0, rho = 1 for every s and k (:func:`pig_density`): the first valid k is kept
+    and, rho being flat, every s is an argmax of line 1114, so the M-step value of (b) is kept.
+
+    Guards (exact-arithmetic corner cases): 0/0 in (a) gives 1/3; 0/0 in (b) (no oracle
+    responsibility in a cell) gives the cell's unweighted y-shares (q = the initial 0.5); a
+    zero denominator in line 1116 (no 0/IDK mass) puts 1 - P(1|O) on y = 0; a zero E-step
+    denominator gives the prior q_ij(z|y) = P_i(z). Mode ties within a relative 1e-9 go to
+    the smallest m.
+
+    Options (not in the paper, off by default; measured side by side in
+    tests/test_dolce_pig.py): ``hit_rate="mean"`` sets line 1114's hit rate to the expected
+    covered fraction E[m]/lambda* = 1 - binom(L - k*, c) / binom(L, c) (the model's marginal
+    probability that a sub-unit is hit) instead of the mode. ``likelihood="score"`` replaces
+    line 1108's rho(P_{i,C_ij}(1|O), ...) by rho(s_ij, ...) at each observed score (IDK read as
+    s = 0), i.e. the plain mixture p(s_ij) = rho(s_ij) P_i(O) + 1 * P_i(N) of Eq. 5. The
+    paper's cell-level form identifies lambda only through the concentration of rho~ at the
+    mean covered fraction, which depends on k alone (E[m]/lambda = 1 - binom(L - k, C) /
+    binom(L, C)), so it drifts to large lambda; the option needs counts per distinct score.
+
+    All y-level quantities depend on an observation only through (problem, C), so the EM
+    runs on sufficient statistics per (problem, C) cell: n (count), sum y(1) = sum s,
+    sum y(0) = sum (1 - s) and the IDK count. rho is evaluated for every (problem, lambda,
+    k, cell) on padded arrays; there is no Python loop over observations or problems.
+
+    Learned attributes: ``problems_`` (sorted unique codes), ``lam_``, ``k_`` (int64),
+    ``loglik_`` (objective of (b) at the final pair, last step), ``prior_oracle_`` (P_i(O)
+    from the last (c)), ``lam_q_`` (maxC_i), ``noise_`` = (P(1|N), P(0|N), P(IDK|N)) from the
+    last (a), and per cell (sorted by problem, C): ``cells_problem_`` (index into problems_),
+    ``cells_C_``, ``hit_rate_`` (P_{i,c}(y = 1|O) after the last (b)).
+    """
+
+    def __init__(self, n_steps: int = 5, hit_rate: str = "mode", likelihood: str = "hit_rate"):
+        self.n_steps = n_steps
+        self.hit_rate = hit_rate
+        self.likelihood = likelihood
+
+    # ------------------------------------------------------------------ inputs
+    def fit(self, problem, L, C, s) -> "PIGFit":
+        """Fit from one row per observation: s in [0, 1], NaN = IDK."""
+        s_a = np.asarray(s, dtype=np.float64)
+        if s_a.ndim != 1:
+            raise ValueError("s must be a 1-D array")
+        ok = np.isnan(s_a) | ((s_a >= 0.0) & (s_a <= 1.0))
+        if not ok.all():
+            raise ValueError("scores s must lie in [0, 1] (NaN = IDK)")
+        idk = np.isnan(s_a)
+        score_counts = None
+        if self.likelihood == "score":
+            score_counts = (problem, C, s_a, np.ones(s_a.size))
+        return self.fit_stats(
+            problem, L, C, np.ones(s_a.size), np.where(idk, 0.0, s_a), np.where(idk, 0.0, 1.0 - s_a),
+            idk.astype(float), score_counts=score_counts,
+        )
+
+    def fit_stats(self, problem, L, C, n, y1, y0, nidk, *, score_counts=None) -> "PIGFit":
+        """Fit from sufficient statistics per (problem, C) row (duplicate rows are summed).
+
+        n: number of observations; y1 = sum of s and y0 = sum of 1 - s over non-IDK ones;
+        nidk: IDK count (n = y1 + y0 + nidk is checked). Float weights are allowed.
+        ``score_counts`` = (problem, C, s, count) per distinct score (s NaN = IDK) is needed
+        only for the ``likelihood="score"`` option (:meth:`fit` builds it).
+        """
+        T = int(self.n_steps)
+        if T < 1:
+            raise ValueError("n_steps must be >= 1")
+        if self.hit_rate not in ("mode", "mean"):
+            raise ValueError("hit_rate must be 'mode' (paper) or 'mean'")
+        if self.likelihood not in ("hit_rate", "score"):
+            raise ValueError("likelihood must be 'hit_rate' (paper) or 'score'")
+        if self.likelihood == "score" and score_counts is None:
+            raise ValueError("likelihood='score' needs per-score counts: use fit() or pass score_counts")
+        d = self._prepare(problem, L, C, n, y1, y0, nidk)
+        if self.likelihood == "score":
+            self._prepare_scores(d, *score_counts)
+        self._em(d, T)
+        return self
+
+    def _prepare_scores(self, d: dict, problem, C, s, count) -> None:
+        """Density entries (problem, lambda, k, distinct (C, s)) for ``likelihood="score"``."""
+        problem = np.asarray(problem)
+        C_a = _as_int(C, "C")
+        s_a = np.asarray(s, dtype=np.float64)
+        w = np.asarray(count, dtype=np.float64)
+        if not (problem.shape == C_a.shape == s_a.shape == w.shape) or problem.ndim != 1:
+            raise ValueError("score_counts arrays must be 1-D and aligned")
+        s_a = np.where(np.isnan(s_a), 0.0, s_a)  # the oracle answers IDK when it covers no aspect
+        pos = np.searchsorted(d["problems"], problem)
+        if np.any(pos >= d["problems"].size) or np.any(d["problems"][np.minimum(pos, d["problems"].size - 1)] != problem):
+            raise ValueError("score_counts holds a problem without statistics")
+        keys = np.stack([pos.astype(np.float64), C_a.astype(np.float64), s_a], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        gw = np.bincount(inv.reshape(-1), weights=w, minlength=uniq.shape[0])
+        g_p, g_C, g_s = uniq[:, 0].astype(np.int64), uniq[:, 1].astype(np.int64), uniq[:, 2]
+        P, M = d["P"], d["M"]
+        n_groups = np.bincount(g_p, minlength=P)
+        g_first = np.concatenate([[0], np.cumsum(n_groups)[:-1]])
+        v_p, v_l, v_k = np.nonzero(d["valid"])
+        reps = n_groups[v_p]
+        e_pair = np.repeat(np.arange(v_p.size), reps)
+        offs = np.arange(e_pair.size) - np.repeat(np.cumsum(reps) - reps, reps)
+        e_g = g_first[v_p[e_pair]] + offs
+        e_p = v_p[e_pair]
+        rho = pig_density(g_s[e_g], d["cand"][e_p, v_l[e_pair]], d["cand"][e_p, v_k[e_pair]], d["Lp"][e_p], g_C[e_g])
+        d.update(
+            s_e_p=e_p, s_e_flat=(e_p * M + v_l[e_pair]) * M + v_k[e_pair], s_e_w=gw[e_g], s_e_rho=rho,
+        )
+
+    def _prepare(self, problem, L, C, n, y1, y0, nidk) -> dict:
+        N = np.shape(problem)[0]
+        for name, a in (("n", n), ("y1", y1), ("y0", y0), ("nidk", nidk)):
+            if np.ndim(a) != 1 or np.shape(a)[0] != N:
+                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {N})")
+        Y = np.stack([np.asarray(a, dtype=np.float64) for a in (y1, y0, nidk)], axis=1)
+        n_a = np.asarray(n, dtype=np.float64)
+        if not (np.all(np.isfinite(Y)) and np.all(np.isfinite(n_a))) or np.any(Y < 0) or np.any(n_a < 0):
+            raise ValueError("statistics n, y1, y0, nidk must be finite and non-negative")
+        if np.any(np.abs(Y.sum(axis=1) - n_a) > 1e-9 * np.maximum(1.0, n_a)):
+            raise ValueError("inconsistent statistics: n must equal y1 + y0 + nidk")
+        g = cell_grid(problem, L, C, Y)
+        P, M, Mc, Lp, maxC, Cpad = g["P"], g["M"], g["Mc"], g["Lp"], g["maxC"], g["Cpad"]
+        problems, Ypad, cellmask, cand, valid = g["problems"], g["stats"], g["cellmask"], g["cand"], g["valid"]
+
+        # every (problem, lambda, k, cell) entry whose rho enters the objective
+        e_p, e_l, e_k, e_c = np.nonzero(valid[:, :, :, None] & cellmask[:, None, None, :])
+        return dict(
+            problems=problems, P=P, M=M, Mc=Mc, Lp=Lp, maxC=maxC, Cpad=Cpad, Ypad=Ypad, cellmask=cellmask,
+            ncell=Ypad.sum(axis=2), cand=cand, valid=valid, totals=Ypad.sum(axis=(1, 2)),
+            e_p=e_p, e_c=e_c, e_flat=(e_p * M + e_l) * M + e_k,
+            e_lam=cand[e_p, e_l], e_k=cand[e_p, e_k], e_L=Lp[e_p], e_C=Cpad[e_p, e_c],
+        )
+
+    # ------------------------------------------------------------------ EM
+    def _em(self, d: dict, T: int) -> None:
+        P, M = d["P"], d["M"]
+        Y, cellmask, ncell = d["Ypad"], d["cellmask"], d["ncell"]
+        ar = np.arange(P)
+        valid_flat = d["valid"].reshape(P, M * M)
+        qN = np.full(Y.shape, 0.5)  # q_ij(N | y), identical within a (problem, C) cell
+        qO = np.full(Y.shape, 0.5)
+        prior_N = np.full(P, 0.5)
+        prior_O = np.full(P, 0.5)
+        n_safe = np.where(cellmask, ncell, 1.0)[:, :, None]
+        for _ in range(T):
+            # (a) M-step: noise P(y | N), shared by the task
+            wN = Y * qN
+            den = wN.sum()
+            noise = wN.sum(axis=(0, 1)) / den if den > 0 else np.full(3, 1.0 / 3.0)
+
+            # (b) M-step: oracle P_{i,c}(y | O) per cell
+            wO = Y * qO
+            cden = wO.sum(axis=2, keepdims=True)
+            p_oracle = np.where(cden > 0, wO / np.where(cden > 0, cden, 1.0), Y / n_safe)
+            hit = p_oracle[:, :, 0]
+
+            if self.likelihood == "hit_rate":  # line 1108: rho at the cell's hit rate
+                rho = pig_density(hit[d["e_p"], d["e_c"]], d["e_lam"], d["e_k"], d["e_L"], d["e_C"])
+                e_p, e_flat, e_w = d["e_p"], d["e_flat"], ncell[d["e_p"], d["e_c"]]
+            else:  # option: rho at each observed score
+                rho, e_p, e_flat, e_w = d["s_e_rho"], d["s_e_p"], d["s_e_flat"], d["s_e_w"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                contrib = np.where(e_w > 0, e_w * np.log(rho * prior_O[e_p] + prior_N[e_p]), 0.0)
+            ll = np.bincount(e_flat, weights=contrib, minlength=P * M * M).reshape(P, M * M)
+            ll = np.where(valid_flat, ll, -np.inf)
+            best = _first_near_max(ll, valid_flat, _LL_TIE_RTOL)
+            loglik = ll[ar, best]
+            lam_star = d["cand"][ar, best // M]
+            k_star = d["cand"][ar, best % M]
+
+            # lines 1113-1117: model hit rate at (lambda*, k*); lambda* = 0 keeps the M-step value
+            lam_c = np.broadcast_to(lam_star[:, None], cellmask.shape)
+            k_c = np.broadcast_to(k_star[:, None], cellmask.shape)
+            L_c = np.broadcast_to(d["Lp"][:, None], cellmask.shape)
+            upd = cellmask & (lam_c > 0)
+            if upd.any():
+                h = np.zeros(cellmask.shape)
+                if self.hit_rate == "mode":
+                    h[upd] = pig_pmf_mode(lam_c[upd], k_c[upd], L_c[upd], d["Cpad"][upd]) / lam_c[upd]
+                else:
+                    h[upd] = 1.0 - pig_cover_pmf(0, 1, k_c[upd], L_c[upd], d["Cpad"][upd])
+                rest = p_oracle[:, :, 1] + p_oracle[:, :, 2]
+                safe = np.where(rest > 0, rest, 1.0)
+                new = np.stack(
+                    [
+                        h,
+                        np.where(rest > 0, (1.0 - h) * p_oracle[:, :, 1] / safe, 1.0 - h),
+                        np.where(rest > 0, (1.0 - h) * p_oracle[:, :, 2] / safe, 0.0),
+                    ],
+                    axis=2,
+                )
+                p_oracle = np.where(upd[:, :, None], new, p_oracle)
+
+            # (c) M-step: priors P_i(z)
+            prior_N = (Y * qN).sum(axis=(1, 2)) / d["totals"]
+            prior_O = (Y * qO).sum(axis=(1, 2)) / d["totals"]
+
+            # (d) E-step: q(z | y)
+            a = noise[None, None, :] * prior_N[:, None, None]
+            b = p_oracle * prior_O[:, None, None]
+            den = a + b
+            pos = den > 0
+            safe = np.where(pos, den, 1.0)
+            qN = np.where(pos, a / safe, prior_N[:, None, None])
+            qO = np.where(pos, b / safe, prior_O[:, None, None])
+
+        self.problems_ = d["problems"]
+        self.lam_ = lam_star.astype(np.int64)
+        self.k_ = k_star.astype(np.int64)
+        self.loglik_ = loglik.astype(np.float64)
+        self.prior_oracle_ = prior_O
+        self.lam_q_ = d["maxC"].astype(np.int64)
+        self.noise_ = np.asarray(noise, dtype=np.float64)
+        cp, cc = np.nonzero(cellmask)
+        self.cells_problem_ = cp.astype(np.int64)
+        self.cells_C_ = d["Cpad"][cp, cc]
+        self.hit_rate_ = p_oracle[cp, cc, 0]
+
+
+def fit_pig_task(
+    obs: pl.DataFrame, n_steps: int = 5, *, hit_rate: str = "mode", likelihood: str = "hit_rate"
+) -> tuple[pl.DataFrame, dict]:
+    """Fit the PIG model (Algorithm 2) to the observation table of one task.
+
+    ``obs`` has columns task, problem_id, L, C, start, score (float in [0, 1], null = IDK),
+    metric. Sufficient statistics per (problem_id, L, C) - n, sum s, sum (1 - s) over
+    non-IDK, IDK count - come from one polars group_by; :class:`PIGFit` runs ``n_steps`` EM
+    steps (Section 4: 5 for PIG); ``hit_rate`` and ``likelihood`` select the PIGFit options
+    (defaults = the paper; ``likelihood="score"`` groups by score instead). Categories (Figure 1) use lambda_p = k_p from
+    :func:`category_thresholds` over the task's distinct C with 0 < C < L, and lambda_q =
+    each problem's largest partial C.
+
+    Returns (problems, info): problems has columns task, problem_id, scenario ("PIG"), lam,
+    k, category, loglik, prior_oracle, sorted by problem_id; info is {"p_noise_1",
+    "p_noise_0", "p_noise_idk", "lam_p", "k_p"}.
+    """
+    check_task_table(obs)
+    score = pl.col("score").cast(pl.Float64)
+    score_counts = None
+    if likelihood == "score":  # option: counts per distinct score; cell statistics derived from them
+        cells = (
+            obs.with_columns(score=score)
+            .group_by("problem_id", "L", "C", "score")
+            .agg(n=pl.len())
+            .with_columns(
+                y1=pl.col("score").fill_null(0.0) * pl.col("n"),
+                y0=(1.0 - pl.col("score")).fill_null(0.0) * pl.col("n"),
+                nidk=pl.when(pl.col("score").is_null()).then(pl.col("n")).otherwise(0),
+            )
+            .sort("problem_id", "C", "score")
+        )
+        s_vals = cells["score"].fill_null(float("nan")).to_numpy().astype(np.float64)
+        score_counts = (
+            cells["problem_id"].cast(pl.String).to_numpy(), cells["C"].to_numpy(), s_vals,
+            cells["n"].to_numpy().astype(np.float64),
+        )
+    else:
+        cells = (
+            obs.group_by("problem_id", "L", "C")
+            .agg(n=pl.len(), y1=score.sum(), y0=(1.0 - score).sum(), nidk=score.is_null().sum())
+            .sort("problem_id", "C")
+        )
+    L = cells["L"].to_numpy()
+    C = cells["C"].to_numpy()
+    ladder = np.unique(C[(C > 0) & (C < L)])
+    if ladder.size == 0:
+        raise ValueError("task has no partial observation length 0 < C < L; cannot set lambda_p, k_p")
+    lam_p, k_p = category_thresholds(ladder)
+
+    model = PIGFit(n_steps=n_steps, hit_rate=hit_rate, likelihood=likelihood).fit_stats(
+        cells["problem_id"].cast(pl.String).to_numpy(), L, C,
+        cells["n"].to_numpy().astype(np.float64), cells["y1"].to_numpy().astype(np.float64),
+        cells["y0"].to_numpy().astype(np.float64), cells["nidk"].to_numpy().astype(np.float64),
+        score_counts=score_counts,
+    )
+    return fit_frames(model, obs["task"][0], "PIG", lam_p, k_p)

@@ -1,0 +1,216 @@
+"""Figures of DOLCE results (matplotlib, Agg backend, PNG).
+
+* :func:`plot_categories` - per (task, subset) stacked bars of the focus categories I-V,
+  sorted by the share of Categories III-V among COW or PIG peers (paper Figure 2);
+* :func:`plot_lambda_k` - the estimated (lambda, k) of every problem on the lambda-k plane,
+  one panel per (task, subset), with the exponential candidates as ticks and lambda = 0
+  (Category I) visible (paper Figure 11);
+* :func:`plot_sensitivity` - Spearman rho(lambda) and rho(k) per setting of each
+  sensitivity experiment (Section 6, Appendix K.1 / K.4; Figures 12, 13 and 17).
+
+Each function takes frames and an output path, writes a PNG and returns the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from raylc.dolce.categories import CATEGORIES  # noqa: E402
+
+__all__ = ["CATEGORY_COLORS", "exponential_ticks", "plot_categories", "plot_lambda_k", "plot_sensitivity"]
+
+#: One colour per category I .. V (retrieval-focused III in green, holistic V in red).
+CATEGORY_COLORS = {"I": "#9e9e9e", "II": "#80b1d3", "III": "#4daf4a", "IV": "#fdb462", "V": "#e41a1c"}
+
+
+def exponential_ticks(max_value: float) -> list[int]:
+    """0, 1, 2, 5, 10, 20, 50, ... up to the first value >= ``max_value`` (Section 3.4)."""
+    out, scale = [0], 1
+    while True:
+        for m in (1, 2, 5):
+            out.append(m * scale)
+            if m * scale >= max_value:
+                return out
+        scale *= 10
+
+
+def _save(fig: Figure, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _label(task: str, subset: str) -> str:
+    return subset if subset and subset != task else task
+
+
+def plot_categories(tasks: pl.DataFrame, path) -> Path:
+    """Stacked horizontal bars of the category shares I-V per (task, subset) (Figure 2).
+
+    ``tasks`` is the tasks frame of :func:`raylc.dolce.fit.fit_observations` (columns task,
+    subset (optional), scenario, share_I .. share_V). One panel per scenario (COW, PIG); bars
+    are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages.
+    """
+    need = ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)]
+    missing = [c for c in need if c not in tasks.columns]
+    if missing:
+        raise ValueError(f"tasks frame is missing column(s): {', '.join(missing)}")
+    if tasks.height == 0:
+        raise ValueError("tasks frame is empty")
+    df = tasks if "subset" in tasks.columns else tasks.with_columns(subset=pl.col("task"))
+    df = df.with_columns(focus=pl.sum_horizontal(*(pl.col(f"share_{c}") for c in ("III", "IV", "V"))))
+    scenarios = [s for s in ("COW", "PIG") if s in set(df["scenario"].to_list())] or sorted(set(df["scenario"]))
+    heights = [max(1, df.filter(pl.col("scenario") == s).height) for s in scenarios]
+    fig, axes = plt.subplots(
+        len(scenarios), 1, figsize=(8, 1.2 + 0.35 * sum(heights) + 0.6 * len(scenarios)),
+        gridspec_kw={"height_ratios": heights}, squeeze=False, layout="constrained",
+    )
+    for ax, scen in zip(axes[:, 0], scenarios):
+        part = df.filter(pl.col("scenario") == scen).sort(["focus", "task", "subset"], descending=[False, True, True])
+        labels = [_label(t, s) for t, s in zip(part["task"], part["subset"])]
+        y = np.arange(part.height)
+        left = np.zeros(part.height)
+        for c in CATEGORIES:
+            share = 100.0 * part[f"share_{c}"].fill_null(0.0).to_numpy()
+            ax.barh(y, share, left=left, color=CATEGORY_COLORS[c], edgecolor="white", linewidth=0.5,
+                    label=f"Category {c}")
+            for yi, (l0, w) in enumerate(zip(left, share)):
+                if w >= 8:
+                    ax.text(l0 + w / 2, yi, f"{w:.0f}", ha="center", va="center", fontsize=7)
+            left += share
+        ax.set_yticks(y, labels, fontsize=8)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("problems (%)")
+        ax.set_title(f"{scen} scenario: sorted by Categories III-V", fontsize=9)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), ncol=5, fontsize=7, loc="outside upper center", frameon=False)
+    return _save(fig, path)
+
+
+def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: int = 0, max_panels: int = 12) -> Path:
+    """The lambda-k plane per (task, subset) (Figure 11).
+
+    ``problems`` is the problems frame of :func:`raylc.dolce.fit.fit_observations` (task,
+    subset (optional), lam, k, category). Axes are symmetric-log (linear below 1) so that
+    lambda = 0 (Category I, closed-book / zero-shot) is drawn; ticks are the exponential
+    candidates 0, 1, 2, 5, 10, ... With ``jitter = 0`` each distinct (lambda, k) is one marker
+    whose area is proportional to its share of the panel's problems, labelled in percent,
+    coloured by the majority category; with ``jitter > 0`` every problem is a point, displaced
+    by a multiplicative factor exp(U(-jitter, jitter)) (seeded), coloured by its category.
+    At most ``max_panels`` (task, subset) panels are drawn, in sorted order.
+    """
+    need = ["task", "lam", "k", "category"]
+    missing = [c for c in need if c not in problems.columns]
+    if missing:
+        raise ValueError(f"problems frame is missing column(s): {', '.join(missing)}")
+    if problems.height == 0:
+        raise ValueError("problems frame is empty")
+    df = problems if "subset" in problems.columns else problems.with_columns(subset=pl.col("task"))
+    groups = df.select("task", "subset").unique().sort("task", "subset").head(max_panels)
+    n = groups.height
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False, layout="constrained")
+    rng = np.random.default_rng(seed)
+    top = max(int(df["lam"].max()), int(df["k"].max()), 1)
+    ticks = exponential_ticks(top)
+    for ax, (task, subset) in zip(axes.ravel(), groups.iter_rows()):
+        g = df.filter((pl.col("task") == task) & (pl.col("subset") == subset))
+        if jitter > 0:
+            for c in CATEGORIES:
+                sub = g.filter(pl.col("category") == c)
+                if sub.height == 0:
+                    continue
+                f = np.exp(rng.uniform(-jitter, jitter, (2, sub.height)))
+                ax.scatter(sub["lam"].to_numpy() * f[0], sub["k"].to_numpy() * f[1], s=14, alpha=0.7,
+                           color=CATEGORY_COLORS[c], label=c, edgecolors="none")
+        else:
+            cells = (
+                g.group_by("lam", "k", "category").len("n")
+                .sort(["lam", "k", "n", "category"], descending=[False, False, True, False])
+                .group_by("lam", "k", maintain_order=True)
+                .agg(pl.col("n").sum(), pl.col("category").first())
+            )
+            share = 100.0 * cells["n"].to_numpy() / g.height
+            for c in CATEGORIES:
+                m = (cells["category"] == c).to_numpy()
+                if m.any():
+                    ax.scatter(cells["lam"].to_numpy()[m], cells["k"].to_numpy()[m], s=20 + 12 * share[m],
+                               color=CATEGORY_COLORS[c], alpha=0.75, label=c, edgecolors="black", linewidths=0.3)
+            for lam, k, s in zip(cells["lam"], cells["k"], share):
+                ax.annotate(f"{s:.0f}%", (lam, k), fontsize=6, ha="center", va="center")
+        for axis in ("x", "y"):
+            getattr(ax, f"set_{axis}scale")("symlog", linthresh=1.0, linscale=0.5)
+        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
+        ax.set_yticks(ticks, [str(t) for t in ticks], fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlim(-0.5, top * 1.6)
+        ax.set_ylim(-0.5, top * 1.6)
+        ax.set_xlabel(r"$\lambda$ (complexity)")
+        ax.set_ylabel(r"$k$ (redundancy)")
+        ax.set_title(f"{_label(task, subset)} (n = {g.height})", fontsize=9)
+        ax.grid(True, lw=0.3, alpha=0.5)
+        ax.legend(fontsize=6, title="category", title_fontsize=6, loc="upper right")
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return _save(fig, path)
+
+
+def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
+    """Spearman rho(lambda) and rho(k) per setting (Section 6, Appendix K.1 / K.4).
+
+    ``sensitivity`` is the frame of :func:`raylc.dolce.compare.run_sensitivity` (experiment,
+    setting, task, subset, rho_lam, rho_k). One row of panels per experiment (take-every N,
+    binarization threshold), left rho(lambda), right rho(k); one line per (task, subset).
+    NaN values (a constant side, e.g. k = 1 everywhere) are drawn as hollow markers at
+    rho = 0 and leave a gap in the line.
+    """
+    need = ["experiment", "setting", "task", "rho_lam", "rho_k"]
+    missing = [c for c in need if c not in sensitivity.columns]
+    if missing:
+        raise ValueError(f"sensitivity frame is missing column(s): {', '.join(missing)}")
+    if sensitivity.height == 0:
+        raise ValueError("sensitivity frame is empty")
+    df = sensitivity if "subset" in sensitivity.columns else sensitivity.with_columns(subset=pl.col("task"))
+    experiments = sorted(set(df["experiment"].to_list()))
+    xlabels = {"take_every": "take every N (start % N == 0)", "threshold": "binarization threshold"}
+    fig, axes = plt.subplots(
+        len(experiments), 2, figsize=(10, 3.4 * len(experiments)), squeeze=False, layout="constrained"
+    )
+    for row, exp in zip(axes, experiments):
+        part = df.filter(pl.col("experiment") == exp)
+        for ax, col, name in zip(row, ("rho_lam", "rho_k"), (r"$\rho(\lambda)$", r"$\rho(k)$")):
+            has_nan = False
+            for (task, subset), g in part.sort("setting").group_by("task", "subset", maintain_order=True):
+                x = g["setting"].to_numpy()
+                y = g[col].fill_null(float("nan")).to_numpy()
+                line = ax.plot(x, y, marker="o", ms=4, lw=1.2, label=_label(task, subset))[0]
+                nan = np.isnan(y)
+                if nan.any():
+                    ax.scatter(x[nan], np.zeros(nan.sum()), facecolors="none", edgecolors=line.get_color(), s=30)
+                    has_nan = True
+            ax.set_ylim(-1.05, 1.05)
+            if has_nan:
+                ax.text(0.01, 0.02, "hollow at 0: NaN (a side is constant)", transform=ax.transAxes, fontsize=7,
+                        color="grey")
+            ax.axhline(0.9, color="grey", lw=0.6, ls="--")
+            ax.set_xlabel(xlabels.get(exp, exp))
+            ax.set_ylabel(name)
+            ax.set_title(f"{exp}: {name} vs reference", fontsize=9)
+            if exp == "take_every":
+                ax.set_xscale("log")
+                ticks = sorted(set(part["setting"].to_list()))
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+                ax.minorticks_off()
+            ax.grid(True, lw=0.3, alpha=0.5)
+        row[1].legend(fontsize=7, loc="lower left")
+    return _save(fig, path)

@@ -1,0 +1,133 @@
+"""Tokenizers for counting and truncating prompts: ``encode``, ``decode``, ``count``.
+
+``get_tokenizer(None)`` (or ``"default"``) is an offline, approximate tokenizer: a regex
+splits text into pieces (optional leading whitespace + a run of letters, up to 3 digits,
+or one other character; trailing whitespace is its own piece), each piece gets a stable
+63-bit id from a blake2b hash, and ``decode`` joins the remembered pieces. Decoding any
+contiguous slice of ``encode(text)`` gives exactly that substring of ``text``, which is
+what truncation needs. Counts are close to (usually a little above) BPE counts on
+English text; use ``hf:<name-or-path>`` for a model's exact tokenizer.
+
+``get_tokenizer("hf:<name-or-path>")`` loads a Hugging Face tokenizer lazily: a local
+``tokenizer.json`` (file or directory holding one) through ``tokenizers``, anything else
+through ``transformers.AutoTokenizer`` (which may need the Hub or its cache; set
+``HF_HUB_OFFLINE=1`` to forbid downloads). Encoding never adds special tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+_PIECE_RE = re.compile(r"\s*(?:[^\W\d_]+|\d{1,3}|[^\s])|\s+")
+_MASK = (1 << 63) - 1
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What truncation and token counting need from a tokenizer."""
+
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+
+class DefaultTokenizer:
+    """Offline approximate tokenizer (see the module docstring); exact round trips."""
+
+    name = "default"
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._pieces: dict[int, str] = {}
+
+    @staticmethod
+    def pieces(text: str) -> list[str]:
+        return _PIECE_RE.findall(text)
+
+    def _id(self, piece: str) -> int:
+        i = self._ids.get(piece)
+        if i is None:
+            digest = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            i = int.from_bytes(digest, "little") & _MASK
+            self._ids[piece] = i
+            self._pieces[i] = piece
+        return i
+
+    def encode(self, text: str) -> list[int]:
+        return [self._id(p) for p in _PIECE_RE.findall(text)]
+
+    def decode(self, ids: list[int]) -> str:
+        try:
+            return "".join(self._pieces[i] for i in ids)
+        except KeyError as exc:
+            raise ValueError(f"unknown token id {exc.args[0]}: decode only ids this tokenizer encoded") from None
+
+    def count(self, text: str) -> int:
+        return len(_PIECE_RE.findall(text))
+
+    def __repr__(self) -> str:
+        return "DefaultTokenizer()"
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer (``tokenizers.Tokenizer`` or a ``transformers`` one)."""
+
+    def __init__(self, name: str):
+        self.name = f"hf:{name}"
+        path = Path(name)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if file.is_file() and file.suffix == ".json":
+            try:
+                from tokenizers import Tokenizer as _Tok
+            except ImportError:
+                raise ImportError(f"tokenizer {self.name!r} needs the 'tokenizers' package: pip install tokenizers") from None
+            self._tok = _Tok.from_file(str(file))
+            self._fast = True
+        else:
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise ImportError(
+                    f"tokenizer {self.name!r} needs 'transformers' (pip install transformers), "
+                    "or pass a path to a local tokenizer.json (needs 'tokenizers')"
+                ) from None
+            self._tok = AutoTokenizer.from_pretrained(name)
+            self._fast = False
+
+    def encode(self, text: str) -> list[int]:
+        if self._fast:
+            return list(self._tok.encode(text, add_special_tokens=False).ids)
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        if self._fast:
+            return self._tok.decode(list(ids), skip_special_tokens=False)
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self.name!r})"
+
+
+@lru_cache(maxsize=8)
+def _cached(spec: str) -> Tokenizer:
+    if spec == "default":
+        return DefaultTokenizer()
+    if spec.startswith("hf:") and len(spec) > 3:
+        return HFTokenizer(spec[3:])
+    raise ValueError(f"unknown tokenizer {spec!r}: use 'default' or 'hf:<name-or-path>'")
+
+
+def get_tokenizer(spec: str | None = None) -> Tokenizer:
+    """The tokenizer named by ``spec``: None/``"default"`` or ``"hf:<name-or-path>"`` (cached per process)."""
+    return _cached(spec or "default")

@@ -1,0 +1,171 @@
+"""Sensitivity metrics and experiments (Section 6, Appendix K.1 and K.4)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from raylc.dolce.compare import (
+    COMPARE_SCHEMA,
+    SENSITIVITY_SCHEMA,
+    compare_fits,
+    kl_divergence,
+    relative_change,
+    run_sensitivity,
+    spearman_rho,
+    take_every,
+)
+from raylc.dolce.fit import fit_observations
+from raylc.pipeline import stages
+from raylc.spec import load_job
+from test_dolce_fit import identity_mapper_pickled, synth_task
+
+
+# ------------------------------------------------------------------------------ metrics
+def test_relative_change():
+    got = relative_change([0, 10, 5, 0, 20], [0, 5, 5, 2, 10])
+    assert got.tolist() == [0.0, 0.5, 0.0, 1.0, 0.5]
+
+
+def test_spearman_nan_when_constant():
+    assert spearman_rho([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman_rho([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman_rho([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(spearman_rho([1, 2, 3], [5, 5, 5]))
+    assert math.isnan(spearman_rho([1], [1]))
+
+
+def test_kl_direction_and_edge_cases():
+    p, q = [0.5, 0.25, 0.25], [0.25, 0.25, 0.5]
+    assert kl_divergence(p, p) == 0.0
+    assert kl_divergence(p, q) == pytest.approx(0.5 * math.log(2) + 0.25 * math.log(0.5))
+    assert kl_divergence(p, q) != pytest.approx(kl_divergence([0.1, 0.2, 0.7], [0.5, 0.25, 0.25]))
+    assert kl_divergence([0.0, 0.5, 0.5], [0.2, 0.4, 0.4]) == pytest.approx(math.log(0.5 / 0.4))  # 0 log 0 = 0
+    assert kl_divergence([0.2, 0.4, 0.4], [0.0, 0.5, 0.5]) == math.inf
+
+
+# ------------------------------------------------------------------------------ compare_fits
+@pytest.fixture(scope="module")
+def mixed():
+    obs = pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4)])
+    return obs, *fit_observations(obs)
+
+
+def test_compare_fit_with_itself(mixed):
+    _, problems, tasks = mixed
+    cmp = compare_fits(problems, tasks, problems, tasks)
+    assert cmp.schema == pl.Schema(COMPARE_SCHEMA)
+    assert cmp["subset"].to_list() == ["mix/COW", "mix/PIG", "pig"]
+    assert cmp["n_problems"].to_list() == [11, 11, 6]
+    assert (cmp["delta_lam"] == 0).all() and (cmp["delta_k"] == 0).all()
+    assert (cmp["kl_noise"] == 0).all() and (cmp["category_agreement"] == 1).all()
+    for row in cmp.iter_rows(named=True):
+        g = problems.filter(pl.col("subset") == row["subset"])
+        for col, name in (("rho_lam", "lam"), ("rho_k", "k")):
+            if g[name].n_unique() > 1:
+                assert row[col] == pytest.approx(1.0)
+            else:
+                assert math.isnan(row[col])
+
+
+def test_compare_fits_by_hand(mixed):
+    _, problems, tasks = mixed
+    g = problems.filter(pl.col("subset") == "mix/COW")
+    test = problems.with_columns(
+        lam=pl.when(pl.col("subset") == "mix/COW").then(pl.col("lam") * 2 + 1).otherwise(pl.col("lam"))
+    )
+    test_tasks = tasks.with_columns(
+        p_noise_1=pl.lit(0.2), p_noise_0=pl.lit(0.3), p_noise_idk=pl.lit(0.5)
+    )
+    row = compare_fits(problems, tasks, test, test_tasks).filter(pl.col("subset") == "mix/COW").row(0, named=True)
+    lam = g["lam"].to_numpy()
+    assert row["delta_lam"] == pytest.approx(np.median((lam + 1) / (2 * lam + 1)))
+    assert g["lam"].n_unique() > 1 and row["rho_lam"] == pytest.approx(1.0)  # a monotone map keeps the ranks
+    assert row["delta_k"] == 0.0
+    ref_noise = tasks.filter(pl.col("subset") == "mix/COW").select("p_noise_1", "p_noise_0", "p_noise_idk").row(0)
+    assert row["kl_noise"] == pytest.approx(kl_divergence(ref_noise, [0.2, 0.3, 0.5]))
+    # only problems present in both fits are compared
+    fewer = compare_fits(problems, tasks, problems.filter(pl.col("problem_id") != "mix-b000"), tasks)
+    assert fewer.filter(pl.col("subset") == "mix/COW")["n_problems"][0] == 10
+
+
+# ------------------------------------------------------------------------------ experiments
+def test_take_every_subsample():
+    obs = synth_task("t", 1, 0, L=30)
+    sub = take_every(obs, 4)
+    assert (sub.filter(pl.col("C").is_between(1, 29))["start"] % 4 == 0).all()
+    assert sub.filter(pl.col("C").is_in([0, 30])).height == obs.filter(pl.col("C").is_in([0, 30])).height
+    with pytest.raises(ValueError):
+        take_every(obs, 0)
+
+
+@pytest.fixture(scope="module")
+def planted_enumeration():
+    """Planted suite (quickstart job, 30 problems per task, L <= 200), every span observed."""
+    job = load_job(Path(__file__).resolve().parents[1] / "jobs" / "quickstart.yaml")
+    job = job.model_copy(update={
+        "suite": job.suite.model_copy(update={"problems_per_task": 30, "max_units": 200}),
+        "sampling": job.sampling.model_copy(update={"strategy": "enumerate"}),
+    })
+    problems = stages.build(job)
+    spans = stages.sample(problems, job)
+    return stages.score(stages.infer(spans, problems, job), problems, job)
+
+
+def test_planted_enumeration_is_complete(planted_enumeration):
+    obs = planted_enumeration
+    n = obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L"))).group_by("problem_id", "L", "C").len()
+    assert (n["len"] == n["L"] - n["C"] + 1).all()
+
+
+def test_take_every_5_vs_full_enumeration_on_planted_suite(planted_enumeration):
+    res = run_sensitivity(planted_enumeration, experiments=("take_every",), every=(5,))
+    assert res.schema == pl.Schema(SENSITIVITY_SCHEMA)
+    assert res["task"].to_list() == ["planted-a", "planted-b"] and (res["setting"] == 5.0).all()
+    assert (res["n_problems"] == 30).all()
+    kept = (res["n_obs_test"] / res["n_obs_ref"]).to_numpy()
+    assert np.all((kept > 0.19) & (kept < 0.23))  # an ~80% smaller budget
+    # the ranking of lambda and k survives the 5x cheaper sampling (paper: 0.93 / 0.99 on SFiction)
+    assert (res["rho_lam"] >= 0.85).all(), res
+    assert (res["rho_k"] >= 0.9).all(), res
+    assert (res["kl_noise"] < 0.01).all() and (res["delta_lam"] <= 0.1).all()
+
+
+def test_threshold_experiment(mixed):
+    obs, problems, tasks = mixed
+    acc = synth_task("acc", 3, 3, seed=7).with_columns(
+        score=pl.when(pl.col("score").is_null()).then(None).otherwise((pl.col("score") >= 0.5).cast(pl.Float64)),
+        metric=pl.lit("accuracy"),
+    )
+    res = run_sensitivity(pl.concat([obs, acc]), experiments=("threshold",))
+    # only the COW subset of a continuous-metric task is refit; accuracy tasks and PIG subsets are not
+    assert res.select("task", "subset").unique().rows() == [("mix", "mix/COW")]
+    assert res["setting"].to_list() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    ref = res.filter(pl.col("setting") == 0.5).row(0, named=True)
+    assert ref["delta_lam"] == 0 and ref["delta_k"] == 0 and ref["kl_noise"] == 0 and ref["category_agreement"] == 1
+    assert (res["n_obs_ref"] == res["n_obs_test"]).all()
+    zero = res.filter(pl.col("setting") == 0.0).row(0, named=True)
+    assert zero["kl_noise"] > 0  # threshold 0: every non-IDK outcome is "1"
+
+
+def test_run_sensitivity_with_fake_mapper_matches_in_process(mixed):
+    obs = mixed[0]
+    calls = []
+
+    def mapper(fn, frames, *args):
+        calls.append((fn.__name__, len(frames)))
+        return identity_mapper_pickled(fn, frames, *args)
+
+    a = run_sensitivity(obs, every=(2, 10), thresholds=(0.25, 0.75))
+    b = run_sensitivity(obs, every=(2, 10), thresholds=(0.25, 0.75), mapper=mapper)
+    assert_frame_equal(a, b)
+    # reference fit per subset (3), then (task x setting) cells: 2 tasks x 2 N + 1 task x 2 thresholds
+    assert calls == [("fit_subset", 3), ("sensitivity_cell", 6)]
+    assert a.group_by("experiment").len().sort("experiment").rows() == [("take_every", 6), ("threshold", 2)]
+    with pytest.raises(ValueError, match="unknown experiment"):
+        run_sensitivity(obs, experiments=("granularity",))

@@ -1,0 +1,300 @@
+"""Scenario selection (Section 3.1, Appendix H) and the whole-table DOLCE fit (Section 4)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from raylc.dolce.fit import PROBLEM_COLUMNS, TASK_COLUMNS, ObservationError, fit_observations, validate_observations
+from raylc.dolce.scenario import (
+    binarize_scores,
+    bucketize_scores,
+    dip_pvalue,
+    histogram_points,
+    select_scenarios,
+)
+
+OBS_SCHEMA = {"task": pl.String, "problem_id": pl.String, "L": pl.Int64, "C": pl.Int64, "start": pl.Int64,
+              "score": pl.Float64, "metric": pl.String}
+
+
+def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: int = 60, metric: str = "f1"):
+    """A continuous-metric task: ``n_bimodal`` COW-like problems (score ~U(.85, 1) when a span of
+    C >= lambda hits, else ~U(0, .12) or IDK) then ``n_unimodal`` PIG-like problems (score
+    ~N(0.1 + 0.6 C / L, 0.08) clipped to [.01, .99]). Ladder 0, 1, 2, 5, 10, 20, L; stride 2."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_bimodal + n_unimodal):
+        bimodal = i < n_bimodal
+        pid = f"{task}-{'b' if bimodal else 'u'}{i:03d}"
+        lam = int(rng.choice([1, 2, 5, 10, 20]))
+        for C in (0, 1, 2, 5, 10, 20, L):
+            for start in ([0] if C in (0, L) else range(0, L - C + 1, 2)):
+                if bimodal:
+                    hit = C >= lam and rng.random() < 0.6
+                    s = rng.uniform(0.85, 1.0) if hit else rng.uniform(0.0, 0.12)
+                    if not hit and rng.random() < 0.3:
+                        s = None
+                else:
+                    s = float(np.clip(rng.normal(0.1 + 0.6 * C / L, 0.08), 0.01, 0.99))
+                rows.append((task, pid, L, C, start, s, metric))
+    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
+
+
+def scores_task(task: str, problem_scores: dict[str, list], *, L: int = 50, metric: str = "rouge_l"):
+    """A task whose problem p has exactly the scores ``problem_scores[p]`` (C cycles 1, 2, 5, 10, 20)."""
+    rows = []
+    for pid, scores in problem_scores.items():
+        for j, s in enumerate(scores):
+            C = (1, 2, 5, 10, 20)[j % 5]
+            rows.append((task, pid, L, C, j % (L - C + 1), s, metric))
+    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
+
+
+def identity_mapper_pickled(fn, frames, *args):
+    """Fake mapper: serializes every frame and argument as Ray would and runs the cells in
+    reverse order, returning results in input order."""
+    out = [fn(pickle.loads(pickle.dumps(f)), *pickle.loads(pickle.dumps(args))) for f in reversed(frames)]
+    return out[::-1]
+
+
+# ------------------------------------------------------------------------------ dip test
+def test_bucketize_bins_of_width_point_one():
+    got = bucketize_scores([0.0, 0.0999, 0.1, 0.3, 0.7, 0.95, 1.0, None, float("nan")])
+    assert got.tolist() == [0, 0, 1, 3, 7, 9, 9]  # [.9, 1] closed; IDK dropped
+    pts = histogram_points([0, 0, 9])
+    assert np.allclose(pts, [0.025, 0.075, 0.95])
+    with pytest.raises(ValueError):
+        bucketize_scores([1.2])
+
+
+def test_bimodal_scores_reject_unimodality_and_unimodal_scores_do_not():
+    rng = np.random.default_rng(3)
+    bimodal = np.r_[rng.uniform(0, 0.1, 40), rng.uniform(0.9, 1.0, 40)]
+    unimodal = np.clip(rng.normal(0.45, 0.12, 80), 0, 1)
+    assert dip_pvalue(bimodal) < 0.05
+    assert dip_pvalue(unimodal) > 0.5
+    # plain bucket floors are all ties: the dip test would reject unimodality for both
+    import diptest
+
+    floors = np.floor(np.clip(unimodal, 0, 0.999) * 10) / 10
+    assert diptest.diptest(floors)[1] < 0.5
+    assert dip_pvalue([0.2, 0.4, None]) is None  # n <= 3
+
+
+def test_bimodal_problem_goes_cow_and_unimodal_problem_goes_pig():
+    obs = pl.concat([synth_task("qa", 1, 0, seed=2), synth_task("summ", 0, 1, seed=2)])
+    sel = select_scenarios(obs)
+    assert sel.select("task", "subset", "scenario").rows() == [("qa", "qa", "COW"), ("summ", "summ", "PIG")]
+    assert sel["dip_pvalue"][0] < 0.5 <= sel["dip_pvalue"][1]
+
+
+def test_split_when_both_subsets_have_more_than_ten_problems():
+    sel = select_scenarios(synth_task("t", 11, 11, seed=1))
+    got = dict(sel.group_by("subset", "scenario").len().sort("subset").select("subset", "len").iter_rows())
+    assert got == {"t/COW": 11, "t/PIG": 11}
+    cow = sel.filter(pl.col("subset") == "t/COW")
+    assert cow["problem_id"].str.contains("-b").all() and cow["scenario"].eq("COW").all()
+    assert (cow["dip_pvalue"] < 0.5).all()
+    assert (sel.filter(pl.col("subset") == "t/PIG")["dip_pvalue"] >= 0.5).all()
+
+
+@pytest.mark.parametrize("n_bimodal,n_unimodal", [(11, 10), (10, 11), (20, 3)])
+def test_no_split_when_a_side_has_ten_or_fewer_task_level_test_decides(n_bimodal, n_unimodal):
+    sel = select_scenarios(synth_task("t", n_bimodal, n_unimodal, seed=1))
+    assert sel["subset"].unique().to_list() == ["t"]
+    task_p = sel["task_dip_pvalue"][0]
+    assert task_p < 0.5 and sel["scenario"].unique().to_list() == ["COW"]
+    # the problem-level p-values are still reported and disagree with the whole-task decision
+    assert (sel["dip_pvalue"] >= 0.5).sum() == n_unimodal
+
+
+def test_task_level_test_can_make_a_mixed_task_pig():
+    rng = np.random.default_rng(5)
+    problems = {f"u{i:02d}": list(np.clip(rng.normal(0.5, 0.1, 60), 0.01, 0.99)) for i in range(20)}
+    # three problems with two modes inside the bulk (bins 3 and 6, nothing between)
+    problems |= {f"m{i}": [0.33, 0.36, 0.38] * 10 + [0.62, 0.64, 0.67] * 10 for i in range(3)}
+    sel = select_scenarios(scores_task("sum", problems))
+    assert (sel.filter(pl.col("problem_id").str.starts_with("m"))["dip_pvalue"] < 0.5).all()
+    assert sel["task_dip_pvalue"][0] >= 0.5
+    assert sel["scenario"].unique().to_list() == ["PIG"] and sel["subset"].unique().to_list() == ["sum"]
+
+
+def test_unanimous_tasks_and_binary_metrics():
+    pig_only = select_scenarios(synth_task("p", 0, 12))
+    assert pig_only["scenario"].unique().to_list() == ["PIG"] and pig_only["subset"].unique().to_list() == ["p"]
+    acc = synth_task("a", 3, 3).with_columns(
+        score=pl.when(pl.col("score") >= 0.5).then(1.0).when(pl.col("score").is_null()).then(None).otherwise(0.0),
+        metric=pl.lit("Accuracy"),
+    )
+    sel = select_scenarios(acc)
+    assert sel["scenario"].unique().to_list() == ["COW"]
+    assert sel["dip_pvalue"].null_count() == sel.height and sel["task_dip_pvalue"].null_count() == sel.height
+    # binary outcomes under a continuous metric are COW too (binarization is lossless)
+    binary_f1 = acc.with_columns(metric=pl.lit("f1"))
+    assert select_scenarios(binary_f1)["scenario"].unique().to_list() == ["COW"]
+
+
+def test_forced_scenarios():
+    obs = synth_task("t", 11, 11, seed=1)
+    for mode in ("cow", "pig"):
+        sel = select_scenarios(obs, mode)
+        assert sel["scenario"].unique().to_list() == [mode.upper()]
+        assert sel["subset"].unique().to_list() == ["t"]
+        assert sel["dip_pvalue"].null_count() == 0
+    with pytest.raises(ValueError, match="scenario"):
+        select_scenarios(obs, "both")
+
+
+def test_binarize_threshold_applies_to_continuous_metrics_only():
+    obs = pl.DataFrame(
+        [("t", "p", 10, 1, 0, 0.3, "f1"), ("t", "p", 10, 1, 1, None, "f1"), ("t", "p", 10, 1, 2, 0.5, "f1"),
+         ("t", "q", 10, 1, 0, 0.0, "exact_match"), ("t", "q", 10, 1, 1, 1.0, "exact_match")],
+        schema=OBS_SCHEMA, orient="row",
+    )
+    assert binarize_scores(obs, 0.5)["score"].to_list() == [0.0, None, 1.0, 0.0, 1.0]
+    assert binarize_scores(obs, 0.25)["score"].to_list() == [1.0, None, 1.0, 0.0, 1.0]
+    assert binarize_scores(obs, 0.0)["score"].to_list() == [1.0, None, 1.0, 0.0, 1.0]  # exact match kept
+    assert binarize_scores(obs, 1.0)["score"].to_list() == [0.0, None, 0.0, 0.0, 1.0]
+
+
+# ------------------------------------------------------------------------------ validation
+def _good():
+    return synth_task("t", 2, 2, seed=0)
+
+
+BAD_TABLES = {
+    "missing column": (lambda o: o.drop("metric"), "metric", None),
+    "C > L": (lambda o: o.with_columns(C=pl.when(pl.col("C") == 5).then(99).otherwise(pl.col("C"))), "C", "C=99"),
+    "score above 1": (lambda o: o.with_columns(score=pl.when(pl.col("C") == 2).then(1.5).otherwise(pl.col("score"))),
+                      "score", "score=1.5"),
+    "negative score": (lambda o: o.with_columns(score=pl.when(pl.col("C") == 2).then(-0.1).otherwise(pl.col("score"))),
+                       "score", "score=-0.1"),
+    "negative L": (lambda o: o.with_columns(L=pl.when(pl.col("problem_id") == "t-u003").then(-4).otherwise(pl.col("L"))),
+                   "L", "L=-4"),
+    "empty task": (lambda o: o.with_columns(task=pl.when(pl.col("C") == 10).then(pl.lit("")).otherwise(pl.col("task"))),
+                   "task", "task=''"),
+    "null task": (lambda o: o.with_columns(task=pl.when(pl.col("C") == 10).then(None).otherwise(pl.col("task"))),
+                  "task", "task=None"),
+    "start past the end": (lambda o: o.with_columns(start=pl.when(pl.col("C") == 20).then(55).otherwise(pl.col("start"))),
+                           "start", "start=55"),
+    "fractional C": (lambda o: o.with_columns(C=pl.col("C").cast(pl.Float64) + pl.when(pl.col("C") == 5).then(0.5).otherwise(0.0)),
+                     "C", "C=5.5"),
+    "two lengths": (lambda o: o.with_columns(L=pl.when((pl.col("C") == 0) & (pl.col("problem_id") == "t-b000")).then(70)
+                                             .otherwise(pl.col("L"))), "L", "L="),
+    "no partial C": (lambda o: o.filter((pl.col("C") == 0) | (pl.col("C") == pl.col("L"))), "C", "task='t'"),
+    "binary metric non-binary score": (lambda o: o.with_columns(metric=pl.lit("accuracy")), "score", "metric='accuracy'"),
+    "empty table": (lambda o: o.clear(), "task", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_bad_tables_raise_observation_error_naming_column_and_row(case):
+    mutate, column, fragment = BAD_TABLES[case]
+    with pytest.raises(ObservationError) as info:
+        fit_observations(mutate(_good()))
+    msg = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "\n" not in msg
+    assert f"column '{column}'" in msg, msg
+    assert "e.g. row" in msg, msg
+    if case != "empty table":
+        assert "problem_id='t-" in msg, msg  # an example row is shown
+    if fragment:
+        assert fragment in msg, msg
+
+
+def test_validation_normalizes_types():
+    obs = _good().with_columns(pl.col("L", "C", "start").cast(pl.Float64), pl.col("task").cast(pl.Categorical))
+    out = validate_observations(obs.with_columns(extra=pl.lit(1)))
+    assert out.schema == pl.Schema(OBS_SCHEMA)
+
+
+# ------------------------------------------------------------------------------ fit
+@pytest.fixture(scope="module")
+def mixed_obs():
+    acc = synth_task("acc", 4, 4, seed=7).with_columns(
+        score=pl.when(pl.col("score").is_null()).then(None).otherwise((pl.col("score") >= 0.5).cast(pl.Float64)),
+        metric=pl.lit("exact_match"),
+    )
+    return pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4), acc])
+
+
+@pytest.fixture(scope="module")
+def mixed_fit(mixed_obs):
+    return fit_observations(mixed_obs)
+
+
+def test_fit_observations_frames(mixed_obs, mixed_fit):
+    problems, tasks = mixed_fit
+    assert problems.columns == list(PROBLEM_COLUMNS) and tasks.columns == list(TASK_COLUMNS)
+    assert problems.height == mixed_obs["problem_id"].n_unique()
+    assert tasks.select("task", "subset", "scenario").rows() == [
+        ("acc", "acc", "COW"), ("mix", "mix/COW", "COW"), ("mix", "mix/PIG", "PIG"), ("pig", "pig", "PIG")
+    ]
+    assert tasks["n_problems"].to_list() == [8, 11, 11, 6]
+    shares = tasks.select(pl.sum_horizontal(pl.col("^share_.*$")))
+    assert np.allclose(shares.to_series().to_numpy(), 1.0)
+    noise = tasks.select("p_noise_1", "p_noise_0", "p_noise_idk").to_numpy()
+    assert np.allclose(noise.sum(axis=1), 1.0) and (noise >= 0).all()
+    assert tasks.filter(pl.col("task") == "acc")["dip_pvalue"].is_null().all()
+    assert tasks.filter(pl.col("task") == "mix")["dip_pvalue"].to_list() == [0.0, 0.0]
+    assert problems.filter(pl.col("task") == "acc")["dip_pvalue"].is_null().all()
+    assert problems.filter(pl.col("subset") == "mix/PIG")["scenario"].eq("PIG").all()
+    assert set(problems["category"]) <= {"I", "II", "III", "IV", "V"}
+    assert (problems["lam"] >= 0).all() and (problems["k"] >= 1).all()
+
+
+def test_cow_subset_matches_fit_cow_task_on_binarized_scores(mixed_obs, mixed_fit):
+    from raylc.dolce.cow import fit_cow_task
+
+    problems, tasks = mixed_fit
+    cow_ids = problems.filter(pl.col("subset") == "mix/COW")["problem_id"]
+    direct, info = fit_cow_task(mixed_obs.filter(pl.col("problem_id").is_in(cow_ids.implode())), threshold=0.5)
+    got = problems.filter(pl.col("subset") == "mix/COW")
+    assert got["lam"].to_list() == direct["lam"].to_list() and got["k"].to_list() == direct["k"].to_list()
+    assert tasks.filter(pl.col("subset") == "mix/COW")["p_noise_1"][0] == info["p_noise_1"]
+
+
+def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_fit):
+    problems, _ = mixed_fit
+    p1, _ = fit_observations(mixed_obs, threshold=0.95)
+    unchanged = pl.col("subset").is_in(["acc", "mix/PIG", "pig"])
+    assert_frame_equal(problems.filter(unchanged), p1.filter(unchanged))
+    with pytest.raises(ValueError, match="threshold"):
+        fit_observations(mixed_obs, threshold=1.5)
+
+
+def test_fake_mapper_gives_identical_frames(mixed_obs, mixed_fit):
+    calls = []
+
+    def mapper(fn, frames, *args):
+        calls.append(len(frames))
+        return identity_mapper_pickled(fn, frames, *args)
+
+    problems, tasks = fit_observations(mixed_obs, mapper=mapper)
+    assert calls == [4]
+    assert_frame_equal(problems, mixed_fit[0])
+    assert_frame_equal(tasks, mixed_fit[1])
+
+
+def test_selection_fixes_scenarios(mixed_obs, mixed_fit):
+    problems, tasks = mixed_fit
+    p2, t2 = fit_observations(mixed_obs, selection=problems)
+    assert_frame_equal(p2, problems)
+    assert_frame_equal(t2, tasks)
+    with pytest.raises(ObservationError, match="column 'problem_id'"):
+        fit_observations(mixed_obs, selection=problems.filter(pl.col("task") != "pig"))
+
+
+@pytest.mark.ray
+def test_ray_map_tasks_gives_identical_frames(ray_session, mixed_obs, mixed_fit):
+    from raylc.pipeline.ray_exec import map_tasks
+
+    problems, tasks = fit_observations(mixed_obs, mapper=map_tasks)
+    assert_frame_equal(problems, mixed_fit[0])
+    assert_frame_equal(tasks, mixed_fit[1])

@@ -1,0 +1,72 @@
+"""PNG figures: category bars (Figure 2), lambda-k plane (Figure 11), sensitivity (Section 6)."""
+
+from __future__ import annotations
+
+import struct
+
+import polars as pl
+import pytest
+
+from raylc.dolce.compare import run_sensitivity
+from raylc.dolce.fit import fit_observations
+from raylc.plots import exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
+from test_dolce_fit import synth_task
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path, min_bytes=8_000, min_px=200):
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= min_px and height >= min_px // 2
+    assert len(data) >= min_bytes
+    assert data[-12:-4] == b"\x00\x00\x00\x00IEND"
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img.verify()
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    obs = pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4), synth_task("cow", 5, 0, seed=3)])
+    problems, tasks = fit_observations(obs)
+    sens = run_sensitivity(obs, every=(2, 5), thresholds=(0.25, 0.5, 0.75))
+    return problems, tasks, sens
+
+
+def test_exponential_ticks():
+    assert exponential_ticks(60) == [0, 1, 2, 5, 10, 20, 50, 100]
+    assert exponential_ticks(1) == [0, 1]
+
+
+def test_category_bars(fitted, tmp_path):
+    out = plot_categories(fitted[1], tmp_path / "sub" / "categories.png")
+    assert out == tmp_path / "sub" / "categories.png"
+    assert_png(out)
+
+
+def test_lambda_k_plane(fitted, tmp_path):
+    problems = fitted[0]
+    problems = problems.with_columns(  # one closed-book problem so that lambda = 0 is drawn
+        lam=pl.when(pl.col("problem_id") == "cow-b000").then(0).otherwise(pl.col("lam")),
+        category=pl.when(pl.col("problem_id") == "cow-b000").then(pl.lit("I")).otherwise(pl.col("category")),
+    )
+    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
+    assert_png(plot_lambda_k(problems, tmp_path / "lk_jitter.png", jitter=0.15))
+
+
+def test_sensitivity_plot(fitted, tmp_path):
+    assert_png(plot_sensitivity(fitted[2], tmp_path / "sensitivity.png"))
+
+
+def test_plots_reject_empty_or_incomplete_frames(fitted, tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        plot_categories(fitted[1].clear(), tmp_path / "x.png")
+    with pytest.raises(ValueError, match="lam"):
+        plot_lambda_k(fitted[0].drop("lam"), tmp_path / "x.png")
+    with pytest.raises(ValueError, match="rho_k"):
+        plot_sensitivity(fitted[2].drop("rho_k"), tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
