@@ -34,7 +34,8 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
 ) -> None:
     """Run a job end to end: build -> sample -> infer -> score -> fit -> report."""
-    from raylc.pipeline.runner import RunError, default_run_id, run_job
+    from raylc.backends.base import BackendUnavailable
+    from raylc.pipeline.runner import InferenceFailed, RunError, default_run_id, run_job
 
     overrides: dict[str, Any] = {}
     if store is not None:
@@ -49,6 +50,8 @@ def run(
         run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
     except StoreUnavailable as exc:
         _fail(f"{exc} (finished stages are kept; re-run with --run-id {run_id} to resume)", 1)
+    except (BackendUnavailable, InferenceFailed) as exc:
+        _fail(str(exc), 1)
     except (JobSpecError, RunError, StoreError) as exc:
         _fail(str(exc))
 

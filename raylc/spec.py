@@ -201,6 +201,14 @@ class Fit(_Strict):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
+class Inference(_Strict):
+    """Checkpointing and failure policy of the infer stage (row-level resume)."""
+
+    shard_rows: int = Field(default=5000, ge=1)
+    shard_seconds: float = Field(default=30.0, gt=0.0)
+    max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
 class Store(_Strict):
     """Where stage tables go: ``<path>/<run_id>/<stage>/``."""
 
@@ -229,6 +237,7 @@ class Job(_Strict):
     probe: Probe = SimulatedProbe()
     scoring: Scoring = Scoring()
     fit: Fit = Fit()
+    inference: Inference = Inference()
     store: Store = Store()
     ray: RayResources = RayResources()
 
@@ -237,10 +246,10 @@ class Job(_Strict):
         return self.model_dump(mode="json")
 
     def fingerprint(self) -> str:
-        """Hash of what determines the results (everything except store and ray)."""
+        """Hash of what determines the results (everything except store, ray and inference)."""
         data = self.resolved()
-        data.pop("store")
-        data.pop("ray")
+        for operational in ("store", "ray", "inference"):
+            data.pop(operational)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

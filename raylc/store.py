@@ -144,30 +144,44 @@ class Store:
         with _io(self.uri(*parts)):
             return self._read_table(self.path(*parts), self.uri(*parts))
 
+    def parquet_files(self, *parts: str) -> list[str]:
+        """Parquet files of a table: the file itself, or every ``*.parquet`` below a folder
+        (hive ``key=value`` sub-folders included), in name order; dot-files are skipped."""
+        with _io(self.uri(*parts)):
+            return self._files(self.path(*parts))
+
+    def _files(self, target: str) -> list[str]:
+        info = self.fs.get_file_info(target)
+        if info.type == pafs.FileType.NotFound:
+            return []
+        if info.type != pafs.FileType.Directory:
+            return [target]
+        found = self.fs.get_file_info(pafs.FileSelector(target, recursive=True))
+        return sorted(
+            f.path for f in found
+            if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+            and not any(seg.startswith(".") for seg in f.path[len(target):].split("/"))
+        )
+
     def _read_table(self, target: str, uri: str) -> pl.DataFrame:
         info = self.fs.get_file_info(target)
         if info.type == pafs.FileType.NotFound:
             raise StoreError(f"{uri}: no such table")
-        if info.type == pafs.FileType.Directory:
-            files = sorted(
-                f.path
-                for f in self.fs.get_file_info(pafs.FileSelector(target))
-                if f.path.endswith(".parquet") and not f.base_name.startswith(".")
-            )
-        else:
-            files = [target]
+        files = self._files(target)
         frames = []
         for f in files:
             try:
                 with self.fs.open_input_file(f) as fh:
-                    frames.append(pl.from_arrow(pq.read_table(fh)))
+                    frame = pl.from_arrow(pq.read_table(fh))
             except Exception as exc:  # corrupt or truncated file: never read silently
                 if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
                     raise
                 raise StoreError(f"{f}: unreadable Parquet ({type(exc).__name__}: {exc})") from None
+            hive = [seg.split("=", 1) for seg in f[len(target):].split("/")[:-1] if "=" in seg]
+            frames.append(frame.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive))  # type: ignore[union-attr]
         if not frames:
             raise StoreError(f"{uri}: folder holds no Parquet files")
-        return pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]  # type: ignore[return-value]
+        return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
 
     def table_ok(self, *parts: str) -> bool:
         """True when ``parts`` is a readable Parquet file, or a folder of them (footers checked)."""
@@ -175,14 +189,7 @@ class Store:
             return self._table_ok(self.path(*parts))
 
     def _table_ok(self, target: str) -> bool:
-        info = self.fs.get_file_info(target)
-        if info.type == pafs.FileType.Directory:
-            files = [f.path for f in self.fs.get_file_info(pafs.FileSelector(target))
-                     if f.path.endswith(".parquet") and not f.base_name.startswith(".")]
-        elif info.type == pafs.FileType.File:
-            files = [target]
-        else:
-            return False
+        files = self._files(target)
         try:
             for f in files:
                 with self.fs.open_input_file(f) as fh:

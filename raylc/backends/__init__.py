@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from raylc.backends.base import GENERATION_SCHEMA, Backend, BackendUnavailable, Generation, generations_frame
+from raylc.backends.base import (
+    GENERATION_SCHEMA,
+    Backend,
+    BackendUnavailable,
+    Generation,
+    generations_frame,
+)
 from raylc.backends.simulated import SimulatedBackend
 from raylc.spec import Job
 

@@ -56,8 +56,25 @@ class _InferActor:
         return infer(pl.from_arrow(batch), self.problems, self.job, self.backend).to_arrow()  # type: ignore[arg-type]
 
 
+def pool_options(job: Job) -> dict[str, Any]:
+    """Actor pool size and per-actor resources for the probe's backend.
+
+    vLLM: ``replicas`` engine actors, each holding ``tensor_parallel_size`` GPUs and one CPU.
+    Simulated / OpenAI-compatible: ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs
+    (fractional, so the pool never starves the Ray Data read tasks on small machines).
+    """
+    import ray.data
+
+    if job.probe.backend == "vllm":
+        from raylc.backends.vllm_engine import actor_options
+
+        return {"compute": ray.data.ActorPoolStrategy(size=job.probe.replicas),
+                "num_cpus": max(1.0, job.ray.actor_num_cpus), **actor_options(job.probe)}
+    return {"compute": ray.data.ActorPoolStrategy(size=job.ray.actors), "num_cpus": job.ray.actor_num_cpus}
+
+
 def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Iterator[pl.DataFrame]:
-    """Stream completions from an actor pool of ``job.ray.actors`` actors, in batches."""
+    """Stream completions from the backend's actor pool, in batches."""
     import ray.data
 
     _configure_data(job)
@@ -69,8 +86,7 @@ def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Itera
         fn_constructor_kwargs={"job": job, "problems": problems},
         batch_size=job.ray.batch_size,
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=job.ray.actors),
-        num_cpus=job.ray.actor_num_cpus,
+        **pool_options(job),
     )
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield pl.from_arrow(batch)  # type: ignore[misc]

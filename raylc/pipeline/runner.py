@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 import polars as pl
 
 from raylc import __version__
-from raylc.pipeline import ray_exec, stages
+from raylc.backends import make_backend
+from raylc.pipeline import checkpoint, ray_exec, stages
 from raylc.spec import Job
 from raylc.store import Store
 
@@ -33,11 +34,14 @@ OUTPUTS = {
     "fit": ["fits/problems.parquet", "fits/tasks.parquet"],
     "report": ["report/categories.parquet", "report/summary.md", "report/categories.png", "report/lambda_k.png"],
 }
-INFER_SHARD_ROWS = 50_000
 
 
 class RunError(RuntimeError):
     """A run that cannot start or continue; the message is one line."""
+
+
+class InferenceFailed(RunError):
+    """More requests failed than ``inference.max_error_fraction`` allows (exit code 1)."""
 
 
 def _versions() -> dict[str, str]:
@@ -187,22 +191,39 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
         return {"spans": spans.height}
 
     def do_infer() -> dict[str, int]:
-        run.store.delete(run.run_id, "infer")
-        ray_exec.ensure_ray(job)
-        spans, problems = run.read("sample/spans.parquet"), run.read("build/problems.parquet")
-        n, shard, pending = 0, 0, []
-        for batch in ray_exec.infer_on_ray(spans, problems, job):
-            pending.append(batch)
-            if sum(b.height for b in pending) >= INFER_SHARD_ROWS:
-                n += _flush(run, pending, shard)
-                shard, pending = shard + 1, []
-        if pending or shard == 0:
-            n += _flush(run, pending, shard)
-        return {"completions": n}
+        problems = run.read("build/problems.parquet")
+        spans = checkpoint.with_request_ids(run.read("sample/spans.parquet"), problems, job)
+        stored = checkpoint.load_completions(run.store, run.run_id)
+        done = stored.filter(pl.col("error").is_null())["request_id"] if stored.height else pl.Series([], dtype=pl.String)
+        pending = spans.filter(~pl.col("request_id").is_in(done.implode()))
+        log(f"[infer] {spans.height - pending.height} completions kept from earlier attempts, {pending.height} to run")
+        if pending.height:
+            if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
+                make_backend(job, problems).check_endpoint()
+            ray_exec.ensure_ray(job)
+            writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds)
+            for batch in ray_exec.infer_on_ray(pending, problems, job):
+                writer.add(batch)
+            writer.flush()
+        completions = checkpoint.load_completions(run.store, run.run_id).join(
+            spans.select("request_id"), on="request_id", how="semi")
+        rows = checkpoint.accounting(completions, reused=spans.height - pending.height)
+        if rows["errors"] > job.inference.max_error_fraction * spans.height:
+            first = completions.filter(pl.col("error").is_not_null())["error"][0]
+            raise InferenceFailed(
+                f"{run.store.uri(run.run_id, 'infer')}: {rows['errors']} of {spans.height} requests failed "
+                f"(allowed: {job.inference.max_error_fraction:.1%}), e.g. {first}; re-run with --run-id "
+                f"{run.run_id} to retry only the failed ones"
+            )
+        return rows
 
     def do_score() -> dict[str, int]:
-        completions = run.read("infer").sort("task", "problem_id", "C", "start")
-        obs = stages.score(completions, run.read("build/problems.parquet"), job)
+        keys = ["task", "problem_id", "C", "start"]
+        problems = run.read("build/problems.parquet")
+        spans = checkpoint.with_request_ids(run.read("sample/spans.parquet"), problems, job)
+        completions = spans.join(run.read("infer").select("request_id", "completion", "error"), on="request_id", how="left")
+        answered = completions.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
+        obs = stages.score(answered.sort(keys), problems, job)
         run.write(obs, "score/observations.parquet")
         return {"observations": obs.height}
 
@@ -226,9 +247,3 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
         redone = _stage(run, name, fn, log, redone) or redone
     run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     run.save()
-
-
-def _flush(run: Run, frames: list[pl.DataFrame], shard: int) -> int:
-    df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
-    run.write(df, f"infer/part-{shard:05d}.parquet")
-    return df.height

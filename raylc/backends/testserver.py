@@ -1,0 +1,257 @@
+"""A real OpenAI-compatible HTTP server serving the simulated probe (tests and demos).
+
+Routes: ``POST /v1/chat/completions`` (the last user message is the prompt),
+``POST /v1/completions`` and ``GET /v1/models``. Completions are
+:meth:`SimulatedBackend.answer`; usage counts come from the default tokenizer.
+
+Failure injection is deterministic: request attempt ``n`` of a given body fails with
+``fail_status`` iff a hash of (``seed``, body, ``n``) falls below ``fail_rate``, and stalls
+for ``stall_s`` seconds iff another such hash falls below ``stall_rate`` (to exercise
+client timeouts). ``api_key`` makes ``Authorization: Bearer <key>`` required.
+:attr:`SimulatedOpenAIServer.stats` counts requests, injected failures, and the maximum
+number of requests in flight.
+
+Run ``python -m raylc.backends.testserver --port 8000 [--job job.yaml]`` to serve a job's
+simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Optional
+
+from raylc.backends.simulated import SimulatedBackend
+from raylc.spec import SimulatedProbe
+from raylc.tokenize import get_tokenizer
+
+
+def _unit(*parts: Any) -> float:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(status, {"error": {"message": message, "type": "error", "code": status}})
+
+    def _authorized(self) -> bool:
+        key = self.server.owner.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self._error(401, "invalid or missing API key")
+        return False
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            return
+        if self.path.rstrip("/") == "/v1/models":
+            self._reply(200, {"object": "list", "data": [{"id": self.server.owner.model, "object": "model"}]})
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        owner._enter()
+        try:
+            self._post(owner)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout)
+        finally:
+            owner._leave()
+
+    def _post(self, owner: "SimulatedOpenAIServer") -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self._authorized():
+            return
+        route = self.path.rstrip("/")
+        if route not in ("/v1/chat/completions", "/v1/completions"):
+            return self._error(404, f"no route {self.path}")
+        fail, stall = owner._inject(raw)
+        if stall:
+            time.sleep(owner.stall_s)
+        if fail:
+            return self._error(owner.fail_status, "injected failure")
+        try:
+            req = json.loads(raw)
+            if route.endswith("chat/completions"):
+                users = [m for m in req["messages"] if m.get("role") == "user"]
+                content = users[-1]["content"]
+                prompt = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            else:
+                prompt = req["prompt"] if isinstance(req["prompt"], str) else req["prompt"][0]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return self._error(400, "malformed request")
+        if req.get("model") != owner.model:
+            return self._error(404, f"The model `{req.get('model')}` does not exist.")
+        if owner.delay_s:
+            time.sleep(owner.delay_s)
+        tok = get_tokenizer(None)
+        text, reason = owner.backend.answer(prompt), "stop"
+        ids = tok.encode(text)
+        max_tokens = req.get("max_tokens")
+        if isinstance(max_tokens, int) and len(ids) > max_tokens:
+            text, ids, reason = tok.decode(ids[:max_tokens]), ids[:max_tokens], "length"
+        choice: dict[str, Any] = {"index": 0, "finish_reason": reason}
+        if route.endswith("chat/completions"):
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        n_prompt = tok.count(prompt)
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": len(ids), "total_tokens": n_prompt + len(ids),
+                 "prompt_tokens_details": {"cached_tokens": 0}}
+        with owner._lock:
+            owner.stats["completed"] += 1
+        self._reply(200, {"id": f"cmpl-{owner.stats['requests']}", "object": "chat.completion" if "message" in choice
+                          else "text_completion", "created": int(time.time()), "model": owner.model,
+                          "choices": [choice], "usage": usage})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: "SimulatedOpenAIServer"
+
+
+class SimulatedOpenAIServer:
+    """The simulated probe behind an OpenAI-compatible API on ``127.0.0.1`` (a free port by default).
+
+    Use as a context manager; :attr:`base_url` is ``http://127.0.0.1:<port>/v1``.
+    """
+
+    def __init__(
+        self,
+        backend: Optional[SimulatedBackend] = None,
+        *,
+        model: str = "simulated",
+        port: int = 0,
+        fail_rate: float = 0.0,
+        fail_status: int = 503,
+        stall_rate: float = 0.0,
+        stall_s: float = 0.0,
+        delay_s: float = 0.0,
+        api_key: Optional[str] = None,
+        seed: int = 0,
+    ):
+        self.backend = backend or SimulatedBackend(SimulatedProbe(), {}, seed=0)
+        self.model, self.port = model, port
+        self.fail_rate, self.fail_status, self.seed = fail_rate, fail_status, seed
+        self.stall_rate, self.stall_s, self.delay_s = stall_rate, stall_s, delay_s
+        self.api_key = api_key
+        self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "completed": 0, "in_flight": 0, "max_in_flight": 0}
+        self._seen: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        self._httpd: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def __repr__(self) -> str:
+        return f"SimulatedOpenAIServer(base_url={self.base_url!r}, fail_rate={self.fail_rate})"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _enter(self) -> None:
+        with self._lock:
+            s = self.stats
+            s["requests"] += 1
+            s["in_flight"] += 1
+            s["max_in_flight"] = max(s["max_in_flight"], s["in_flight"])
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.stats["in_flight"] -= 1
+
+    def _inject(self, body: bytes) -> tuple[bool, bool]:
+        """(fail, stall) for this attempt of this body, deterministic in (seed, body, attempt)."""
+        with self._lock:
+            key = hashlib.blake2b(body, digest_size=16).digest()
+            n = self._seen.get(key, 0)
+            self._seen[key] = n + 1
+            fail = _unit(self.seed, key, n, "fail") < self.fail_rate
+            stall = _unit(self.seed, key, n, "stall") < self.stall_rate
+            self.stats["injected_failures"] += fail
+            self.stats["stalled"] += stall
+        return fail, stall
+
+    def start(self) -> "SimulatedOpenAIServer":
+        self._httpd = _Server(("127.0.0.1", self.port), _Handler)
+        self._httpd.owner = self
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="raylc-testserver", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "SimulatedOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def backend_for_job(job) -> SimulatedBackend:
+    """The simulated backend a job (a :class:`~raylc.spec.Job` or a job file) would use
+    (knowledge = its planted answers), as ``make_backend`` builds it."""
+    from raylc.spec import load_job
+    from raylc.suites.planted import build_planted
+
+    job = load_job(job) if isinstance(job, (str, Path)) else job
+    probe = job.probe if isinstance(job.probe, SimulatedProbe) else SimulatedProbe()
+    problems = build_planted(job.suite, job.seed)
+    return SimulatedBackend(probe, dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list())), seed=job.seed)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m raylc.backends.testserver", description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--job", help="serve this job's simulated probe (default: SimulatedProbe(), no knowledge)")
+    ap.add_argument("--model", default="simulated")
+    ap.add_argument("--fail-rate", type=float, default=0.0)
+    ap.add_argument("--delay-s", type=float, default=0.0)
+    ap.add_argument("--api-key-env", help="require the key held by this environment variable")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    import os
+
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        ap.error(f"environment variable {args.api_key_env} is not set")
+    backend = backend_for_job(args.job) if args.job else None
+    server = SimulatedOpenAIServer(backend, model=args.model, port=args.port, fail_rate=args.fail_rate,
+                                   delay_s=args.delay_s, api_key=key, seed=args.seed).start()
+    print(f"serving the simulated probe at {server.base_url} (model {args.model!r}); Ctrl-C to stop", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

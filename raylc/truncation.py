@@ -1,0 +1,125 @@
+"""Fit prompts into a model's context window by cutting the context only.
+
+A prompt is ``head + context + tail`` (instruction, document, question). When
+``tokens(prompt) + max_tokens > max_model_len`` the context is cut to the allowed number
+of tokens; the head and tail are never touched:
+
+* ``middle`` keeps the first and last halves of the allowed context tokens, as
+  LongBench's ``truncate`` does (``decode(ids[:half]) + decode(ids[-half:])``;
+  LongBench v2 "truncated from the middle");
+* ``end`` keeps the start of the context (HELMET "truncate the document from the end");
+* ``start`` keeps the end of the context;
+* ``refuse`` raises :class:`PromptTooLong` (backends record it as the row's error).
+
+Token counts come from the given tokenizer; its ``count`` may include fixed overhead
+(a chat template), which is then budgeted for too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from raylc.prompts import TEMPLATE
+from raylc.tokenize import Tokenizer
+
+Policy = Literal["middle", "end", "start", "refuse"]
+POLICIES = ("middle", "end", "start", "refuse")
+
+
+class PromptTooLong(ValueError):
+    """A prompt that cannot (or, with policy ``refuse``, may not) be fitted into the window."""
+
+
+def split_prompt(prompt: str, template: str = TEMPLATE) -> tuple[str, str, str]:
+    """``(head, context, tail)`` of a prompt rendered from ``template`` (``{context}``, ``{question}``).
+
+    The tail starts at the last occurrence of the text between ``{context}`` and
+    ``{question}``. A prompt not rendered from the template is all context: ``("", prompt, "")``.
+    """
+    head, rest = template.split("{context}")
+    middle, tail = rest.split("{question}")
+    i = prompt.rfind(middle) if middle else -1
+    if prompt.startswith(head) and prompt.endswith(tail) and i >= len(head):
+        return head, prompt[len(head) : i], prompt[i:]
+    return "", prompt, ""
+
+
+def _keep(ids: list[int], n: int, policy: str) -> list[int]:
+    if n <= 0:
+        return []
+    if policy == "middle":
+        first = n // 2
+        return ids[:first] + ids[len(ids) - (n - first) :]
+    if policy == "end":
+        return ids[:n]
+    return ids[len(ids) - n :]  # "start"
+
+
+def fit_to_window(
+    head: str,
+    context: str,
+    tail: str,
+    tokenizer: Tokenizer,
+    max_model_len: int,
+    max_tokens: int,
+    policy: Policy = "middle",
+) -> tuple[str, int]:
+    """``(prompt, context tokens cut)`` with ``count(prompt) + max_tokens <= max_model_len``.
+
+    Raises :class:`PromptTooLong` for policy ``refuse`` when a cut is needed, or when head
+    and tail alone leave no room.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown truncation policy {policy!r} (allowed: {', '.join(POLICIES)})")
+    prompt = head + context + tail
+    limit = max_model_len - max_tokens
+    total = tokenizer.count(prompt)
+    if total <= limit:
+        return prompt, 0
+    if policy == "refuse":
+        raise PromptTooLong(
+            f"prompt has {total} tokens + max_tokens {max_tokens} > max_model_len {max_model_len} (truncation: refuse)"
+        )
+    fixed = tokenizer.count(head + tail)
+    ids = tokenizer.encode(context)
+    keep = min(len(ids), limit - fixed)
+    while keep > 0:
+        prompt = head + tokenizer.decode(_keep(ids, keep, policy)) + tail
+        over = tokenizer.count(prompt) - limit
+        if over <= 0:
+            return prompt, len(ids) - keep
+        keep -= max(over, 1)  # token merges at the seams: shrink and re-check
+    prompt = head + tail
+    if tokenizer.count(prompt) <= limit:
+        return prompt, len(ids)
+    raise PromptTooLong(
+        f"instruction and question alone need {fixed} tokens + max_tokens {max_tokens} > max_model_len {max_model_len}"
+    )
+
+
+def fit_prompts(
+    prompts: list[str],
+    tokenizer: Tokenizer,
+    max_model_len: int,
+    max_tokens: int,
+    policy: Policy = "middle",
+    template: str = TEMPLATE,
+) -> tuple[list[Optional[str]], list[int], list[Optional[str]]]:
+    """:func:`fit_to_window` over rendered prompts (split with :func:`split_prompt`).
+
+    Returns ``(prompts, tokens cut, errors)``; a refused prompt is ``None`` with its error.
+    """
+    out: list[Optional[str]] = []
+    cut: list[int] = []
+    errors: list[Optional[str]] = []
+    for p in prompts:
+        fitted: Optional[str] = None
+        n, error = 0, None
+        try:
+            fitted, n = fit_to_window(*split_prompt(p, template), tokenizer, max_model_len, max_tokens, policy)
+        except PromptTooLong as exc:
+            error = f"prompt too long: {exc}"
+        out.append(fitted)
+        cut.append(n)
+        errors.append(error)
+    return out, cut, errors

@@ -1,0 +1,199 @@
+"""OpenAI-compatible backend against a real local HTTP server serving the simulated probe."""
+
+import json
+import pickle
+import socket
+import threading
+
+import pytest
+
+from raylc.backends import make_backend, openai_http
+from raylc.backends.base import BackendUnavailable
+from raylc.backends.openai_http import OpenAIBackend
+from raylc.backends.simulated import SimulatedBackend
+from raylc.backends.testserver import SimulatedOpenAIServer
+from raylc.prompts import TEMPLATE, render_prompts
+from raylc.sampling import sample_spans
+from raylc.spec import Job, OpenAIProbe
+from raylc.suites.planted import build_planted
+from raylc.tokenize import DefaultTokenizer
+
+JOB = Job(name="t", suite={"problems_per_task": 6, "max_units": 60, "lambdas": [1, 5], "ks": [1, 2]})
+SECRET = "sk-test-5f3c9a1e-DO-NOT-LEAK"
+
+
+@pytest.fixture(scope="module")
+def planted():
+    problems = build_planted(JOB.suite, seed=2)
+    spans = sample_spans(problems, JOB.sampling)
+    prompts = render_prompts(spans, problems).to_list()
+    sim = make_backend(JOB, problems)
+    assert isinstance(sim, SimulatedBackend)
+    return sim, prompts[:80]
+
+
+def probe(url, **kw):
+    base = {"backend": "openai", "base_url": url, "model": "simulated", "backoff_s": 0.001, "timeout_s": 5.0}
+    return OpenAIProbe(**{**base, **kw})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", ["chat", "completions"])
+def test_retries_through_30_percent_503s_and_matches_the_simulated_probe(planted, mode):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, fail_rate=0.3, seed=1) as server:
+        backend = OpenAIBackend(probe(server.base_url, mode=mode, concurrency=8, max_retries=12), seed=0)
+        results = backend.generate(prompts)
+    assert [r["error"] for r in results] == [None] * len(prompts)
+    assert [r["completion"] for r in results] == [sim.answer(p) for p in prompts]
+    stats = server.stats
+    assert stats["injected_failures"] > 0.15 * len(prompts)  # failures did happen ...
+    assert stats["requests"] == len(prompts) + stats["injected_failures"]  # ... and each one was retried
+    tok = DefaultTokenizer()
+    for p, r in zip(prompts, results):
+        assert r["prompt_tokens"] == tok.count(p) and r["generated_tokens"] == tok.count(r["completion"])
+        assert r["cached_tokens"] == 0 and r["finish_reason"] == "stop" and r["latency_s"] > 0
+
+
+def test_retries_timeouts(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, stall_rate=0.3, stall_s=1.0, seed=4) as server:
+        results = OpenAIBackend(probe(server.base_url, timeout_s=0.3, concurrency=8, max_retries=8)).generate(prompts[:20])
+    assert server.stats["stalled"] > 0
+    assert [r["completion"] for r in results] == [sim.answer(p) for p in prompts[:20]]
+
+
+def test_failure_after_retries_is_a_row_with_an_error(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, fail_rate=1.0) as server:
+        results = OpenAIBackend(probe(server.base_url, max_retries=2)).generate(prompts[:4])
+    assert server.stats["requests"] == 4 * 3
+    for r in results:
+        assert r["completion"] is None and r["finish_reason"] is None
+        assert r["error"] == f"{server.base_url}/chat/completions: HTTP 503 (injected failure) after 3 attempts"
+
+
+def test_client_errors_are_not_retried(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim) as server:
+        (r,) = OpenAIBackend(probe(server.base_url, model="other", max_retries=5)).generate(prompts[:1])
+    assert server.stats["requests"] == 1
+    assert r["completion"] is None and r["error"].startswith(f"{server.base_url}/chat/completions: HTTP 404")
+
+
+def test_server_down_gives_backend_unavailable_naming_the_endpoint(planted):
+    _, prompts = planted
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    backend = OpenAIBackend(probe(url, max_retries=1, backoff_s=0.0))
+    with pytest.raises(BackendUnavailable) as err:
+        backend.check_endpoint()
+    msg = str(err.value)
+    assert msg.startswith(f"OpenAI endpoint {url} is unavailable: connection error") and "\n" not in msg
+    (r,) = backend.generate(prompts[:1])
+    assert r["completion"] is None and r["error"].startswith(f"{url}/chat/completions: connection error")
+    assert r["error"].endswith("after 2 attempts")
+
+
+def test_check_endpoint_checks_the_model(planted):
+    sim, _ = planted
+    with SimulatedOpenAIServer(sim) as server:
+        OpenAIBackend(probe(server.base_url)).check_endpoint()
+        with pytest.raises(BackendUnavailable, match=r"does not serve model 'llama' \(serves: simulated\)"):
+            OpenAIBackend(probe(server.base_url, model="llama")).check_endpoint()
+
+
+def test_api_key_never_leaks(planted, monkeypatch, capsys, caplog):
+    sim, prompts = planted
+    monkeypatch.setenv("RAYLC_TEST_KEY", SECRET)
+    with SimulatedOpenAIServer(sim, api_key=SECRET, fail_rate=0.2) as server:
+        good = OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY", max_retries=10))
+        good.check_endpoint()
+        ok = good.generate(prompts[:10])
+        assert [r["completion"] for r in ok] == [sim.answer(p) for p in prompts[:10]]
+        clone = pickle.loads(pickle.dumps(good))  # what a Ray actor receives: the key is re-read there
+        assert clone.generate(prompts[:1])[0]["completion"] == sim.answer(prompts[0])
+
+        no_key = OpenAIBackend(probe(server.base_url, max_retries=0))
+        denied = no_key.generate(prompts[:2])
+        assert all(r["error"].startswith(f"{server.base_url}/chat/completions: HTTP 401") for r in denied)
+        with pytest.raises(BackendUnavailable) as err:
+            no_key.check_endpoint()
+        assert "HTTP 401" in str(err.value)
+
+        monkeypatch.setenv("RAYLC_TEST_KEY", SECRET[::-1])
+        wrong = OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY", max_retries=0))
+        with pytest.raises(BackendUnavailable) as err2:
+            wrong.check_endpoint()
+        assert "$RAYLC_TEST_KEY" in str(err2.value)
+
+    monkeypatch.delenv("RAYLC_TEST_KEY")
+    with pytest.raises(BackendUnavailable, match="environment variable RAYLC_TEST_KEY .* is not set"):
+        OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY"))
+    with pytest.raises(BackendUnavailable, match="environment variable RAYLC_TEST_KEY .* is not set"):
+        pickle.loads(pickle.dumps(good))
+
+    out = capsys.readouterr()
+    everything = [repr(good), str(good.__getstate__()), pickle.dumps(good), json.dumps(ok + denied), str(err.value),
+                  str(err2.value), out.out, out.err, caplog.text, repr(server)]
+    for item in everything:
+        assert (SECRET.encode() not in item) if isinstance(item, bytes) else (SECRET not in item)
+        assert (SECRET[::-1].encode() not in item) if isinstance(item, bytes) else (SECRET[::-1] not in item)
+
+
+def test_concurrency_bound_is_respected(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, delay_s=0.05) as server:
+        results = OpenAIBackend(probe(server.base_url, concurrency=3)).generate(prompts[:24])
+    assert all(r["error"] is None for r in results)
+    assert 2 <= server.stats["max_in_flight"] <= 3
+
+
+def test_backoff_is_exponential_with_seeded_jitter(planted, monkeypatch):
+    sim, prompts = planted
+    sleeps: list[float] = []
+    lock = threading.Lock()
+
+    def record(s):
+        with lock:
+            sleeps.append(s)
+
+    monkeypatch.setattr(openai_http.time, "sleep", record)
+    runs = []
+    for _ in range(2):
+        sleeps.clear()
+        with SimulatedOpenAIServer(sim, fail_rate=1.0) as server:
+            OpenAIBackend(probe(server.base_url, backoff_s=1.0, max_retries=4, concurrency=1), seed=7).generate(prompts[:1])
+        runs.append(list(sleeps))
+    assert runs[0] == runs[1] and len(runs[0]) == 4
+    for attempt, s in enumerate(runs[0]):
+        assert 0.5 * 2**attempt <= s <= 2**attempt
+
+
+def test_client_side_truncation(planted):
+    sim, _ = planted
+    question = "What is the code of vault V-9?"
+    long = TEMPLATE.format(context=" ".join(["filler"] * 3000), question=question)
+    with SimulatedOpenAIServer(sim) as server:
+        (r,) = OpenAIBackend(probe(server.base_url, max_model_len=500, mode="completions")).generate([long])
+        (refused,) = OpenAIBackend(probe(server.base_url, max_model_len=500, truncation="refuse")).generate([long])
+    assert r["error"] is None and r["truncated_tokens"] > 2500 and r["prompt_tokens"] + 32 <= 500
+    assert refused["completion"] is None and refused["error"].startswith("prompt too long")
+    assert server.stats["requests"] == 1
+
+
+def test_usage_parsing_fallbacks():
+    backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions"))
+    full = {"choices": [{"text": "12", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 64}}}
+    r = backend._parse(full, "p q r", 0.25, 3)
+    assert (r["completion"], r["prompt_tokens"], r["generated_tokens"], r["cached_tokens"], r["finish_reason"],
+            r["latency_s"], r["truncated_tokens"]) == ("12", 100, 4, 64, "length", 0.25, 3)
+    bare = backend._parse({"choices": [{"text": "a b"}]}, "p q r", 0.1, 0)
+    assert (bare["prompt_tokens"], bare["generated_tokens"], bare["cached_tokens"]) == (3, 2, None)
+    bad = backend._parse({"error": "x"}, "p", 0.1, 0)
+    assert bad["completion"] is None and "unexpected response" in bad["error"]

@@ -1,0 +1,72 @@
+"""SIGKILL the quickstart during inference five times; the resumed run repeats no finished request."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+from raylc.pipeline import stages
+from raylc.spec import load_job
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _request_ids(run_dir: Path) -> list[str]:
+    ids: list[str] = []
+    for f in sorted((run_dir / "infer").glob("task=*/*.parquet")):
+        ids += pl.read_parquet(f, columns=["request_id"])["request_id"].to_list()
+    return ids
+
+
+def _start(job_file: Path, store: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "raylc", "run", str(job_file), "--store", str(store), "--run-id", "k"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def test_sigkill_during_inference_then_resume(tmp_path):
+    spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
+    spec["inference"] = {"shard_rows": 3000, "shard_seconds": 1.0}
+    job_file = tmp_path / "quickstart-ckpt.yaml"
+    job_file.write_text(yaml.safe_dump(spec))
+    store = tmp_path / "store"
+    run_dir = store / "k"
+    rng = random.Random(7)
+    for attempt in range(5):
+        before = len(_request_ids(run_dir)) if run_dir.exists() else 0
+        proc = _start(job_file, store)
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and len(_request_ids(run_dir)) <= before:
+            time.sleep(0.2)
+        assert proc.poll() is None, f"attempt {attempt}: the run ended before it could be killed"
+        time.sleep(rng.uniform(0.0, 2.0))  # a random point during inference
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        ids = _request_ids(run_dir)
+        assert len(ids) == len(set(ids)), f"attempt {attempt}: a finished request was issued again"
+        assert len(ids) > before
+    stored_before_final = set(_request_ids(run_dir))
+
+    proc = _start(job_file, store)
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"{len(stored_before_final)} completions kept from earlier attempts" in err
+    ids = _request_ids(run_dir)
+    assert len(ids) == len(set(ids)) and stored_before_final <= set(ids)
+
+    job = load_job(job_file)
+    problems = stages.build(job)
+    spans = stages.sample(problems, job)
+    assert len(ids) == spans.height
+    expected_obs = stages.score(stages.infer(spans, problems, job), problems, job)
+    assert pl.read_parquet(run_dir / "score" / "observations.parquet").equals(expected_obs)
+    expected_fits, _ = stages.fit(expected_obs, job)
+    assert pl.read_parquet(run_dir / "fits" / "problems.parquet").equals(expected_fits)

@@ -1,0 +1,173 @@
+"""Tokenizers and context-window truncation (LongBench middle, HELMET end, start, refuse)."""
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raylc.prompts import TEMPLATE, render_prompts
+from raylc.tokenize import DefaultTokenizer, get_tokenizer
+from raylc.truncation import PromptTooLong, fit_prompts, fit_to_window, split_prompt
+
+HEAD, _rest = TEMPLATE.split("{context}")
+_MIDDLE, _TAIL = _rest.split("{question}")
+QUESTION = "What is the code of vault V-17?"
+TAIL = _MIDDLE + QUESTION + _TAIL
+
+
+def _word(i: int) -> str:
+    letters = ""
+    while True:
+        i, r = divmod(i, 26)
+        letters += "abcdefghijklmnopqrstuvwxyz"[r]
+        if i == 0:
+            return "w" + letters
+
+
+def words(n: int, start: int = 0) -> str:
+    """``n`` distinct letter-only words: one default-tokenizer token each."""
+    return " ".join(_word(i) for i in range(start, start + n))
+
+
+# --- default tokenizer ---------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.integers(0, 50), st.integers(0, 50))
+def test_default_tokenizer_round_trips_every_contiguous_slice(text, a, b):
+    tok = DefaultTokenizer()
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.count(text) == len(ids)
+    i, j = sorted((min(a, len(ids)), min(b, len(ids))))
+    pieces = tok.pieces(text)
+    assert tok.decode(ids[i:j]) == "".join(pieces[i:j])
+    assert tok.decode(ids[:i]) + tok.decode(ids[i:]) == text
+
+
+def test_default_tokenizer_is_stable_and_approximate():
+    a, b = DefaultTokenizer(), DefaultTokenizer()
+    text = "The ledger, entry 12345: add 7.\n\nQuestion: What?"
+    assert a.encode(text) == b.encode(text)  # stable hash ids, not order of first sight
+    assert a.pieces("The  ledger 12345.") == ["The", "  ledger", " 123", "45", "."]
+    with pytest.raises(ValueError, match="unknown token id"):
+        a.decode([123])
+
+
+def test_get_tokenizer_specs():
+    assert isinstance(get_tokenizer(None), DefaultTokenizer) and get_tokenizer("default") is get_tokenizer(None)
+    with pytest.raises(ValueError, match="unknown tokenizer 'gpt2'"):
+        get_tokenizer("gpt2")
+
+
+def test_hf_tokenizer_without_transformers_is_a_clear_error():
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("transformers is installed: the missing-package error cannot be shown")
+    with pytest.raises(ImportError, match="needs 'transformers'"):
+        get_tokenizer("hf:some-org/some-model-not-on-disk")
+
+
+# --- fit_to_window -------------------------------------------------------------------------
+
+
+def test_fits_unchanged():
+    tok = DefaultTokenizer()
+    prompt, cut = fit_to_window(HEAD, words(100), TAIL, tok, 10_000, 32, "middle")
+    assert (prompt, cut) == (HEAD + words(100) + TAIL, 0)
+
+
+def test_300k_token_prompt_is_cut_to_fit_131072():
+    tok = get_tokenizer(None)
+    context = words(300_000)
+    assert tok.count(HEAD + context + TAIL) > 300_000
+    prompt, cut = fit_to_window(HEAD, context, TAIL, tok, 131072, 32, "middle")
+    n = tok.count(prompt)
+    assert n + 32 <= 131072 and n >= 131072 - 32 - 2  # uses the window, no more
+    assert prompt.startswith(HEAD) and prompt.endswith(TAIL)  # instruction and question intact
+    kept = tok.count(prompt[len(HEAD) : len(prompt) - len(TAIL)])
+    assert cut == 300_000 - kept
+
+
+def test_middle_keeps_first_and_last_halves_like_longbench():
+    tok = DefaultTokenizer()
+    n, room = 1000, 200
+    limit = tok.count(HEAD + TAIL) + room
+    prompt, cut = fit_to_window(HEAD, words(n), TAIL, tok, limit + 10, 10, "middle")
+    assert cut == n - room
+    # token slices keep their leading whitespace: the halves join with the original space
+    assert prompt == HEAD + words(room // 2) + " " + words(room // 2, start=n - room // 2) + TAIL
+
+
+def test_end_keeps_start_and_start_keeps_end():
+    tok = DefaultTokenizer()
+    limit = tok.count(HEAD + TAIL) + 50
+    end, cut = fit_to_window(HEAD, words(500), TAIL, tok, limit, 0, "end")
+    assert end == HEAD + words(50) + TAIL and cut == 450  # HELMET: truncate the document from the end
+    start, cut = fit_to_window(HEAD, words(500), TAIL, tok, limit, 0, "start")
+    assert start == HEAD + " " + words(50, start=450) + TAIL and cut == 450
+
+
+def test_refuse_and_impossible_windows():
+    tok = DefaultTokenizer()
+    with pytest.raises(PromptTooLong, match="truncation: refuse"):
+        fit_to_window(HEAD, words(500), TAIL, tok, 300, 10, "refuse")
+    assert fit_to_window(HEAD, words(5), TAIL, tok, 10_000, 10, "refuse")[1] == 0
+    with pytest.raises(PromptTooLong, match="instruction and question alone"):
+        fit_to_window(HEAD, words(500), TAIL, tok, 20, 10, "middle")
+    with pytest.raises(ValueError, match="unknown truncation policy"):
+        fit_to_window(HEAD, "", TAIL, tok, 100, 1, "left")  # type: ignore[arg-type]
+
+
+def test_split_prompt_matches_render_prompts():
+    problems = pl.DataFrame({"problem_id": ["p"], "units": [["Alpha one.", "Beta\n\nQuestion: two."]], "question": [QUESTION]})
+    spans = pl.DataFrame({"problem_id": ["p"], "C": [2], "start": [0]})
+    prompt = render_prompts(spans, problems)[0]
+    head, context, tail = split_prompt(prompt)
+    assert (head, context, tail) == (HEAD, "Alpha one. Beta\n\nQuestion: two.", TAIL)
+    assert split_prompt("free text") == ("", "free text", "")
+
+
+def test_fit_prompts_vectorized():
+    tok = DefaultTokenizer()
+    prompts = [HEAD + words(n) + TAIL for n in (10, 5000)] + ["no template " * 3000]
+    out, cut, err = fit_prompts(prompts, tok, 1000, 16, "middle")
+    assert out[0] == prompts[0] and cut[0] == 0 and err == [None, None, None]
+    assert out[1].endswith(TAIL) and cut[1] > 0 and tok.count(out[1]) + 16 <= 1000
+    assert tok.count(out[2]) + 16 <= 1000 and out[2].startswith("no template")
+    out, cut, err = fit_prompts(prompts, tok, 1000, 16, "refuse")
+    assert out[0] == prompts[0] and out[1] is None and err[1].startswith("prompt too long")
+
+
+# --- a real (BPE) tokenizer, built offline ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bpe_path(tmp_path_factory):
+    tokenizers = pytest.importorskip("tokenizers", reason="no real tokenizer offline: 'tokenizers' is not installed")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [TEMPLATE, QUESTION, words(3000)] + [f"Ledger entry {i} of 9 for vault V-{i}: add {i * 7}." for i in range(200)]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_real_bpe_tokenizer_cuts_300k_to_fit(bpe_path):
+    tok = get_tokenizer(f"hf:{bpe_path}")
+    assert tok.decode(tok.encode(HEAD + QUESTION)) == HEAD + QUESTION
+    context = words(100_000)
+    total = tok.count(HEAD + context + TAIL)
+    assert total > 131072
+    prompt, cut = fit_to_window(HEAD, context, TAIL, tok, 131072, 64, "middle")
+    assert tok.count(prompt) + 64 <= 131072 and cut > 0
+    assert prompt.startswith(HEAD) and prompt.endswith(TAIL)
+    body = prompt[len(HEAD) : len(prompt) - len(TAIL)]
+    assert body.startswith(words(3)) and body.endswith(_word(99_999))  # both halves kept
