@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,19 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
     if "recovery" in tables:
         parts += ["", "## Planted-category recovery", "", _markdown_table(tables["recovery"], pct=("recovery",))]
     return "\n".join(parts) + "\n"
+
+
+def stage_table(manifest: dict[str, Any]) -> str:
+    """Per-stage status, wall time and counts (requests, tokens, errors for infer) as text."""
+    table = Table(title=f"run {manifest.get('run_id', '?')}")
+    for col in ("stage", "status", "seconds", "counts"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    for stage, state in manifest.get("stages", {}).items():
+        counts = ", ".join(f"{k}={v:,}" for k, v in (state.get("rows") or {}).items())
+        table.add_row(stage, state.get("status", "?"), f"{state.get('seconds', 0):.1f}", counts)
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(table)
+    return buf.getvalue().rstrip()
 
 
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:

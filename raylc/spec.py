@@ -228,7 +228,11 @@ class RayResources(_Strict):
 
 
 class Job(_Strict):
-    """A raylc job: what to build, how to sample and probe, how to score and fit."""
+    """A raylc job: what to build, how to sample and probe, how to score and fit.
+
+    ``judge`` is an optional second backend config (same fields as ``probe``) for
+    LLM-as-judge scoring (:mod:`raylc.scoring.judge`).
+    """
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -237,6 +241,7 @@ class Job(_Strict):
     probe: Probe = SimulatedProbe()
     scoring: Scoring = Scoring()
     fit: Fit = Fit()
+    judge: Optional[Probe] = None
     inference: Inference = Inference()
     store: Store = Store()
     ray: RayResources = RayResources()
@@ -244,6 +249,12 @@ class Job(_Strict):
     def resolved(self) -> dict[str, Any]:
         """The full spec with every default filled in, as plain JSON data."""
         return self.model_dump(mode="json")
+
+    def as_judge(self) -> "Job":
+        """This job with the judge as its probe, to run judge prompts through the same machinery."""
+        if self.judge is None:
+            raise ValueError("the job has no judge section")
+        return self.model_copy(update={"probe": self.judge})
 
     def fingerprint(self) -> str:
         """Hash of what determines the results (everything except store, ray and inference)."""

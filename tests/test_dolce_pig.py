@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
@@ -125,6 +125,7 @@ def test_large_L_against_exact_integers():
     k=st.integers(1, 12),
     C_frac=st.floats(0.0, 1.0),
 )
+@example(L=67, lam_frac=0.5, k=3, C_frac=0.4375)  # saddle at r = 1: theta = pi hits x = -1 exactly
 def test_pmf_matches_exact_integers_medium(L, lam_frac, k, C_frac):
     lam = int(lam_frac * (L // k))
     C = int(round(C_frac * L))

@@ -94,9 +94,9 @@ def test_s3_tables_equal_local_run_in_polars_and_duckdb(s3, runs):
         assert remote.equals(pl.read_parquet(local / "qs" / rel)), rel
         via_duckdb = con.execute(f"SELECT * FROM 's3://{BUCKET}/runs/qs/{rel}'").pl()
         assert via_duckdb.height == remote.height and via_duckdb.columns == remote.columns, rel
-    keys = ["task", "problem_id", "C", "start"]  # latency_s is measured, the one non-deterministic column
-    infer_s3 = pl.read_parquet(f"s3://{BUCKET}/runs/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys).drop("latency_s")
-    infer_local = pl.read_parquet(f"{local}/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys).drop("latency_s")
+    keys = ["task", "problem_id", "C", "start"]
+    infer_s3 = pl.read_parquet(f"s3://{BUCKET}/runs/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys)
+    infer_local = pl.read_parquet(f"{local}/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys)
     assert infer_s3.equals(infer_local)
     n = con.execute(f"SELECT count(*) FROM read_parquet('s3://{BUCKET}/runs/qs/infer/*/*.parquet', hive_partitioning=true)").fetchone()[0]
     assert n == infer_local.height

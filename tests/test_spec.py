@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 BAD_JOBS = {
     "unknown_key": ("name: x\nsampling:\n  stride: 3\n", "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction)"),
-    "unknown_section": ("name: x\nprobes: {}\n", "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, inference, store, ray)"),
+    "unknown_section": ("name: x\nprobes: {}\n", "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, judge, inference, store, ray)"),
     "wrong_type": ("name: x\nsuite:\n  problems_per_task: many\n", "key 'suite.problems_per_task'"),
     "bad_backend": ("name: x\nprobe:\n  backend: gpt\n", "key 'probe.backend': 'gpt' is not one of 'simulated', 'vllm', 'openai'"),
     "backend_key": ("name: x\nprobe:\n  backend: vllm\n  model: m\n  tp: 2\n", "unknown key 'probe.tp' (allowed: backend, model, tokenizer,"),

@@ -6,6 +6,8 @@ only when its backend generates (it needs CUDA).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import polars as pl
 
 from raylc.backends.base import (
@@ -24,11 +26,11 @@ __all__ = [
 ]
 
 
-def make_backend(job: Job, problems: pl.DataFrame) -> Backend:
-    """The backend named by ``job.probe.backend``."""
+def make_backend(job: Job, problems: Optional[pl.DataFrame]) -> Backend:
+    """The backend named by ``job.probe.backend`` (the simulated probe's memorized answers come from ``problems``)."""
     probe = job.probe
     if probe.backend == "simulated":
-        knowledge = dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
+        knowledge = {} if problems is None else dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
         return SimulatedBackend(probe, knowledge, seed=job.seed)
     if probe.backend == "vllm":
         from raylc.backends.vllm_engine import VLLMBackend

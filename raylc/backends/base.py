@@ -3,7 +3,7 @@
 Each dict (:class:`Generation`) has ``completion`` (None when the request failed),
 ``prompt_tokens`` (as sent, after truncation), ``generated_tokens``, ``cached_tokens``
 (prefix-cache hits when the backend reports them, else None), ``finish_reason``,
-``latency_s``, ``error`` (None on success) and ``truncated_tokens`` (context tokens cut to
+``latency_s`` (None where nothing was timed), ``error`` (None on success) and ``truncated_tokens`` (context tokens cut to
 fit the window). :data:`GENERATION_SCHEMA` is the matching Polars schema;
 :func:`generations_frame` builds the table.
 """
@@ -25,7 +25,7 @@ class Generation(TypedDict):
     generated_tokens: int
     cached_tokens: Optional[int]
     finish_reason: Optional[str]
-    latency_s: float
+    latency_s: Optional[float]
     error: Optional[str]
     truncated_tokens: int
 
@@ -50,7 +50,7 @@ def generation(
     generated_tokens: int = 0,
     cached_tokens: Optional[int] = None,
     finish_reason: Optional[str] = None,
-    latency_s: float = 0.0,
+    latency_s: Optional[float] = 0.0,
     error: Optional[str] = None,
     truncated_tokens: int = 0,
 ) -> Generation:
@@ -61,7 +61,7 @@ def generation(
         generated_tokens=int(generated_tokens),
         cached_tokens=None if cached_tokens is None else int(cached_tokens),
         finish_reason=finish_reason,
-        latency_s=float(latency_s),
+        latency_s=None if latency_s is None else float(latency_s),
         error=error,
         truncated_tokens=int(truncated_tokens),
     )

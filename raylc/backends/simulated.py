@@ -12,7 +12,6 @@ with ``wrong_rate``, gives the plausible wrong answer from the partial clues it 
 from __future__ import annotations
 
 import hashlib
-import time
 
 import numpy as np
 
@@ -37,7 +36,7 @@ class SimulatedBackend(Backend):
     """``generate(prompts) -> result dicts`` with the simulated probe's behaviour.
 
     ``answer(prompt)`` is the completion text; token counts use the default tokenizer,
-    ``cached_tokens`` is None and ``finish_reason`` is ``"stop"``.
+    ``cached_tokens`` and ``latency_s`` are None and ``finish_reason`` is ``"stop"``.
     """
 
     name = "simulated"
@@ -72,13 +71,12 @@ class SimulatedBackend(Backend):
     def generate(self, prompts: list[str]) -> list[Generation]:
         tok = get_tokenizer(None)
         out = []
-        for p in prompts:
-            t0 = time.perf_counter()
+        for p in prompts:  # no model, no latency: None keeps repeated runs' tables identical
             text = self.answer(p)
             out.append(
                 generation(
                     text, prompt_tokens=tok.count(p), generated_tokens=tok.count(text), finish_reason="stop",
-                    latency_s=time.perf_counter() - t0,
+                    latency_s=None,
                 )
             )
         return out

@@ -140,6 +140,11 @@ def _clog1p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return 0.5 * np.log1p(x * (2.0 + x) + y * y) + 1j * np.arctan2(y, 1.0 + x)
 
 
+def _scale(c: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """c * z for real c and complex z, with infinities kept out of the other part."""
+    return c * z.real + 1j * (c * z.imag)
+
+
 def _log_g(A: np.ndarray) -> np.ndarray:
     """log(e^A - 1) for complex A = k log(1 + z) (any branch: only exp(m * .) is used)."""
     big = A.real > 1.0
@@ -215,7 +220,10 @@ def _log_coeff_fourier(n0, k, m, C, n_points=None) -> np.ndarray:
             y = r[ii, None] * np.sin(theta)
             with np.errstate(divide="ignore", invalid="ignore"):
                 lz = _clog1p(x, y)  # -inf + i pi at x = -1 (r = 1, theta = pi): F(-1) = 0 if n0 > 0
-                phi = np.where(n0[ii, None] > 0, n0[ii, None] * lz, 0.0) + m[ii, None] * _log_g(k[ii, None] * lz)
+                # real * complex scaled part by part: numpy's complex product turns 3 * (-inf + i pi)
+                # into -inf + i nan (0 * inf), which poisoned the point theta = pi when r = 1
+                phi = np.where(n0[ii, None] > 0, _scale(n0[ii, None], lz), 0.0) + _scale(
+                    m[ii, None], _log_g(_scale(k[ii, None], lz)))
             phase = 2.0 * np.pi * ((Ci[ii, None] * j[None, :]) % Nb) / Nb  # C theta mod 2 pi, exact
             with np.errstate(invalid="ignore"):
                 z = np.exp(phi.real - phi0[ii, None]) * np.cos(phi.imag - phase)

@@ -92,6 +92,38 @@ def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Itera
         yield pl.from_arrow(batch)  # type: ignore[misc]
 
 
+class _GenerateActor:
+    """Ray Data actor for plain prompts (e.g. an LLM judge): ``prompt`` column in, generation columns out."""
+
+    def __init__(self, job: Job):
+        from raylc.backends import make_backend
+
+        self.backend = make_backend(job, None)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from raylc.backends.base import generations_frame
+
+        frame = pl.from_arrow(batch)
+        out = generations_frame(self.backend.generate(frame["prompt"].to_list()))  # type: ignore[index]
+        return pl.concat([frame.select("row"), out], how="horizontal").to_arrow()  # type: ignore[union-attr]
+
+
+def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
+    """Generations for ``prompts`` (in order) from ``job.probe``'s backend in its actor pool."""
+    import ray.data
+
+    _configure_data(job)
+    table = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "prompt": prompts}).to_arrow()
+    size = max(job.ray.batch_size * 4, 1)
+    blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
+    ds = ray.data.from_arrow(blocks).map_batches(
+        _GenerateActor, fn_constructor_kwargs={"job": job}, batch_size=job.ray.batch_size, batch_format="pyarrow",
+        **pool_options(job),
+    )
+    parts = [pl.from_arrow(b) for b in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
+    return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()  # type: ignore[arg-type]
+
+
 def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:
     """Run ``fn(frame, *args)`` as one Ray task per frame; results in input order."""
     import ray

@@ -247,3 +247,6 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
         redone = _stage(run, name, fn, log, redone) or redone
     run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     run.save()
+    from raylc.report import stage_table
+
+    log(stage_table(run.manifest))
