@@ -3,8 +3,10 @@
 Prints, measured in one run on this machine:
   * rows/s through the Ray Data actor pool with 1 and with 2 actors (10,000 requests);
   * the pipeline overhead ratio: Ray Data path time / the same stage functions in-process;
-  * the driver's peak RSS for a whole `raylc run` at ~10,000 and ~100,000 requests
-    (results stream to shards, so it should not grow with the number of requests).
+  * the driver's peak memory for a whole `raylc run` at ~10,000 and ~100,000 requests
+    (results stream to shards, so it should not grow with the number of requests): peak
+    RSS, which also counts the pages of Ray's shared-memory object store the driver has
+    touched, and peak private memory (sampled every 0.1 s from /proc/self/smaps_rollup).
 
 Run: .venv/bin/python tests/benchmarks/bench_infer.py
 """
@@ -30,11 +32,23 @@ from raylc.spec import load_job  # noqa: E402
 N = 10_000
 
 PEAK = """
-import resource, sys
+import resource, sys, threading, time
 from raylc.pipeline.runner import run_job
 from raylc.spec import load_job
+
+peak = {"private": 0}
+def private_kib():  # memory private to the driver (excludes Ray's shared-memory object store pages)
+    with open("/proc/self/smaps_rollup") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty", "Private_Hugetlb") if k in fields)
+def sample():
+    while True:
+        peak["private"] = max(peak["private"], private_kib())
+        time.sleep(0.1)
+threading.Thread(target=sample, daemon=True).start()
 run_job(load_job(sys.argv[1]), "bench", log=lambda m: None)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+peak["private"] = max(peak["private"], private_kib())
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, peak["private"])
 """
 
 
@@ -45,7 +59,7 @@ def ray_rows_per_s(job, spans, problems) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def peak_rss_mb(problems_per_task: int, store: Path) -> tuple[int, float]:
+def peak_rss_mb(problems_per_task: int, store: Path) -> tuple[int, float, float]:
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"]["problems_per_task"] = problems_per_task
     spec["store"] = {"path": str(store / f"p{problems_per_task}")}
@@ -55,7 +69,8 @@ def peak_rss_mb(problems_per_task: int, store: Path) -> tuple[int, float]:
     out = subprocess.run([sys.executable, "-c", PEAK, str(job_file)], capture_output=True, text=True, env=env, check=True)
     job = load_job(job_file)
     n = stages.sample(stages.build(job), job).height
-    return n, int(out.stdout.strip().splitlines()[-1]) / 1024
+    rss, private = out.stdout.strip().splitlines()[-1].split()
+    return n, int(rss) / 1024, int(private) / 1024
 
 
 def main() -> None:
@@ -82,8 +97,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         for per_task in (5, 45):
-            n, mb = peak_rss_mb(per_task, Path(tmp))
-            print(f"driver peak RSS, whole run with {n:,} requests: {mb:,.0f} MiB")
+            n, rss, private = peak_rss_mb(per_task, Path(tmp))
+            print(f"driver peak, whole run with {n:,} requests: RSS {rss:,.0f} MiB, private {private:,.0f} MiB")
 
 
 if __name__ == "__main__":
