@@ -57,3 +57,30 @@ def test_endpoint_down_is_one_line_and_writes_no_shard(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and url in last and "Traceback" not in proc.stderr
     assert not list((tmp_path / "store" / "down").glob("infer/**/*.parquet"))
+
+
+def test_vllm_without_gpus_fails_fast_in_one_line(tmp_path):
+    job_file = tmp_path / "vllm.yaml"
+    job_file.write_text(yaml.safe_dump({
+        "name": "v", "suite": {"problems_per_task": 2, "max_units": 60},
+        "probe": {"backend": "vllm", "model": "some/model"}, "store": {"path": str(tmp_path / "s")},
+        "ray": {"no_progress_timeout_s": 60},
+    }))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(job_file)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: probe.backend vllm needs 1 GPU(s) per replica") and "Traceback" not in proc.stderr
+
+
+def test_root_cause_is_the_innermost_error():
+    from raylc.pipeline.ray_exec import root_cause
+
+    try:
+        try:
+            raise ImportError("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine")
+        except ImportError as inner:
+            raise RuntimeError("UDF failed to process a data block.\nmore lines") from inner
+    except RuntimeError as outer:
+        assert root_cause(outer) == "ImportError: vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine"

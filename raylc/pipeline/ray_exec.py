@@ -17,6 +17,31 @@ def ensure_ray(job: Job) -> None:
     init_ray(job.ray.address or os.environ.get("RAY_ADDRESS"), job.ray.num_cpus, job.ray.include_dashboard)
 
 
+def check_gpus(job: Job, log: Callable[[str], None]) -> None:
+    """vLLM engines need ``tensor_parallel_size`` GPUs each. A local Ray started here can never
+    gain GPUs, so that is an error; a cluster may still scale GPU workers up, so a warning."""
+    import ray
+
+    if job.probe.backend != "vllm":
+        return
+    have = ray.cluster_resources().get("GPU", 0)
+    need = job.probe.tensor_parallel_size
+    if have >= need:
+        return
+    msg = f"probe.backend vllm needs {need} GPU(s) per replica; the Ray cluster has {have:g} GPU(s) now"
+    if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
+        raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster)")
+    log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")
+
+
+def root_cause(exc: BaseException) -> str:
+    """One line: the innermost exception of a chain (Ray wraps user-code errors twice)."""
+    while exc.__cause__ is not None and exc.__cause__ is not exc:
+        exc = exc.__cause__
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}".strip()
+
+
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False) -> None:
     """``ray.init`` once per process: join ``address`` if given, else start a local instance."""
     import ray

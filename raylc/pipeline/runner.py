@@ -201,9 +201,20 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
             if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
                 make_backend(job, problems).check_endpoint()
             ray_exec.ensure_ray(job)
+            try:
+                ray_exec.check_gpus(job, log)
+            except RuntimeError as exc:
+                raise InferenceFailed(str(exc)) from None
             writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds)
-            for batch in ray_exec.infer_on_ray(pending, problems, job):
-                writer.add(batch)
+            try:
+                for batch in ray_exec.infer_on_ray(pending, problems, job):
+                    writer.add(batch)
+            except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
+                writer.flush()
+                raise InferenceFailed(
+                    f"{job.probe.backend} inference failed: {ray_exec.root_cause(exc)} (finished requests are "
+                    f"kept; re-run with --run-id {run.run_id} to continue)"
+                ) from None
             writer.flush()
         completions = checkpoint.load_completions(run.store, run.run_id).join(
             spans.select("request_id"), on="request_id", how="semi")
