@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import polars as pl
 
 from raylc.spec import Sampling
@@ -27,31 +29,49 @@ def partial_lengths(sampling: Sampling, max_len: int) -> list[int]:
     return sorted({int(c) for c in sampling.lengths if c != "L"})
 
 
-def sample_spans(problems: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
+def _uniform(keys: pl.Series) -> pl.Series:
+    """A uniform [0, 1) number per key string, from blake2b (stable across runs and versions)."""
+    return pl.Series(
+        [int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(), "little") / 2.0**64 for k in keys],
+        dtype=pl.Float64,
+    )
+
+
+def sample_spans(problems: pl.DataFrame, sampling: Sampling, seed: int = 0) -> pl.DataFrame:
     """One row per observation span: ``task, problem_id, L, C, start``.
 
-    Every length C < L of the ladder, plus the full context C = L (when the ladder is
-    exponential or lists "L"). Starts are 0, s, 2s, ... <= L - C with the take-every stride
-    s = max(every, floor(stride_fraction * C)); ``enumerate`` uses s = 1. Deterministic.
+    Every length C < L of the ladder within [min_length, max_length], plus the full context
+    C = L (when the ladder is exponential or lists "L"); starts by the strategy (see
+    :class:`raylc.spec.Sampling`, Appendix K.1). Deterministic for a given ``seed``.
     """
     keys = problems.select("task", "problem_id", "L")
     if keys.height == 0:
         return pl.DataFrame(schema=SPAN_SCHEMA)
-    ladder = pl.DataFrame({"C": partial_lengths(sampling, int(keys["L"].max()))}, schema={"C": pl.Int64})
+    partial = [c for c in partial_lengths(sampling, int(keys["L"].max()))
+               if c == 0 or (c >= sampling.min_length and (sampling.max_length is None or c <= sampling.max_length))]
+    ladder = pl.DataFrame({"C": partial}, schema={"C": pl.Int64})
     spans = keys.join(ladder, how="cross").filter(pl.col("C") < pl.col("L"))
     if sampling.lengths == "exponential" or "L" in sampling.lengths:
         spans = pl.concat([spans, keys.with_columns(C=pl.col("L"))])
-    if sampling.strategy == "enumerate":
+    if sampling.strategy in ("enumerate", "sample_rate", "sample_ip_rate"):
         stride = pl.lit(1, pl.Int64)
     else:
         proportional = (pl.col("C") * sampling.stride_fraction).floor().cast(pl.Int64)
-        stride = pl.max_horizontal(pl.lit(sampling.every, pl.Int64), proportional)
+        floor = 1 if sampling.strategy == "take_ip_rate" else sampling.every
+        stride = pl.max_horizontal(pl.lit(floor, pl.Int64), proportional)
     # C = 0 (no context) has a single, empty span
     n_starts = pl.when(pl.col("C") == 0).then(1).otherwise(pl.col("L") - pl.col("C") + 1)
-    return (
+    spans = (
         spans.with_columns(start=pl.int_ranges(0, n_starts, stride, dtype=pl.Int64))
         .explode("start")
         .select(list(SPAN_SCHEMA))
         .cast(SPAN_SCHEMA)
-        .sort("task", "problem_id", "C", "start")
     )
+    if sampling.strategy in ("sample_rate", "sample_ip_rate"):
+        key = pl.concat_str([pl.lit(str(seed)), pl.col("problem_id"), pl.col("C").cast(pl.String),
+                             pl.col("start").cast(pl.String)], separator="|")
+        u = key.map_batches(_uniform, return_dtype=pl.Float64)
+        p = pl.lit(sampling.rate) if sampling.strategy == "sample_rate" else (sampling.rate / pl.col("C")).clip(upper_bound=1.0)
+        single = (pl.col("C") == 0) | (pl.col("C") == pl.col("L"))
+        spans = spans.filter(single | (u < p))
+    return spans.sort("task", "problem_id", "C", "start")

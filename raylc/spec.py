@@ -69,19 +69,40 @@ class PlantedSuite(_Strict):
 
 
 class Sampling(_Strict):
-    """Observation spans (DOLCE Section 3.1).
+    """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
 
     ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
-    explicit list where ``"L"`` is the full context. ``take_every`` shifts the window by
-    ``every`` units (Appendix K.1); ``stride_fraction`` > 0 widens the shift to
-    ``max(every, floor(stride_fraction * C))`` units, a rate inversely proportional to C
-    (the take-ip-rate idea of Appendix K.1). ``enumerate`` is ``take_every`` with every = 1.
+    explicit list where ``"L"`` is the full context; ``min_length`` / ``max_length`` keep only
+    partial lengths in that range ("only >= 10", "only <= 10"; C = 0 and C = L are kept).
+    Strategies over each length's candidate starts 0, 1, ..., L - C:
+
+    - ``enumerate``: every start;
+    - ``take_every``: starts 0, s, 2s, ... with s = max(every, floor(stride_fraction * C));
+    - ``take_ip_rate``: the same with s = max(1, floor(stride_fraction * C)), a take rate
+      inversely proportional to C (``stride_fraction`` > 0 required);
+    - ``sample_rate``: each start kept with probability ``rate``;
+    - ``sample_ip_rate``: each start kept with probability min(1, ``rate`` / C).
+
+    Random strategies draw from a hash of (job seed, problem, C, start), so a span's fate
+    does not depend on the other spans or on the row order. The single C = 0 and C = L
+    spans are always kept.
     """
 
     lengths: Union[Literal["exponential"], list[Length]] = "exponential"
-    strategy: Literal["take_every", "enumerate"] = "take_every"
+    strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = "take_every"
     every: int = Field(default=1, ge=1)
     stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    rate: float = Field(default=1.0, gt=0.0)
+    min_length: int = Field(default=0, ge=0)
+    max_length: Optional[int] = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _strategy_params(self) -> "Sampling":
+        if self.strategy == "take_ip_rate" and self.stride_fraction <= 0:
+            raise ValueError("strategy take_ip_rate needs stride_fraction > 0")
+        if self.strategy == "sample_rate" and self.rate > 1:
+            raise ValueError("strategy sample_rate needs rate <= 1")
+        return self
 
 
 class SimulatedProbe(_Strict):

@@ -1,4 +1,5 @@
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,3 +48,54 @@ def test_explicit_lengths_without_full_context():
     assert spans["start"].to_list() == [0, 4]
     spans = sample_spans(_problems([10]), Sampling(lengths=[3, "L"], every=4))
     assert spans["C"].to_list() == [3, 3, 10]
+
+
+def _span_set(df):
+    return set(zip(df["problem_id"].to_list(), df["C"].to_list(), df["start"].to_list()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    Ls=st.lists(st.integers(2, 200), min_size=1, max_size=3),
+    strategy=st.sampled_from(["sample_rate", "sample_ip_rate"]),
+    rate=st.floats(0.05, 1.0),
+    seed=st.integers(0, 3),
+)
+def test_random_strategies_are_seeded_subsets_of_enumeration(Ls, strategy, rate, seed):
+    problems = _problems(Ls)
+    sampling = Sampling(strategy=strategy, rate=rate)
+    spans = sample_spans(problems, sampling, seed)
+    assert spans.equals(sample_spans(problems, sampling, seed))  # reproducible from the seed
+    full = _span_set(sample_spans(problems, Sampling(strategy="enumerate")))
+    assert _span_set(spans) <= full
+    for pid, L in zip(problems["problem_id"], Ls):  # the single C = 0 and C = L spans are always kept
+        got = spans.filter(pl.col("problem_id") == pid)
+        assert got.filter(pl.col("C") == 0).height == 1 and got.filter(pl.col("C") == L).height == 1
+    # a span's fate depends only on (seed, problem, C, start): sampling one problem alone agrees
+    first = sample_spans(problems.head(1), sampling, seed)
+    assert first.equals(spans.filter(pl.col("problem_id") == problems["problem_id"][0]))
+
+
+def test_sample_rates_follow_their_probability():
+    problems = _problems([400] * 5)
+    spans = sample_spans(problems, Sampling(strategy="sample_rate", rate=0.3, lengths=[1, 5]), seed=1)
+    per_c = spans.group_by("C").len().sort("C")["len"].to_list()  # 5 problems x ~400 starts x 0.3
+    assert all(abs(n - 0.3 * 5 * 398) < 0.1 * 5 * 398 for n in per_c)
+    ip = sample_spans(problems, Sampling(strategy="sample_ip_rate", rate=2.0, lengths=[1, 2, 20]), seed=1)
+    counts = dict(ip.group_by("C").len().rows())
+    assert counts[1] == 5 * 400 and counts[2] == 5 * 399  # rate / C >= 1: every start
+    assert abs(counts[20] - 0.1 * 5 * 381) < 0.35 * 0.1 * 5 * 381
+
+
+def test_take_ip_rate_and_length_subsets():
+    problems = _problems([300])
+    spans = sample_spans(problems, Sampling(strategy="take_ip_rate", stride_fraction=0.2))
+    for C, starts in spans.group_by("C").agg("start").rows():
+        if 0 < C < 300:
+            assert starts == list(range(0, 300 - C + 1, max(1, int(0.2 * C))))
+    long_only = sample_spans(problems, Sampling(min_length=10))
+    assert set(long_only["C"]) == {0, 10, 20, 50, 100, 200, 300}
+    short_only = sample_spans(problems, Sampling(max_length=10))
+    assert set(short_only["C"]) == {0, 1, 2, 5, 10, 300}
+    with pytest.raises(ValueError, match="take_ip_rate needs stride_fraction"):
+        Sampling(strategy="take_ip_rate")

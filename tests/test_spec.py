@@ -9,7 +9,7 @@ from raylc.spec import Job, JobSpecError, load_job
 ROOT = Path(__file__).resolve().parents[1]
 
 BAD_JOBS = {
-    "unknown_key": ("name: x\nsampling:\n  stride: 3\n", "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction)"),
+    "unknown_key": ("name: x\nsampling:\n  stride: 3\n", "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction, rate, min_length, max_length)"),
     "unknown_section": ("name: x\nprobes: {}\n", "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, judge, inference, store, ray)"),
     "wrong_type": ("name: x\nsuite:\n  problems_per_task: many\n", "key 'suite.problems_per_task'"),
     "bad_backend": ("name: x\nprobe:\n  backend: gpt\n", "key 'probe.backend': 'gpt' is not one of 'simulated', 'vllm', 'openai'"),

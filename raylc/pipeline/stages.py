@@ -29,7 +29,7 @@ def build(job: Job) -> pl.DataFrame:
 
 def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """Observation spans ``task, problem_id, L, C, start``."""
-    return sample_spans(problems, job.sampling)
+    return sample_spans(problems, job.sampling, job.seed)
 
 
 def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -> pl.DataFrame:
