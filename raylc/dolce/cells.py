@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from raylc.dolce.categories import assign_categories, category_thresholds
+
 #: Columns of the observation table the fitters consume.
 OBS_COLUMNS = ("task", "problem_id", "L", "C", "start", "score", "metric")
 
@@ -158,8 +160,6 @@ def check_task_table(obs: pl.DataFrame) -> None:
 
 def fit_frames(model, task: str, scenario: str, lam_p: int, k_p: int) -> tuple[pl.DataFrame, dict]:
     """A fitted COWFit/PIGFit as (problems frame, info dict) with Figure 1 categories."""
-    from raylc.dolce.categories import assign_categories
-
     categories = assign_categories(model.lam_, model.k_, lam_p, k_p, model.lam_q_)
     P = model.problems_.size
     problems = pl.DataFrame(
@@ -182,3 +182,11 @@ def fit_frames(model, task: str, scenario: str, lam_p: int, k_p: int) -> tuple[p
         "k_p": int(k_p),
     }
     return problems, info
+
+
+def task_thresholds(L: np.ndarray, C: np.ndarray) -> tuple[int, int]:
+    """lambda_p, k_p (Section 4) from a task's partial observation lengths 0 < C < L."""
+    ladder = np.unique(C[(C > 0) & (C < L)])
+    if ladder.size == 0:
+        raise ValueError("task has no partial observation length 0 < C < L; cannot set lambda_p, k_p")
+    return category_thresholds(ladder)

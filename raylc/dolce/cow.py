@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.dolce.categories import category_thresholds
-from raylc.dolce.cells import OBS_COLUMNS, cell_grid, check_task_table, fit_frames
+from raylc.dolce.cells import OBS_COLUMNS, cell_grid, check_task_table, fit_frames, task_thresholds
 from raylc.dolce.cover import cow_cover_prob
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES", "OBS_COLUMNS"]
@@ -224,10 +223,7 @@ def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -
     )
     L = cells["L"].to_numpy()
     C = cells["C"].to_numpy()
-    ladder = np.unique(C[(C > 0) & (C < L)])
-    if ladder.size == 0:
-        raise ValueError("task has no partial observation length 0 < C < L; cannot set lambda_p, k_p")
-    lam_p, k_p = category_thresholds(ladder)
+    lam_p, k_p = task_thresholds(L, C)
 
     model = COWFit(n_steps=n_steps).fit(
         cells["problem_id"].cast(pl.String).to_numpy(), L, C,

@@ -16,8 +16,7 @@ import numpy as np
 import polars as pl
 from scipy.special import expit, gammaln, logsumexp
 
-from raylc.dolce.categories import category_thresholds
-from raylc.dolce.cells import cell_grid, check_task_table, fit_frames
+from raylc.dolce.cells import cell_grid, check_task_table, fit_frames, task_thresholds
 
 __all__ = [
     "PIG_OUTCOMES",
@@ -782,10 +781,7 @@ def fit_pig_task(
         )
     L = cells["L"].to_numpy()
     C = cells["C"].to_numpy()
-    ladder = np.unique(C[(C > 0) & (C < L)])
-    if ladder.size == 0:
-        raise ValueError("task has no partial observation length 0 < C < L; cannot set lambda_p, k_p")
-    lam_p, k_p = category_thresholds(ladder)
+    lam_p, k_p = task_thresholds(L, C)
 
     model = PIGFit(n_steps=n_steps, hit_rate=hit_rate, likelihood=likelihood).fit_stats(
         cells["problem_id"].cast(pl.String).to_numpy(), L, C,
