@@ -42,6 +42,16 @@ def exponential_ticks(max_value: float) -> list[int]:
         scale *= 10
 
 
+def _checked(frame: pl.DataFrame, name: str, need: list[str]) -> pl.DataFrame:
+    """``frame`` with the ``need`` columns checked, non-empty, and ``subset`` defaulting to ``task``."""
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} frame is missing column(s): {', '.join(missing)}")
+    if frame.height == 0:
+        raise ValueError(f"{name} frame is empty")
+    return frame if "subset" in frame.columns else frame.with_columns(subset=pl.col("task"))
+
+
 def _save(fig: Figure, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,13 +71,7 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
     subset (optional), scenario, share_I .. share_V). One panel per scenario (COW, PIG); bars
     are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages.
     """
-    need = ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)]
-    missing = [c for c in need if c not in tasks.columns]
-    if missing:
-        raise ValueError(f"tasks frame is missing column(s): {', '.join(missing)}")
-    if tasks.height == 0:
-        raise ValueError("tasks frame is empty")
-    df = tasks if "subset" in tasks.columns else tasks.with_columns(subset=pl.col("task"))
+    df = _checked(tasks, "tasks", ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)])
     df = df.with_columns(focus=pl.sum_horizontal(*(pl.col(f"share_{c}") for c in ("III", "IV", "V"))))
     scenarios = [s for s in ("COW", "PIG") if s in set(df["scenario"].to_list())] or sorted(set(df["scenario"]))
     heights = [max(1, df.filter(pl.col("scenario") == s).height) for s in scenarios]
@@ -108,13 +112,7 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     by a multiplicative factor exp(U(-jitter, jitter)) (seeded), coloured by its category.
     At most ``max_panels`` (task, subset) panels are drawn, in sorted order.
     """
-    need = ["task", "lam", "k", "category"]
-    missing = [c for c in need if c not in problems.columns]
-    if missing:
-        raise ValueError(f"problems frame is missing column(s): {', '.join(missing)}")
-    if problems.height == 0:
-        raise ValueError("problems frame is empty")
-    df = problems if "subset" in problems.columns else problems.with_columns(subset=pl.col("task"))
+    df = _checked(problems, "problems", ["task", "lam", "k", "category"])
     groups = df.select("task", "subset").unique().sort("task", "subset").head(max_panels)
     n = groups.height
     cols = min(n, 3)
@@ -174,13 +172,7 @@ def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
     NaN values (a constant side, e.g. k = 1 everywhere) are drawn as hollow markers at
     rho = 0 and leave a gap in the line.
     """
-    need = ["experiment", "setting", "task", "rho_lam", "rho_k"]
-    missing = [c for c in need if c not in sensitivity.columns]
-    if missing:
-        raise ValueError(f"sensitivity frame is missing column(s): {', '.join(missing)}")
-    if sensitivity.height == 0:
-        raise ValueError("sensitivity frame is empty")
-    df = sensitivity if "subset" in sensitivity.columns else sensitivity.with_columns(subset=pl.col("task"))
+    df = _checked(sensitivity, "sensitivity", ["experiment", "setting", "task", "rho_lam", "rho_k"])
     experiments = sorted(set(df["experiment"].to_list()))
     xlabels = {"take_every": "take every N (start % N == 0)", "threshold": "binarization threshold"}
     fig, axes = plt.subplots(
