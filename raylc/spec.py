@@ -68,6 +68,94 @@ class PlantedSuite(_Strict):
         return self
 
 
+LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
+
+
+class _LengthSuite(_Strict):
+    """Shared fields of the length-controlled suites (100-LongBench Section 3, HELMET):
+    every sample is rebuilt at each target length in ``lengths`` (tokens of the context,
+    counted with ``tokenizer``: None = the offline default, ``hf:<name>`` a real one);
+    LongScore's Base is the mean over ``base_lengths`` (must be a subset of ``lengths``)."""
+
+    lengths: list[int] = Field(default=LENGTHS_DEFAULT, min_length=1)
+    base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1)
+    samples_per_length: int = Field(default=100, ge=1)
+    tokenizer: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _base_in_lengths(self):
+        if any(x < 1 for x in self.lengths):
+            raise ValueError("every length must be >= 1 token")
+        missing = sorted(set(self.base_lengths) - set(self.lengths))
+        if missing:
+            raise ValueError(f"base_lengths {missing} are not in lengths")
+        return self
+
+
+LONGBENCH100_TASKS = ("kv_retrieval", "counting_stars", "passage_retrieval", "passage_count",
+                      "single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
+
+
+class LongBench100Suite(_LengthSuite):
+    """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
+    real source documents (``sources``) and a pool of distractor documents (``distractors``),
+    JSONL/Parquet/CSV, local or s3://. QA samples scoring above ``prior_knowledge_threshold``
+    with no context are dropped from the statistics (null disables the filter)."""
+
+    kind: Literal["longbench100"]
+    tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]
+    sources: str = Field(min_length=1)
+    distractors: str = Field(min_length=1)
+    prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0)
+
+
+HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
+
+
+class HelmetRecallSuite(_LengthSuite):
+    """HELMET's synthetic recall tasks (JSON KV, multi-key needle with number / UUID values,
+    multi-value needle), SubEM-scored; queries at ``depths`` evenly spaced depths.
+    ``haystack`` optionally names a document pool for the needle tasks' filler."""
+
+    kind: Literal["helmet_recall"]
+    tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
+    depths: int = Field(default=6, ge=1)
+    haystack: Optional[str] = None
+
+
+class LongBenchV2Suite(_Strict):
+    """A LongBench v2 run on data in its released JSON/JSONL format (``data``), zero-shot or
+    two-call chain of thought (Appendix C); contexts are truncated from the middle to the
+    probe's window; invalid outputs count 0.25 in the compensated score."""
+
+    kind: Literal["longbench_v2"]
+    data: str = Field(min_length=1)
+    mode: Literal["zero_shot", "cot"] = "zero_shot"
+    tokenizer: Optional[str] = None
+
+
+THESIS_TASKS = ("key_retrieval", "filter", "exclusion")
+
+
+class ThesisSuite(_Strict):
+    """Unit tasks of the long-context prediction thesis: key retrieval, filter by predicates and
+    information exclusion over generated candidate pieces; ``pieces`` are the piece counts."""
+
+    kind: Literal["thesis_units"]
+    tasks: list[Literal[THESIS_TASKS]] = Field(default=list(THESIS_TASKS), min_length=1)  # type: ignore[valid-type]
+    pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1)
+    base_pieces: list[int] = Field(default=[16], min_length=1)
+    samples_per_setting: int = Field(default=50, ge=1)
+    tokenizer: Optional[str] = None
+
+
+Suite = Annotated[
+    Union[PlantedSuite, LongBench100Suite, HelmetRecallSuite, LongBenchV2Suite, ThesisSuite],
+    Field(discriminator="kind"),
+]
+LENGTH_SUITES = ("longbench100", "helmet_recall", "longbench_v2", "thesis_units")
+
+
 class Sampling(_Strict):
     """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
 
@@ -257,7 +345,7 @@ class Job(_Strict):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
-    suite: PlantedSuite = PlantedSuite()
+    suite: Suite = PlantedSuite()
     sampling: Sampling = Sampling()
     probe: Probe = SimulatedProbe()
     scoring: Scoring = Scoring()
@@ -266,6 +354,14 @@ class Job(_Strict):
     inference: Inference = Inference()
     store: Store = Store()
     ray: RayResources = RayResources()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _planted_by_default(cls, data: Any) -> Any:
+        """A ``suite`` mapping without ``kind`` is the planted suite (the foundation's job files)."""
+        if isinstance(data, dict) and isinstance(data.get("suite"), dict) and "kind" not in data["suite"]:
+            data = {**data, "suite": {"kind": "planted", **data["suite"]}}
+        return data
 
     def resolved(self) -> dict[str, Any]:
         """The full spec with every default filled in, as plain JSON data."""

@@ -1,0 +1,76 @@
+"""The samples table: what every length-controlled suite builder returns.
+
+One row per (task, sample, target length). The prompt sent to the model is
+``head + context + tail``: instruction, the built context (the only part that truncation
+may cut), then the question and answer cue. ``gold`` is what a perfect model would answer
+(scoring ``gold`` must give the maximum score); ``answers`` are the references the metric
+compares against. ``metric`` is a key of :data:`raylc.scoring.metrics.METRICS` or one of
+:data:`SAMPLE_METRICS`; ``extractor`` a key of :data:`raylc.scoring.extract.EXTRACTORS`
+applied to the completion before the metric. ``followup`` (nullable) makes a two-call
+request (LongBench v2 chain of thought): the second prompt is
+``head + context + tail + <first completion> + followup``. ``max_tokens`` (nullable)
+overrides the probe's ``sampling.max_tokens`` for the first call, ``followup_max_tokens``
+for the second. Builders may add further columns (e.g. ``difficulty``, ``depth``,
+``n_pieces``); they pass through to the scores table.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SAMPLE_SCHEMA: dict[str, pl.DataType] = {
+    "task": pl.String(),
+    "sample_id": pl.String(),
+    "length": pl.Int64(),  # target context length in tokens (0 = no context, the prior-knowledge probe)
+    "context_tokens": pl.Int64(),  # achieved context length in tokens, <= length
+    "head": pl.String(),
+    "context": pl.String(),
+    "tail": pl.String(),
+    "question": pl.String(),
+    "answers": pl.List(pl.String()),
+    "gold": pl.String(),
+    "metric": pl.String(),
+    "extractor": pl.String(),
+    "followup": pl.String(),
+    "max_tokens": pl.Int64(),
+    "followup_max_tokens": pl.Int64(),
+}
+
+# metrics that are not plain reference metrics: LLM-judge grades of 100-LongBench
+# (fluency x correctness for QA, fluency x precision for summaries) and LongBench v2's
+# accuracy with invalid outputs kept apart (compensated score counts them as 0.25)
+SAMPLE_METRICS = ("judge_qa", "judge_sum", "longbench_v2")
+
+
+class SampleTableError(ValueError):
+    """A samples table that breaks the contract; the message is one line."""
+
+
+def empty_samples() -> pl.DataFrame:
+    return pl.DataFrame(schema=SAMPLE_SCHEMA)
+
+
+def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFrame:
+    """The table with the contract's columns cast to their types (extra columns kept after them).
+
+    Raises :class:`SampleTableError` naming the first missing column, duplicate key or
+    context longer than its target.
+    """
+    missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]
+    if missing:
+        raise SampleTableError(f"{source}: missing column {missing[0]!r} (required: {', '.join(SAMPLE_SCHEMA)})")
+    out = samples.select(
+        *[pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()], *[c for c in samples.columns if c not in SAMPLE_SCHEMA]
+    )
+    dup = out.filter(pl.struct("task", "sample_id", "length").is_duplicated())
+    if dup.height:
+        row = dup.row(0, named=True)
+        raise SampleTableError(
+            f"{source}: duplicate sample task={row['task']!r} sample_id={row['sample_id']!r} length={row['length']}")
+    over = out.filter((pl.col("length") > 0) & (pl.col("context_tokens") > pl.col("length")))
+    if over.height:
+        row = over.row(0, named=True)
+        raise SampleTableError(
+            f"{source}: sample task={row['task']!r} sample_id={row['sample_id']!r} has {row['context_tokens']} "
+            f"context tokens > target {row['length']}")
+    return out
