@@ -33,7 +33,7 @@ def run(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing run with the same job resumes at its first unfinished stage."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
 ) -> None:
-    """Run a job end to end: build -> sample -> infer -> score -> fit -> report."""
+    """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
     from raylc.backends.base import BackendUnavailable
     from raylc.pipeline.runner import InferenceFailed, RunError, default_run_id, run_job
 
@@ -58,7 +58,7 @@ def run(
 
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
-    """Print a finished run's category table and planted recovery (also in report/summary.md)."""
+    """Print a finished run's report tables: DOLCE categories and planted recovery, or scores per length and LongScore (also in report/summary.md)."""
     from raylc.report import load_report, print_report
 
     try:
@@ -180,6 +180,74 @@ def sensitivity(
     except StoreError as exc:
         _fail(str(exc))
     Console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
+
+
+@app.command()
+def units(
+    data: str = typer.Argument(..., help="Problems file (JSONL/Parquet/CSV, local or s3://) with a task and a context field."),
+    spec: str = typer.Option("s", "--spec", help="Unit spec (DOLCE Table 3 letters, e.g. ls); comma-separated to compare: b,ls."),
+    task_field: str = typer.Option("task", "--task-field", help="Field holding the task name."),
+    context_field: str = typer.Option("context", "--context-field", help="Field holding the context."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Token counter: default, or hf:<name-or-path>."),
+    out: Optional[str] = typer.Option(None, "--out", help="Also write the statistics as Parquet (local or s3://)."),
+) -> None:
+    """Per-task unit statistics (DOLCE Figure 5): problems, context tokens, units per problem, tokens per unit."""
+    from rich import box
+    from rich.console import Console
+
+    from raylc.report import rich_table
+    from raylc.suites.documents import DocumentsError, unit_report
+
+    try:
+        stats = unit_report(data, [s.strip() for s in spec.split(",")], task_field, context_field, tokenizer, out)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except (DocumentsError, StoreError) as exc:
+        _fail(str(exc))
+    shown = stats.with_columns(pl.selectors.float().round(1)).rename(
+        lambda c: c.replace("ctx_tokens_", "ctx\n").replace("unit_tokens_", "tok/u\n").replace("units_", "units\n"))
+    table = rich_table(shown.rename({"problems": "n"}), f"Units of {data}")
+    table.caption = "n: problems; ctx: tokens per context; units: units per problem; tok/u: tokens per unit"
+    table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+    for column in table.columns:
+        column.min_width = max(map(len, str(column.header).split("\n")))
+    Console().print(table)
+
+
+@app.command()
+def plan(
+    job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
+    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Prompt-token budget: pick the smallest take-every strides (per length) that fit."),
+    price_per_mtok: Optional[float] = typer.Option(None, "--price-per-mtok", help="Price in dollars per million (prompt + generated) tokens."),
+    tokens_per_s_per_gpu: Optional[float] = typer.Option(None, "--tokens-per-s-per-gpu", help="Throughput in tokens/s per GPU, for GPU-hours."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer to count with ('default' or hf:<name-or-path>); default: the job's."),
+    overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0, help="Tokens a chat template adds to each request."),
+    write: Optional[Path] = typer.Option(None, "--write", help="Write the planned job (chosen strides) as YAML that `raylc run` accepts."),
+) -> None:
+    """Plan a job without inference: requests, tokens, strides, prefix reuse and cost."""
+    from rich.console import Console
+
+    from raylc.plan import plan as make_plan
+    from raylc.report import rich_table
+
+    try:
+        planned = make_plan(load_job(job_file), budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+                            tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except (ValueError, StoreError) as exc:  # JobSpecError, PlanError, a suite's data errors: bad input
+        _fail(str(exc))
+    if write is not None:
+        try:
+            planned.write(write)
+        except OSError as exc:
+            _fail(f"{write}: cannot write the plan ({exc.strerror or exc})")
+    console = Console()
+    lengths = planned.lengths.with_columns(pl.col("stride").cast(pl.String).fill_null("-"))
+    console.print(rich_table(lengths, f"Planned observations per length ({job_file})"))
+    console.print(rich_table(planned.summary(), "Plan"))
+    if write is not None:
+        typer.echo(f"wrote {write}")
 
 
 def main() -> None:

@@ -36,11 +36,15 @@ def run_longscore(
         raise StoreError(f"{scores_uri}: {exc}") from None
     if scores["model"].n_unique() >= 3 and scores["task"].n_unique() >= 2:
         result["correlation"] = task_correlation(scores, by="task")
-    store = Store(out_uri)
+    _write(result, Store(out_uri))
+    return result
+
+
+def _write(result: dict[str, pl.DataFrame], store: Store) -> None:
+    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root."""
     for name, frame in result.items():
         store.write_table(frame, f"{name}.parquet")
     _figures(result, store)
-    return result
 
 
 def _figures(result: dict[str, pl.DataFrame], store: Store) -> None:
@@ -55,3 +59,57 @@ def _figures(result: dict[str, pl.DataFrame], store: Store) -> None:
             paths.append(plot_correlation_heatmap(result["correlation"], Path(tmp, "task_correlation.png")))
         for path in paths:
             store.write_bytes(Path(path).read_bytes(), Path(path).name)
+
+
+def write_length_report(run, job, scores: pl.DataFrame, n_boot: int = 200) -> dict[str, pl.DataFrame]:
+    """The report of a length-controlled run under ``<run>/report/``: mean score per task and
+    length, LongScore tables and figures (when the suite has base and long lengths; bootstrap
+    CIs over samples), the LongBench v2 splits, the QA prior-knowledge drops, ``summary.md``."""
+    from raylc.pipeline.length import base_lengths, length_axis, model_name, scores_for_longscore
+    from raylc.report import _markdown_table, print_length_report
+
+    store = Store(run.store.uri(run.run_id, "report"))
+    kept = scores.filter(pl.col("kept"))
+    axis = length_axis(job)
+    tables: dict[str, pl.DataFrame] = {
+        "per_task_length": kept.group_by("task", axis).agg(
+            n=pl.len(), score=pl.col("score").mean(), context_tokens=pl.col("context_tokens").mean().round(0)
+        ).sort("task", axis),
+    }
+    md = [f"# raylc report: {run.run_id}", "", f"Job `{job.name}` ({job.suite.kind}), model `{model_name(job)}`, "
+          f"seed {job.seed}, fingerprint `{job.fingerprint()}`.", "", "## Mean score per task and length", "",
+          _markdown_table(tables["per_task_length"].with_columns(pl.col("score").round(4)))]
+    base = base_lengths(job)
+    lc_input = scores_for_longscore(kept, model_name(job), axis) if base else None
+    if lc_input is not None and lc_input["length"].is_in(base).any() and (~lc_input["length"].is_in(base)).any():
+        from raylc.pipeline.ray_exec import ensure_ray, map_tasks
+
+        ensure_ray(job)  # per (model, task) aggregation as Ray tasks, like the DOLCE fits
+        result = longscore(lc_input, base, n_boot=n_boot, seed=job.seed, mapper=map_tasks)
+        tables.update(result)
+        _write(result, store)
+        cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "warning"]
+        md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others)",
+               "", _markdown_table(result["summary"].select(cols).with_columns(
+                   pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)))]
+    if job.suite.kind == "longbench_v2":
+        from raylc.suites.longbench_v2 import longbench_v2_report
+
+        tables["longbench_v2"] = longbench_v2_report(scores).with_columns(pl.col(pl.Float64).round(2))
+        md += ["", "## LongBench v2 (accuracy %, compensated: invalid outputs count 0.25)", "",
+               _markdown_table(tables["longbench_v2"])]
+    dropped = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
+    if getattr(job.suite, "prior_knowledge_threshold", None) is not None:
+        probed = scores.filter(pl.col("length") == 0).select("task").unique()  # the QA tasks
+        total = (scores.filter(pl.col("length") > 0).join(probed, on="task", how="semi")
+                 .select("task", "sample_id").unique().group_by("task").len("samples"))
+        tables["prior_knowledge"] = total.join(dropped.group_by("task").len("dropped"), on="task", how="left").with_columns(
+            pl.col("dropped").fill_null(0).cast(pl.Int64)).sort("task")
+        md += ["", f"## QA prior-knowledge filter (no-context score > {job.suite.prior_knowledge_threshold})", "",
+               _markdown_table(tables["prior_knowledge"])]
+    for name in ("per_task_length", "longbench_v2", "prior_knowledge"):
+        if name in tables:
+            store.write_table(tables[name], f"{name}.parquet")
+    store.write_text("\n".join(md) + "\n", "summary.md")
+    print_length_report(tables)
+    return tables

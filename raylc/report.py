@@ -15,6 +15,7 @@ from raylc.dolce import CATEGORIES
 from raylc.store import Store, StoreError
 
 REPORT_TABLES = ("categories", "recovery", "problems")
+LENGTH_REPORT_TABLES = ("per_task_length", "summary", "longbench_v2", "prior_knowledge")
 
 
 def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
@@ -80,9 +81,25 @@ def stage_table(manifest: dict[str, Any]) -> str:
 
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or Console()
+    if "categories" not in tables:
+        return print_length_report(tables, console)
     console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
     if "recovery" in tables:
         console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
+
+
+def print_length_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
+    """The tables of a length-controlled run (:func:`raylc.length_report.write_length_report`)."""
+    console = console or Console()
+    console.print(rich_table(tables["per_task_length"].with_columns(pl.col("score").round(4)),
+                             "Mean score per task and length"))
+    if "summary" in tables:
+        console.print(rich_table(tables["summary"].select("model", "task", "base", "avg_score", "avg_lc").with_columns(
+            pl.col("base", "avg_score", "avg_lc").round(2)), "LongScore (LC in %, averaged over long lengths)"))
+    if "longbench_v2" in tables:
+        console.print(rich_table(tables["longbench_v2"], "LongBench v2 (accuracy %)"))
+    if "prior_knowledge" in tables:
+        console.print(rich_table(tables["prior_knowledge"], "QA prior-knowledge filter: samples dropped"))
 
 
 def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:
@@ -113,9 +130,9 @@ def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     if manifest is None:
         raise StoreError(f"{run_dir}: not a raylc run (no manifest.json)")
     tables = {}
-    for name in REPORT_TABLES:
+    for name in (*REPORT_TABLES, *LENGTH_REPORT_TABLES):
         if store.exists(run_id, "report", f"{name}.parquet"):
             tables[name] = store.read_table(run_id, "report", f"{name}.parquet")
-    if "categories" not in tables:
+    if "categories" not in tables and "per_task_length" not in tables:
         raise StoreError(f"{run_dir}: the run has no report yet (run it to completion with `raylc run`)")
     return tables, manifest

@@ -37,6 +37,30 @@ def _uniform(keys: pl.Series) -> pl.Series:
     )
 
 
+def observed_lengths(sampling: Sampling, max_len: int) -> list[int]:
+    """The partial lengths sampled for contexts up to ``max_len`` units: the ladder within
+    [min_length, max_length], C = 0 always kept (DOLCE Appendix K.1 "only >= 10" / "only <= 10")."""
+    return [c for c in partial_lengths(sampling, max_len)
+            if c == 0 or (c >= sampling.min_length and (sampling.max_length is None or c <= sampling.max_length))]
+
+
+def stride_expr(sampling: Sampling) -> pl.Expr:
+    """The take-every stride of each row's length ``C`` under the strategy (1 for the others).
+
+    ``take_every``: max(every(C), floor(stride_fraction * C)), every(C) the per-length entry of
+    an ``every`` mapping (1 where it has none); ``take_ip_rate``: max(1, floor(stride_fraction * C)).
+    """
+    if sampling.strategy in ("enumerate", "sample_rate", "sample_ip_rate"):
+        return pl.lit(1, pl.Int64)
+    if sampling.strategy == "take_ip_rate":
+        floor = pl.lit(1, pl.Int64)
+    elif isinstance(sampling.every, dict):
+        floor = pl.col("C").replace_strict(sampling.every, default=1, return_dtype=pl.Int64)
+    else:
+        floor = pl.lit(sampling.every, pl.Int64)
+    return pl.max_horizontal(floor, (pl.col("C") * sampling.stride_fraction).floor().cast(pl.Int64))
+
+
 def sample_spans(problems: pl.DataFrame, sampling: Sampling, seed: int = 0) -> pl.DataFrame:
     """One row per observation span: ``task, problem_id, L, C, start``.
 
@@ -47,22 +71,14 @@ def sample_spans(problems: pl.DataFrame, sampling: Sampling, seed: int = 0) -> p
     keys = problems.select("task", "problem_id", "L")
     if keys.height == 0:
         return pl.DataFrame(schema=SPAN_SCHEMA)
-    partial = [c for c in partial_lengths(sampling, int(keys["L"].max()))
-               if c == 0 or (c >= sampling.min_length and (sampling.max_length is None or c <= sampling.max_length))]
-    ladder = pl.DataFrame({"C": partial}, schema={"C": pl.Int64})
+    ladder = pl.DataFrame({"C": observed_lengths(sampling, int(keys["L"].max()))}, schema={"C": pl.Int64})
     spans = keys.join(ladder, how="cross").filter(pl.col("C") < pl.col("L"))
     if sampling.lengths == "exponential" or "L" in sampling.lengths:
         spans = pl.concat([spans, keys.with_columns(C=pl.col("L"))])
-    if sampling.strategy in ("enumerate", "sample_rate", "sample_ip_rate"):
-        stride = pl.lit(1, pl.Int64)
-    else:
-        proportional = (pl.col("C") * sampling.stride_fraction).floor().cast(pl.Int64)
-        floor = 1 if sampling.strategy == "take_ip_rate" else sampling.every
-        stride = pl.max_horizontal(pl.lit(floor, pl.Int64), proportional)
     # C = 0 (no context) has a single, empty span
     n_starts = pl.when(pl.col("C") == 0).then(1).otherwise(pl.col("L") - pl.col("C") + 1)
     spans = (
-        spans.with_columns(start=pl.int_ranges(0, n_starts, stride, dtype=pl.Int64))
+        spans.with_columns(start=pl.int_ranges(0, n_starts, stride_expr(sampling), dtype=pl.Int64))
         .explode("start")
         .select(list(SPAN_SCHEMA))
         .cast(SPAN_SCHEMA)

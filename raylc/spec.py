@@ -71,6 +71,15 @@ class PlantedSuite(_Strict):
 LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
+def _check_axis(axis: list[int], base: list[int], name: str, base_name: str, smallest: int) -> None:
+    """Every value of a length axis is >= ``smallest`` and LongScore's base values lie on it."""
+    if any(x < smallest for x in axis):
+        raise ValueError(f"every value of {name} must be >= {smallest}")
+    missing = sorted(set(base) - set(axis))
+    if missing:
+        raise ValueError(f"{base_name} {missing} are not in {name}")
+
+
 class _LengthSuite(_Strict):
     """Shared fields of the length-controlled suites (100-LongBench Section 3, HELMET):
     every sample is rebuilt at each target length in ``lengths`` (tokens of the context,
@@ -84,11 +93,7 @@ class _LengthSuite(_Strict):
 
     @model_validator(mode="after")
     def _base_in_lengths(self):
-        if any(x < 1 for x in self.lengths):
-            raise ValueError("every length must be >= 1 token")
-        missing = sorted(set(self.base_lengths) - set(self.lengths))
-        if missing:
-            raise ValueError(f"base_lengths {missing} are not in lengths")
+        _check_axis(self.lengths, self.base_lengths, "lengths", "base_lengths", 1)
         return self
 
 
@@ -96,26 +101,39 @@ LONGBENCH100_TASKS = ("kv_retrieval", "counting_stars", "passage_retrieval", "pa
                       "single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
 
 
+LONGBENCH100_JUDGED = ("single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
+
+
 class LongBench100Suite(_LengthSuite):
     """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
     real source documents (``sources``) and a pool of distractor documents (``distractors``),
     JSONL/Parquet/CSV, local or s3://. QA samples scoring above ``prior_knowledge_threshold``
-    with no context are dropped from the statistics (null disables the filter)."""
+    with no context are dropped from the statistics (null disables the filter, and the
+    no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
+    (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
+    document repeated 1..``max_repeats`` times."""
 
     kind: Literal["longbench100"]
     tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]
     sources: str = Field(min_length=1)
     distractors: str = Field(min_length=1)
     prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0)
+    kv_pairs: int = Field(default=3, ge=1)
+    star_passages: int = Field(default=4, ge=2)
+    max_repeats: int = Field(default=3, ge=1)
 
 
 HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
 
 
 class HelmetRecallSuite(_LengthSuite):
-    """HELMET's synthetic recall tasks (JSON KV, multi-key needle with number / UUID values,
-    multi-value needle), SubEM-scored; queries at ``depths`` evenly spaced depths.
-    ``haystack`` optionally names a document pool for the needle tasks' filler."""
+    """HELMET's synthetic recall tasks (Section 2.1, Appendix B.5): JSON KV, RULER multi-key
+    needle with number / UUID values (the haystack is noisy needles with other keys) and
+    multi-value needle (four values for one key in an essay haystack), SubEM-scored (recall
+    over the four values for the multi-value needle); the gold key or needle sits at
+    ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
+    pool (JSONL/Parquet/CSV with a ``text`` column, local or s3://) for the multi-value
+    needle's essay; unset, RULER's repeated noise sentences are the filler."""
 
     kind: Literal["helmet_recall"]
     tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
@@ -138,19 +156,81 @@ THESIS_TASKS = ("key_retrieval", "filter", "exclusion")
 
 
 class ThesisSuite(_Strict):
-    """Unit tasks of the long-context prediction thesis: key retrieval, filter by predicates and
-    information exclusion over generated candidate pieces; ``pieces`` are the piece counts."""
+    """Unit tasks of the long-context prediction thesis (Section 3.2, Table A.1): key retrieval,
+    filter by predicates and information exclusion over generated candidate pieces.
+
+    A piece is one candidate with its context sentences; ``pieces`` are the piece counts (the
+    length axis: the thesis adjusts context length by the number of pieces) and LongScore's
+    Base is the mean over ``base_pieces`` (a subset of ``pieces``). The samples table's
+    ``length`` is a token count (the largest context of the task and piece count) and the
+    piece count is its ``n_pieces`` column. ``selectivity`` is the fraction of candidates that
+    satisfy every predicate (Section 5.2), ``exclusion`` the fraction the exclusion task tells
+    the model to ignore (Section 5.3; the thesis ignores 2 of 20)."""
 
     kind: Literal["thesis_units"]
     tasks: list[Literal[THESIS_TASKS]] = Field(default=list(THESIS_TASKS), min_length=1)  # type: ignore[valid-type]
     pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1)
     base_pieces: list[int] = Field(default=[16], min_length=1)
     samples_per_setting: int = Field(default=50, ge=1)
+    selectivity: float = Field(default=0.2, ge=0.0, le=1.0)
+    exclusion: float = Field(default=0.1, ge=0.0, le=1.0)
     tokenizer: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _base_in_pieces(self) -> "ThesisSuite":
+        _check_axis(self.pieces, self.base_pieces, "pieces", "base_pieces", 2)
+        return self
+
+
+class DocumentsSuite(_Strict):
+    """User-provided problems for the DOLCE pipeline (:mod:`raylc.suites.documents`): a
+    JSONL/Parquet/CSV file (``data``, local or s3://) with fields ``task, id, context, question,
+    answer`` (or ``answers``) and optional ``choices``. Contexts are split into units by
+    ``units`` (DOLCE Table 3 letters, e.g. ``ls``), per task by ``task_units``; prompts use
+    ``template`` (a name in :data:`raylc.prompts.TEMPLATES`, or ``auto``: ``choice`` for rows
+    with choices, else ``qa``), per task ``task_templates``. ``tasks`` keeps only those tasks;
+    ``problems_per_task`` keeps a seeded sample of that many problems per task."""
+
+    kind: Literal["documents"]
+    data: str = Field(min_length=1)
+    units: str = "s"
+    task_units: dict[str, str] = {}
+    template: str = "auto"
+    task_templates: dict[str, str] = {}
+    tasks: Optional[list[str]] = Field(default=None, min_length=1)
+    problems_per_task: Optional[int] = Field(default=None, ge=1)
+
+    @field_validator("units")
+    @classmethod
+    def _unit_spec(cls, v: str) -> str:
+        from raylc.units import parse_spec
+
+        return parse_spec(v)
+
+    @field_validator("task_units")
+    @classmethod
+    def _task_unit_specs(cls, v: dict[str, str]) -> dict[str, str]:
+        from raylc.units import parse_spec
+
+        return {task: parse_spec(spec) for task, spec in v.items()}
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        from raylc.prompts import check_template
+
+        return check_template(v, auto=True)
+
+    @field_validator("task_templates")
+    @classmethod
+    def _task_templates(cls, v: dict[str, str]) -> dict[str, str]:
+        from raylc.prompts import check_template
+
+        return {task: check_template(name, auto=True) for task, name in v.items()}
 
 
 Suite = Annotated[
-    Union[PlantedSuite, LongBench100Suite, HelmetRecallSuite, LongBenchV2Suite, ThesisSuite],
+    Union[PlantedSuite, LongBench100Suite, HelmetRecallSuite, LongBenchV2Suite, ThesisSuite, DocumentsSuite],
     Field(discriminator="kind"),
 ]
 LENGTH_SUITES = ("longbench100", "helmet_recall", "longbench_v2", "thesis_units")
@@ -166,6 +246,8 @@ class Sampling(_Strict):
 
     - ``enumerate``: every start;
     - ``take_every``: starts 0, s, 2s, ... with s = max(every, floor(stride_fraction * C));
+      ``every`` is one stride or a mapping ``{C: stride}`` of per-length strides (lengths it
+      does not list use 1), as written by ``raylc plan --budget-tokens`` (:mod:`raylc.plan`);
     - ``take_ip_rate``: the same with s = max(1, floor(stride_fraction * C)), a take rate
       inversely proportional to C (``stride_fraction`` > 0 required);
     - ``sample_rate``: each start kept with probability ``rate``;
@@ -178,11 +260,29 @@ class Sampling(_Strict):
 
     lengths: Union[Literal["exponential"], list[Length]] = "exponential"
     strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = "take_every"
-    every: int = Field(default=1, ge=1)
+    every: Union[int, dict[int, int]] = 1
     stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
     rate: float = Field(default=1.0, gt=0.0)
     min_length: int = Field(default=0, ge=0)
     max_length: Optional[int] = Field(default=None, ge=0)
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every_strides(cls, v: Any) -> Union[int, dict[int, int]]:
+        """One stride >= 1, or ``{C: stride}`` with lengths >= 0 and strides >= 1 (sorted by C)."""
+        def whole(x: Any) -> int:
+            if isinstance(x, float) and not x.is_integer():
+                raise ValueError(x)
+            return int(x)
+
+        try:
+            every = {whole(c): whole(s) for c, s in v.items()} if isinstance(v, dict) else whole(v)
+            bad = every < 1 if isinstance(every, int) else any(c < 0 or s < 1 for c, s in every.items())
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            raise ValueError("every must be a stride >= 1 or a mapping {length >= 0: stride >= 1}")
+        return dict(sorted(every.items())) if isinstance(every, dict) else every
 
     @model_validator(mode="after")
     def _strategy_params(self) -> "Sampling":
@@ -201,6 +301,10 @@ class SimulatedProbe(_Strict):
     correctly closed-book; otherwise it answers correctly iff a complete evidence run is
     visible (missing it with ``idk_rate``); without one it guesses a random code with
     ``guess_rate``, gives a plausible wrong answer with ``wrong_rate``, else "Unanswerable".
+
+    On the length-controlled suites it answers a sample's gold answer with probability
+    ``accuracy * 2 ** (-context_tokens / half_life_tokens)`` (``knowledge_rate`` with no
+    context), else "Unanswerable"; a chain-of-thought first call gets a fixed reasoning line.
     """
 
     backend: Literal["simulated"] = "simulated"
@@ -208,6 +312,8 @@ class SimulatedProbe(_Strict):
     guess_rate: float = Field(default=0.005, ge=0.0, le=1.0)
     wrong_rate: float = Field(default=0.002, ge=0.0, le=1.0)
     idk_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    accuracy: float = Field(default=0.9, ge=0.0, le=1.0)
+    half_life_tokens: int = Field(default=65536, ge=1)
 
     @model_validator(mode="after")
     def _rates(self) -> "SimulatedProbe":
@@ -276,13 +382,14 @@ Probe = Annotated[Union[SimulatedProbe, VLLMProbe, OpenAIProbe], Field(discrimin
 
 
 class Scoring(_Strict):
-    """Exact match with IDK detection: outcome 1, 0, or IDK (null score).
-
-    ``idk_patterns`` are regexes on the lower-cased output; unset means
-    :data:`raylc.scoring.extract.IDK_PATTERNS`.
+    """Span scoring for the DOLCE suites (:func:`raylc.scoring.score_spans`): ``metric`` for
+    open answers (exact match: COW outcomes 1 / 0; F1, SubEM, ROUGE-L, edit similarity: partial
+    credit for PIG), accuracy of the letter for four-choice problems, ROUGE-L for summaries;
+    an IDK answer is a null score. ``idk_patterns`` are regexes on the lower-cased output;
+    unset means :data:`raylc.scoring.extract.IDK_PATTERNS`.
     """
 
-    metric: Literal["exact_match"] = "exact_match"
+    metric: Literal["exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "recall", "match_part"] = "exact_match"
     idk_patterns: Optional[list[str]] = Field(default=None, min_length=1)
 
     @field_validator("idk_patterns")
@@ -354,6 +461,13 @@ class Job(_Strict):
     inference: Inference = Inference()
     store: Store = Store()
     ray: RayResources = RayResources()
+
+    @model_validator(mode="after")
+    def _judge_when_judged(self) -> "Job":
+        judged = sorted(set(getattr(self.suite, "tasks", [])) & set(LONGBENCH100_JUDGED)) if self.suite.kind == "longbench100" else []
+        if judged and self.judge is None:
+            raise ValueError(f"suite tasks {', '.join(judged)} are scored by an LLM judge: add a judge section")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -436,6 +550,8 @@ def _describe(err: dict[str, Any]) -> str:
         tag = err.get("ctx", {}).get("discriminator", "'backend'").strip("'")
         got = err.get("ctx", {}).get("tag")
         return f"key '{key}.{tag}': {got!r} is not one of {expected}" if got is not None else f"missing key '{key}.{tag}' (one of {expected})"
+    if not loc:  # a check across sections
+        return str(err["msg"]).removeprefix("Value error, ")
     return f"key '{key}': {err['msg']} (got {err.get('input')!r})"
 
 

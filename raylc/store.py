@@ -71,9 +71,9 @@ def read_input(uri: str) -> pl.DataFrame:
         data = fh.read()
     try:
         if name.endswith(".csv"):
-            return pl.read_csv(io.BytesIO(data))
-        if name.endswith((".jsonl", ".ndjson")):
-            return pl.read_ndjson(io.BytesIO(data))
+            return pl.read_csv(io.BytesIO(data), infer_schema_length=None)
+        if name.endswith((".jsonl", ".ndjson")):  # every row decides the schema: a field may first appear late
+            return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
         raise StoreError(f"{uri}: cannot parse ({str(exc).splitlines()[0]})") from None
     raise StoreError(f"{uri}: unsupported format (use .parquet, .csv or .jsonl)")

@@ -95,31 +95,3 @@ def fit_to_window(
     raise PromptTooLong(
         f"instruction and question alone need {fixed} tokens + max_tokens {max_tokens} > max_model_len {max_model_len}"
     )
-
-
-def fit_prompts(
-    prompts: list[str],
-    tokenizer: Tokenizer,
-    max_model_len: int,
-    max_tokens: int,
-    policy: Policy = "middle",
-    template: str = TEMPLATE,
-) -> tuple[list[Optional[str]], list[int], list[Optional[str]]]:
-    """:func:`fit_to_window` over rendered prompts (split with :func:`split_prompt`).
-
-    Returns ``(prompts, tokens cut, errors)``; a refused prompt is ``None`` with its error.
-    """
-    out: list[Optional[str]] = []
-    cut: list[int] = []
-    errors: list[Optional[str]] = []
-    for p in prompts:
-        fitted: Optional[str] = None
-        n, error = 0, None
-        try:
-            fitted, n = fit_to_window(*split_prompt(p, template), tokenizer, max_model_len, max_tokens, policy)
-        except PromptTooLong as exc:
-            error = f"prompt too long: {exc}"
-        out.append(fitted)
-        cut.append(n)
-        errors.append(error)
-    return out, cut, errors

@@ -264,6 +264,21 @@ def test_vllm_backend_truncates_context_and_records_refusals(engine):
     assert refused["prompt_tokens"] > 5000 and ok["completion"] is not None
 
 
+def test_vllm_backend_prompt_parts_and_per_request_max_tokens(engine):
+    """(head, context, tail) prompts keep the tail; differing max_tokens -> one SamplingParams per request."""
+    head, tail = "Instruction.\n\n", "\n\nQuestion: which one?\nAnswer:"
+    parts = (head, " ".join(["filler"] * 3000), tail)
+    backend = VLLMBackend(_probe(max_model_len=400, sampling={"max_tokens": 16}))
+    a, b = backend.generate([parts, parts], max_tokens=[None, 100])
+    sent, params, _ = engine.calls[0]
+    assert [p.kw["max_tokens"] for p in params] == [16, 100]
+    assert len(sent[0]["prompt_token_ids"]) + 16 <= 400 and len(sent[1]["prompt_token_ids"]) + 100 <= 400
+    assert b["truncated_tokens"] > a["truncated_tokens"] > 2000
+    assert backend.llm.get_tokenizer().decode(sent[1]["prompt_token_ids"]).endswith(f"{tail} [ASSISTANT]")
+    backend.generate([parts], max_tokens=[50])
+    assert engine.calls[1][1].kw["max_tokens"] == 50  # one value: a single SamplingParams
+
+
 def test_vllm_backend_flags_aborted_requests(engine):
     engine.finish_reason = "abort"
     (r,) = VLLMBackend(_probe()).generate(["x"])

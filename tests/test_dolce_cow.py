@@ -59,6 +59,22 @@ def test_matches_literal_algorithm_1_ladders(seed):
     assert_matches_reference(observations)
 
 
+@pytest.mark.parametrize(
+    "observations, n_steps",
+    [
+        # problem 1: every answer is 1, so lambda = 0 ties exactly with (1, 2) and (2, 1)
+        # (P_nonpar = (1, 0, 0) below lambda, pi = 1 above)
+        ([(0, 1, 0, 1)] * 4 + [(0, 1, 0, 0)] + [(1, 2, 0, 1)] * 5 + [(1, 2, 1, 1)], 1),
+        # (lambda, k) = (0, 4) and (4, 4) tie: the cell at C = 4 < L only holds outcome 0, whose
+        # probability does not depend on pi
+        ([(0, 17, 17, 0), (0, 17, 16, 1), (0, 17, 16, 1), (0, 17, 16, 0), (0, 17, 16, None), (0, 17, 17, 0),
+          (0, 17, 14, 0), (0, 17, 4, 0), (0, 17, 17, 0), (0, 17, 14, 0), (0, 17, 17, None)], 2),
+    ],
+)
+def test_exact_ties_go_to_the_first_pair(observations, n_steps):
+    assert_matches_reference(observations, n_steps)
+
+
 def test_literal_reference_on_simulated_problems():
     obs, _, _ = simulate_cow_task(3, seed=11, L_range=(20, 60), take_every=3)
     observations = [

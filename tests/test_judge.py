@@ -1,51 +1,44 @@
-"""LLM-as-judge plumbing: judge prompts through the same backend and actor-pool machinery."""
+"""LLM-as-judge plumbing: 100-LongBench judge prompts through the same backend and actor-pool machinery."""
 
 import polars as pl
 import pytest
 
+from raylc.backends.simulated import SimulatedBackend
 from raylc.backends.testserver import SimulatedOpenAIServer
 from raylc.pipeline.ray_exec import generate_on_ray
-from raylc.scoring.judge import judge_prompts, judge_scores, parse_grades
-from raylc.spec import parse_job
-
-
-class _Grader:
-    """Grades 5 when the reference appears in the model answer, 1 otherwise, 'n/a' for an empty answer."""
-
-    def answer(self, prompt: str) -> str:
-        ref = prompt.split("Reference answer: ")[1].split("\n")[0]
-        pred = prompt.split("Model answer: ")[1].split("\n")[0]
-        if not pred:
-            return "n/a"
-        return "Score: 5" if ref.lower() in pred.lower() else "Reasoning... Score: 1"
-
+from raylc.scoring.judge import judge_sample_prompts, judge_sample_scores, simulated_judgement
+from raylc.spec import SimulatedProbe, parse_job
 
 FRAME = pl.DataFrame({
-    "question": ["Capital of France?", "2+2?", "Colour of the sky?"],
-    "reference": ["Paris", "4", "blue"],
-    "prediction": ["It is Paris.", "5", None],
+    "metric": ["judge_qa", "judge_qa", "judge_qa", "judge_sum"],
+    "question": ["Capital of France?", "2+2?", "Colour of the sky?", "Summarize."],
+    "answers": [["Paris"], ["4", "four"], ["blue"], ["The cat sat on the mat. It slept."]],
+    "prediction": ["It is Paris.", "five", None, "The cat sat on the mat. Dogs can fly."],
 })
 
 
-def test_prompts_and_grades():
-    prompts = judge_prompts(FRAME)
-    assert prompts.len() == 3 and "Reference answer: Paris" in prompts[0] and "Model answer: It is Paris." in prompts[0]
-    assert "from 0 (wrong) to 5" in prompts[0]
-    grades = parse_grades(pl.Series(["Score: 5", "score = 2", "Score: 9", "no grade", None]))
-    assert grades.to_list() == [1.0, 0.4, None, None, None]
+def test_simulated_judge_grades_the_rendered_prompts():
+    prompts = judge_sample_prompts(FRAME)
+    assert 'Correct answers: ["4", "four"]\nAnswer: five\n' in prompts[1]
+    replies = [simulated_judgement(p) for p in prompts]
+    assert '"correctness": 3' in replies[0] and '"correctness": 0' in replies[1]
+    assert '"precision": 1, "sentence_count": 2' in replies[3]
+    assert simulated_judgement("What is the code of vault V-1?") is None
 
 
 def test_judge_through_the_actor_pool(ray_session):
-    with SimulatedOpenAIServer(_Grader(), model="judge", fail_rate=0.2, seed=3) as server:
+    backend = SimulatedBackend(SimulatedProbe(), {})
+    with SimulatedOpenAIServer(backend, model="judge", fail_rate=0.2, seed=3) as server:
         job = parse_job({
             "name": "j",
             "judge": {"backend": "openai", "base_url": server.base_url, "model": "judge", "mode": "completions",
-                      "max_retries": 10, "backoff_s": 0.01},
+                      "max_retries": 10, "backoff_s": 0.01, "sampling": {"max_tokens": 64}},
             "ray": {"no_progress_timeout_s": 120, "batch_size": 2},
         })
-        scored = judge_scores(FRAME, lambda prompts: generate_on_ray(prompts, job.as_judge()))
-    assert scored["judge_score"].to_list() == [1.0, 0.2, None]
-    assert scored["judgement"].to_list() == ["Score: 5", "Reasoning... Score: 1", "n/a"]
+        scores = judge_sample_scores(FRAME, lambda prompts: generate_on_ray(prompts, job.as_judge()))
+    # fluency 2 x correctness 3 / 6; wrong; blank -> 0 without a call; fluency 1 x 1 of 2 sentences
+    assert scores.to_list() == [1.0, 0.0, 0.0, 0.5]
+    assert server.stats["completed"] == 3
 
 
 def test_job_without_judge():

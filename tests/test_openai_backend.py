@@ -186,6 +186,31 @@ def test_client_side_truncation(planted):
     assert server.stats["requests"] == 1
 
 
+def test_prompt_parts_and_per_request_max_tokens(planted):
+    """(head, context, tail) prompts: only the context is cut, each request's own max_tokens is budgeted and sent."""
+    sim, _ = planted
+    head, tail = "Read the passages.\n\n", "\n\nQuestion: which passage mentions the lighthouse?\nAnswer:"
+    context = " ".join(f"Passage {i}: filler words here." for i in range(600))
+    sent = []
+    original = openai_http.OpenAIBackend._body
+
+    def spy(self, prompt, max_tokens):
+        sent.append(max_tokens)
+        return original(self, prompt, max_tokens)
+
+    with SimulatedOpenAIServer(sim) as server:
+        backend = OpenAIBackend(probe(server.base_url, max_model_len=800, mode="completions", concurrency=1))
+        openai_http.OpenAIBackend._body = spy
+        try:
+            short, long = backend.generate([(head, context, tail)] * 2, max_tokens=[None, 300])
+        finally:
+            openai_http.OpenAIBackend._body = original
+    assert sent == [32, 300]
+    assert short["error"] is None and short["prompt_tokens"] + 32 <= 800 < short["prompt_tokens"] + 300
+    assert long["error"] is None and long["prompt_tokens"] + 300 <= 800
+    assert long["truncated_tokens"] > short["truncated_tokens"] > 0
+
+
 def test_usage_parsing_fallbacks():
     backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions"))
     full = {"choices": [{"text": "12", "finish_reason": "length"}],

@@ -7,9 +7,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from raylc.pipeline.runner import OUTPUTS, RunError, run_job
+from raylc.pipeline import checkpoint
+from raylc.pipeline.runner import OUTPUTS, Run, RunError, run_job
 from raylc.report import load_report
 from raylc.spec import load_job
+from raylc.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "infer", "score/observations.parquet",
@@ -98,3 +100,40 @@ def test_report_command(quickstart_runs):
     assert "Planted-category recovery" in summary and "| planted-b |" in summary
     bad = subprocess.run([sys.executable, "-m", "raylc", "report", str(store / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+def _completion(ids, errors, tokens):
+    return pl.DataFrame({"task": ["t"] * len(ids), "request_id": ids,
+                         "completion": ["1" if e is None else None for e in errors], "error": errors,
+                         "prompt_tokens": tokens, "generated_tokens": [1] * len(ids),
+                         "cached_tokens": [None] * len(ids), "truncated_tokens": [0] * len(ids)},
+                        schema_overrides={"error": pl.String, "cached_tokens": pl.Int64})
+
+
+def test_shard_by_shard_accounting_matches_the_loaded_table(tmp_path):
+    """A request failed in one attempt and succeeded in the next counts once, as a success."""
+    store = Store(str(tmp_path))
+    writer = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    writer.add(_completion(["a", "b"], ["timeout", None], [5, 7]))
+    writer.add(_completion(["a", "c"], [None, "refused"], [5, 3]))
+    assert len(store.parquet_files("r", "infer")) == 2
+    assert sorted(checkpoint.completed_ids(store, "r").to_list()) == ["a", "b"]
+    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
+    assert rows == checkpoint.accounting(checkpoint.load_completions(store, "r"), reused=1)
+    assert (rows["requests"], rows["errors"], rows["prompt_tokens"], first) == (3, 1, 12, "refused")
+    shards = list(checkpoint.iter_shards(store, "r"))
+    assert [s.height for s in shards] == [2, 2] and all(s["task"].to_list() == ["t", "t"] for s in shards)
+    assert checkpoint.stored_accounting(store, "empty", reused=0)[0] == {
+        "requests": 0, "reused": 0, "errors": 0, **dict.fromkeys(checkpoint.TOKEN_COLUMNS, 0)}
+
+
+def test_write_parts_streams_one_parquet_file(tmp_path):
+    run = Run(Store(str(tmp_path)), "r")
+    parts = [pl.DataFrame({"x": [i, i + 1], "s": ["a", "b"]}) for i in range(0, 6, 2)]
+    assert run.write_parts(iter(parts), "t/x.parquet", parts[0].clear()) == 6
+    whole = pl.concat(parts)
+    assert pl.read_parquet(tmp_path / "r" / "t" / "x.parquet").equals(whole) and run.num_rows("t/x.parquet") == 6
+    assert [f.height for f in run.iter_rows("t/x.parquet", 4)] == [4, 2]
+    assert pl.concat(run.iter_rows("t/x.parquet", 4)).equals(whole)
+    assert run.write_parts(iter([]), "t/empty.parquet", parts[0].clear()) == 0
+    assert run.read("t/empty.parquet").equals(parts[0].clear())

@@ -24,15 +24,17 @@ def _request_ids(run_dir: Path) -> list[str]:
     return ids
 
 
-def _start(job_file: Path, store: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def _start(job_file: Path, store: Path, address: str) -> subprocess.Popen:
+    """``raylc run`` as a driver joining the test session's Ray (as a job on a cluster does)."""
+    env = {**os.environ, "RAY_ADDRESS": address}
     return subprocess.Popen(
         [sys.executable, "-m", "raylc", "run", str(job_file), "--store", str(store), "--run-id", "k"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
 
 
-def test_sigkill_during_inference_then_resume(tmp_path):
+def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
+    address = ray_session.get_runtime_context().gcs_address
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["inference"] = {"shard_rows": 3000, "shard_seconds": 1.0}
     job_file = tmp_path / "quickstart-ckpt.yaml"
@@ -42,7 +44,7 @@ def test_sigkill_during_inference_then_resume(tmp_path):
     rng = random.Random(7)
     for attempt in range(5):
         before = len(_request_ids(run_dir)) if run_dir.exists() else 0
-        proc = _start(job_file, store)
+        proc = _start(job_file, store, address)
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None and len(_request_ids(run_dir)) <= before:
             time.sleep(0.2)
@@ -55,7 +57,7 @@ def test_sigkill_during_inference_then_resume(tmp_path):
         assert len(ids) > before
     stored_before_final = set(_request_ids(run_dir))
 
-    proc = _start(job_file, store)
+    proc = _start(job_file, store, address)
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     assert f"{len(stored_before_final)} completions kept from earlier attempts" in err

@@ -12,6 +12,7 @@ from pathlib import Path
 import boto3
 import polars as pl
 import pytest
+import yaml
 
 from raycluster import free_port
 from raylc.pipeline.runner import run_job
@@ -19,6 +20,7 @@ from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "raylc-test"
+SMALL = {"suite.problems_per_task": 40, "suite.max_units": 200}  # the quickstart, smaller
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "score/observations.parquet", "fits/problems.parquet",
           "fits/tasks.parquet", "report/categories.parquet", "report/recovery.parquet", "report/problems.parquet"]
 
@@ -64,8 +66,8 @@ def runs(s3, ray_session, tmp_path_factory):
     local = tmp_path_factory.mktemp("local")
     logs: list[str] = []
     base = ROOT / "jobs" / "quickstart.yaml"
-    job_s3 = load_job(base, {"store.path": f"s3://{BUCKET}/runs", "ray.no_progress_timeout_s": 300})
-    job_local = load_job(base, {"store.path": str(local), "ray.no_progress_timeout_s": 300})
+    job_s3 = load_job(base, {"store.path": f"s3://{BUCKET}/runs", "ray.no_progress_timeout_s": 300, **SMALL})
+    job_local = load_job(base, {"store.path": str(local), "ray.no_progress_timeout_s": 300, **SMALL})
     run_job(job_s3, "qs", log=logs.append)
     run_job(job_local, "qs", log=logs.append)
     return local, logs
@@ -122,11 +124,15 @@ def _raylc(args, env_extra=None, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
-def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs):
+def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_path):
     server, creds = s3
+    job_file = tmp_path / "quickstart-small.yaml"
+    spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
+    spec["suite"].update({k.split(".")[1]: v for k, v in SMALL.items()})
+    job_file.write_text(yaml.safe_dump(spec))
     client = boto3.client("s3")
     store = f"s3://{BUCKET}/outage"
-    proc = _raylc(["run", "jobs/quickstart.yaml", "--store", store, "--run-id", "o1"])
+    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"])
     deadline = time.time() + 300
     while time.time() < deadline:  # stop the server while inference writes its shards
         try:
@@ -159,7 +165,7 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs):
     manifest = json.loads(client.get_object(Bucket=BUCKET, Key="outage/o1/manifest.json")["Body"].read())
     assert manifest["stages"].get("infer", {}).get("status") != "done"
 
-    proc = _raylc(["run", "jobs/quickstart.yaml", "--store", store, "--run-id", "o1"])
+    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"])
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     assert "[build] done already, skipped" in err

@@ -99,3 +99,33 @@ def test_take_ip_rate_and_length_subsets():
     assert set(short_only["C"]) == {0, 1, 2, 5, 10, 300}
     with pytest.raises(ValueError, match="take_ip_rate needs stride_fraction"):
         Sampling(strategy="take_ip_rate")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    Ls=st.lists(st.integers(1, 300), min_size=1, max_size=4),
+    strides=st.dictionaries(st.sampled_from([0, 1, 2, 5, 10, 20, 50, 100, 200, 7]), st.integers(1, 400), max_size=6),
+    fraction=st.sampled_from([0.0, 0.1, 0.5]),
+)
+def test_per_length_strides_take_exactly_every_sth_start(Ls, strides, fraction):
+    sampling = Sampling(every=strides, stride_fraction=fraction)
+    problems = _problems(Ls)
+    spans = sample_spans(problems, sampling)
+    assert spans.equals(sample_spans(problems, Sampling(every=dict(reversed(strides.items())), stride_fraction=fraction)))
+    got = {(p, C): starts for p, C, starts in spans.group_by("problem_id", "C").agg("start").rows()}
+    for pid, L in zip(problems["problem_id"], Ls):
+        for C in exponential_ladder(L)[1:]:  # lengths the mapping does not list use stride 1
+            s = max(strides.get(C, 1), int(fraction * C))
+            assert sorted(got[pid, C]) == list(range(0, L - C + 1, s))
+        assert got[pid, 0] == [0] and got[pid, L] == [0]
+        assert {C for p, C in got if p == pid} == set(exponential_ladder(L)) | {L}
+
+
+def test_every_mapping_validation_and_scalar_equivalence():
+    problems = _problems([120, 37])
+    ladder = exponential_ladder(120)
+    assert sample_spans(problems, Sampling(every={c: 3 for c in ladder})).equals(sample_spans(problems, Sampling(every=3)))
+    assert Sampling(every={"5": "2", 1: 4}).every == {1: 4, 5: 2}  # YAML/JSON keys are normalized and sorted
+    for bad in (0, {5: 0}, {-1: 2}, "x", 2.5, {5: 2.5}, [3], None):
+        with pytest.raises(ValueError, match="every must be a stride >= 1 or a mapping"):
+            Sampling(every=bad)

@@ -6,11 +6,23 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from raycluster import LocalHead
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/problems.parquet", "report/recovery.parquet"]
+
+
+@pytest.fixture
+def small_job():
+    """A smaller quickstart inside the working directory that `ray job submit` uploads."""
+    spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
+    spec["suite"].update(problems_per_task=40, max_units=200)
+    path = ROOT / "jobs" / ".submit-test.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    yield path.relative_to(ROOT).as_posix()
+    path.unlink()
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +39,13 @@ def _check_run(store: Path, run_id: str) -> None:
     manifest = (store / run_id / "manifest.json").read_text()
     assert '"status": "done"' in manifest and '"report"' in manifest
     recovery = pl.read_parquet(store / run_id / "report" / "recovery.parquet")
-    assert recovery.filter(pl.col("task") == "(all)")["recovery"][0] >= 0.9
+    assert recovery.filter(pl.col("task") == "(all)")["recovery"][0] >= 0.8
 
 
-def test_raylc_submit_and_plain_ray_job_submit(head, tmp_path):
+def test_raylc_submit_and_plain_ray_job_submit(head, tmp_path, small_job):
     store = tmp_path / "store"
     proc = subprocess.run(
-        [sys.executable, "-m", "raylc", "submit", "jobs/quickstart.yaml", "--address", head.address,
+        [sys.executable, "-m", "raylc", "submit", small_job, "--address", head.address,
          "--store", str(store), "--run-id", "via-raylc"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
@@ -45,7 +57,7 @@ def test_raylc_submit_and_plain_ray_job_submit(head, tmp_path):
     ray_bin = Path(sys.executable).parent / "ray"
     proc = subprocess.run(
         [str(ray_bin), "job", "submit", "--address", head.address, "--working-dir", ".", "--",
-         "python", "-m", "raylc", "run", "jobs/quickstart.yaml", "--store", str(store), "--run-id", "via-ray"],
+         "python", "-m", "raylc", "run", small_job, "--store", str(store), "--run-id", "via-ray"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

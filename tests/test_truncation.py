@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from raylc.prompts import TEMPLATE, render_prompts
 from raylc.tokenize import DefaultTokenizer, get_tokenizer
-from raylc.truncation import PromptTooLong, fit_prompts, fit_to_window, split_prompt
+from raylc.truncation import PromptTooLong, fit_to_window, split_prompt
 
 HEAD, _rest = TEMPLATE.split("{context}")
 _MIDDLE, _TAIL = _rest.split("{question}")
@@ -129,17 +129,6 @@ def test_split_prompt_matches_render_prompts():
     head, context, tail = split_prompt(prompt)
     assert (head, context, tail) == (HEAD, "Alpha one. Beta\n\nQuestion: two.", TAIL)
     assert split_prompt("free text") == ("", "free text", "")
-
-
-def test_fit_prompts_vectorized():
-    tok = DefaultTokenizer()
-    prompts = [HEAD + words(n) + TAIL for n in (10, 5000)] + ["no template " * 3000]
-    out, cut, err = fit_prompts(prompts, tok, 1000, 16, "middle")
-    assert out[0] == prompts[0] and cut[0] == 0 and err == [None, None, None]
-    assert out[1].endswith(TAIL) and cut[1] > 0 and tok.count(out[1]) + 16 <= 1000
-    assert tok.count(out[2]) + 16 <= 1000 and out[2].startswith("no template")
-    out, cut, err = fit_prompts(prompts, tok, 1000, 16, "refuse")
-    assert out[0] == prompts[0] and out[1] is None and err[1].startswith("prompt too long")
 
 
 # --- a real (BPE) tokenizer, built offline ---------------------------------------------------

@@ -17,7 +17,7 @@ from raylc.backends.base import (
     Generation,
     generations_frame,
 )
-from raylc.backends.simulated import SimulatedBackend
+from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend
 from raylc.spec import Job
 
 __all__ = [
@@ -27,8 +27,11 @@ __all__ = [
 
 
 def make_backend(job: Job, problems: Optional[pl.DataFrame]) -> Backend:
-    """The backend named by ``job.probe.backend`` (the simulated probe's memorized answers come from ``problems``)."""
+    """The backend named by ``job.probe.backend``. The simulated probe's memorized answers come
+    from ``problems`` (a planted problems table, or a samples table of a length-controlled suite)."""
     probe = job.probe
+    if probe.backend == "simulated" and problems is not None and "gold" in problems.columns:
+        return SimulatedLengthBackend(probe, problems, seed=job.seed)
     if probe.backend == "simulated":
         knowledge = {} if problems is None else dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
         return SimulatedBackend(probe, knowledge, seed=job.seed)

@@ -1,4 +1,8 @@
-"""The backend interface: ``generate(prompts: list[str]) -> list[dict]``, one dict per prompt.
+"""The backend interface: ``generate(prompts, max_tokens=None) -> list[dict]``, one dict per prompt.
+
+A prompt is a string rendered from the DOLCE template, or its parts ``(head, context,
+tail)`` (instruction, document, question) so that truncation cuts the context only;
+``max_tokens`` optionally overrides the probe's ``sampling.max_tokens`` per request.
 
 Each dict (:class:`Generation`) has ``completion`` (None when the request failed),
 ``prompt_tokens`` (as sent, after truncation), ``generated_tokens``, ``cached_tokens``
@@ -10,7 +14,7 @@ fit the window). :data:`GENERATION_SCHEMA` is the matching Polars schema;
 
 from __future__ import annotations
 
-from typing import Optional, TypedDict
+from typing import Optional, Sequence, TypedDict, Union
 
 import polars as pl
 
@@ -75,12 +79,40 @@ def generations_frame(results: list[Generation]) -> pl.DataFrame:
     )
 
 
+Prompt = Union[str, tuple[str, str, str]]
+MaxTokens = Optional[Sequence[Optional[int]]]
+
+
+def prompt_parts(prompt: Prompt) -> tuple[str, str, str]:
+    """``(head, context, tail)``: given parts as they are; a string split by the DOLCE template
+    (:func:`raylc.truncation.split_prompt`)."""
+    if isinstance(prompt, str):
+        from raylc.truncation import split_prompt
+
+        return split_prompt(prompt)
+    head, context, tail = prompt
+    return head, context, tail
+
+
+def prompt_text(prompt: Prompt) -> str:
+    return prompt if isinstance(prompt, str) else "".join(prompt)
+
+
+def request_max_tokens(max_tokens: MaxTokens, n: int, default: int) -> list[int]:
+    """Per-request ``max_tokens``: the override where given (not null), else ``default``."""
+    if max_tokens is None:
+        return [default] * n
+    if len(max_tokens) != n:
+        raise ValueError(f"{n} prompts but {len(max_tokens)} max_tokens values")
+    return [default if m is None else int(m) for m in max_tokens]
+
+
 class Backend:
     """Base class: ``generate`` is required; ``check_endpoint`` fails fast before a run."""
 
     name = "backend"
 
-    def generate(self, prompts: list[str]) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
         raise NotImplementedError
 
     def check_endpoint(self) -> None:

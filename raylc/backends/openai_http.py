@@ -30,12 +30,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from raylc.backends.base import Backend, BackendUnavailable, Generation, generation
+from raylc.backends.base import (
+    Backend, BackendUnavailable, Generation, MaxTokens, Prompt, generation, prompt_parts, prompt_text, request_max_tokens,
+)
 from raylc.spec import OpenAIProbe
 from raylc.tokenize import get_tokenizer
-from raylc.truncation import fit_prompts
+from raylc.truncation import PromptTooLong, fit_to_window
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_SLEEP_S = 60.0
@@ -143,14 +145,14 @@ class OpenAIBackend(Backend):
         except ValueError:
             raise _Fatal("response is not JSON") from None
 
-    def _body(self, prompt: str) -> bytes:
+    def _body(self, prompt: str, max_tokens: int) -> bytes:
         p, s = self.probe, self.probe.sampling
         body: dict[str, Any] = {"model": p.model}
         if p.mode == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        body.update(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        body.update(temperature=s.temperature, top_p=s.top_p, max_tokens=max_tokens)
         if s.stop:
             body["stop"] = list(s.stop)
         if s.seed is not None:
@@ -178,9 +180,9 @@ class OpenAIBackend(Backend):
             truncated_tokens=cut,
         )
 
-    def _request(self, index: int, prompt: str, cut: int) -> Generation:
+    def _request(self, index: int, prompt: str, cut: int, max_tokens: int) -> Generation:
         rng = random.Random(f"{self.seed}:{index}")
-        body = self._body(prompt)
+        body = self._body(prompt, max_tokens)
         t0 = time.perf_counter()
         attempts, last = 0, ""
         while True:
@@ -208,23 +210,27 @@ class OpenAIBackend(Backend):
 
     # --- public ---------------------------------------------------------------------------
 
-    def generate(self, prompts: list[str]) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
         """One result dict per prompt, in order; at most ``concurrency`` requests in flight."""
         p = self.probe
-        if p.max_model_len is not None:
-            fitted, cuts, errors = fit_prompts(prompts, self._tokenizer, p.max_model_len, p.sampling.max_tokens, p.truncation)
-        else:
-            fitted, cuts, errors = list(prompts), [0] * len(prompts), [None] * len(prompts)
+        limits = request_max_tokens(max_tokens, len(prompts), p.sampling.max_tokens)
+        fitted: list[Optional[str]] = []
+        cuts: list[int] = []
         results: list[Optional[Generation]] = [None] * len(prompts)
-        todo = []
-        for i, (text, err) in enumerate(zip(fitted, errors)):
-            if text is None:
-                results[i] = generation(prompt_tokens=self._tokenizer.count(prompts[i]), error=err)
-            else:
-                todo.append(i)
+        for i, (prompt, limit) in enumerate(zip(prompts, limits)):
+            text, cut = prompt_text(prompt), 0
+            if p.max_model_len is not None:
+                try:
+                    text, cut = fit_to_window(*prompt_parts(prompt), self._tokenizer, p.max_model_len, limit, p.truncation)
+                except PromptTooLong as exc:
+                    results[i] = generation(prompt_tokens=self._tokenizer.count(text), error=f"prompt too long: {exc}")
+                    text = None
+            fitted.append(text)
+            cuts.append(cut)
+        todo = [i for i, r in enumerate(results) if r is None]
         if todo:
             with ThreadPoolExecutor(max_workers=min(p.concurrency, len(todo)), thread_name_prefix="raylc-openai") as pool:
-                done = pool.map(lambda i: self._request(i, fitted[i], cuts[i]), todo)  # type: ignore[arg-type]
+                done = pool.map(lambda i: self._request(i, fitted[i], cuts[i], limits[i]), todo)  # type: ignore[arg-type]
                 for i, r in zip(todo, done):
                     results[i] = r
         return results  # type: ignore[return-value]

@@ -6,19 +6,25 @@ suite (:mod:`raylc.suites.planted`), draws its randomness from a hash of the pro
 the job seed, and behaves like the mixture of DOLCE Section 3.2: a closed-book noise
 component (``knowledge_rate`` correct answers, ``guess_rate`` random codes) and an oracle
 that answers iff a complete evidence run is visible, otherwise says "Unanswerable" or,
-with ``wrong_rate``, gives the plausible wrong answer from the partial clues it saw.
+with ``wrong_rate``, gives the plausible wrong answer from the partial clues it saw. Given a
+judge prompt it grades by word overlap (:func:`raylc.scoring.judge.simulated_judgement`).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import numpy as np
+from typing import Sequence
 
-from raylc.backends.base import Backend, Generation, generation
+import numpy as np
+import polars as pl
+
+from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, generation, prompt_text
 from raylc.prompts import IDK_ANSWER
+from raylc.scoring.judge import simulated_judgement
 from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
+from raylc.suites.samples import COMPLETION
 from raylc.tokenize import get_tokenizer
 
 
@@ -51,6 +57,9 @@ class SimulatedBackend(Backend):
         return np.random.default_rng(int.from_bytes(digest, "little"))
 
     def answer(self, prompt: str) -> str:
+        judged = simulated_judgement(prompt)  # as a judge (``judge: {backend: simulated}``)
+        if judged is not None:
+            return judged
         cfg = self.config
         rng = self._rng(prompt)
         u_know, u_miss, u_noise, guess = rng.random(), rng.random(), rng.random(), int(rng.integers(0, 1000))
@@ -68,10 +77,10 @@ class SimulatedBackend(Backend):
             return str(sum(c[2] for c in clues) % 1000) if clues else str(guess)
         return IDK_ANSWER
 
-    def generate(self, prompts: list[str]) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
         tok = get_tokenizer(None)
         out = []
-        for p in prompts:  # no model, no latency: None keeps repeated runs' tables identical
+        for p in map(prompt_text, prompts):  # no model, no latency: None keeps repeated runs' tables identical
             text = self.answer(p)
             out.append(
                 generation(
@@ -80,3 +89,40 @@ class SimulatedBackend(Backend):
                 )
             )
         return out
+
+
+SIMULATED_COT = "Let me read the context step by step. (simulated reasoning)"
+
+
+class SimulatedLengthBackend(SimulatedBackend):
+    """The simulated probe on a length-controlled suite (:mod:`raylc.suites.samples`).
+
+    It knows every sample's prompt and ``gold`` answer and answers it correctly with
+    probability ``accuracy * 2 ** (-context_tokens / half_life_tokens)`` (``knowledge_rate``
+    with no context), else "Unanswerable", seeded by the prompt; a two-call sample's first
+    call gets :data:`SIMULATED_COT`. Prompts it does not know get the planted behaviour.
+    """
+
+    def __init__(self, config: SimulatedProbe, samples: pl.DataFrame, seed: int = 0):
+        super().__init__(config, {}, seed)
+        self.cases: dict[str, tuple[str, int]] = {}
+        for head, context, tail, gold, n, follow in samples.select(
+            "head", "context", "tail", "gold", "context_tokens", "followup"
+        ).iter_rows():
+            prompt = head + context + tail
+            if follow is None:
+                self.cases[prompt] = (gold, n)
+            else:
+                self.cases[prompt] = (SIMULATED_COT, -1)
+                self.cases[follow.replace(COMPLETION, SIMULATED_COT, 1)] = (gold, n)
+
+    def answer(self, prompt: str) -> str:
+        case = self.cases.get(prompt)
+        if case is None:
+            return super().answer(prompt)
+        gold, n = case
+        if n < 0:
+            return gold
+        cfg = self.config
+        p = cfg.knowledge_rate if n == 0 else cfg.accuracy * 2.0 ** (-n / cfg.half_life_tokens)
+        return gold if self._rng(prompt).random() < p else IDK_ANSWER

@@ -39,11 +39,13 @@ queued-to-last-token time when vLLM reports metrics, else the wall time of the b
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from raylc.backends.base import Backend, BackendUnavailable, Generation, generation
+from raylc.backends.base import (
+    Backend, BackendUnavailable, Generation, MaxTokens, Prompt, generation, prompt_parts, prompt_text, request_max_tokens,
+)
 from raylc.spec import GenerationParams, VLLMProbe
-from raylc.truncation import PromptTooLong, fit_to_window, split_prompt
+from raylc.truncation import PromptTooLong, fit_to_window
 
 VLLM_VERSION = "0.33.0"
 INSTALL_HINT = "vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine"
@@ -179,30 +181,35 @@ class VLLMBackend(Backend):
             self._tok = tok
         return self._tok
 
-    def prepare(self, prompt: str) -> tuple[Optional[list[int]], int, Optional[str], int]:
+    def prepare(self, prompt: Prompt, max_tokens: int) -> tuple[Optional[list[int]], int, Optional[str], int]:
         """``(token ids | None, context tokens cut, error, prompt tokens)`` for one prompt."""
         tok = self.tokenizer()
         p = self.probe
         try:
-            text, cut = fit_to_window(
-                *split_prompt(prompt), tok, p.max_model_len, p.sampling.max_tokens, p.truncation
-            )
+            text, cut = fit_to_window(*prompt_parts(prompt), tok, p.max_model_len, max_tokens, p.truncation)
         except PromptTooLong as exc:
-            return None, 0, f"prompt too long: {exc}", tok.count(prompt)
+            return None, 0, f"prompt too long: {exc}", tok.count(prompt_text(prompt))
         ids = tok.prompt_ids(text)
         return ids, cut, None, len(ids)
 
-    def generate(self, prompts: list[str]) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
+        """One ``llm.generate`` call for the batch (one ``SamplingParams`` per request when
+        ``max_tokens`` differ); prompts go in as token ids after fitting them into the window."""
         vllm = import_vllm()
         llm = self.llm
-        prepared = [self.prepare(p) for p in prompts]
+        limits = request_max_tokens(max_tokens, len(prompts), self.probe.sampling.max_tokens)
+        prepared = [self.prepare(p, m) for p, m in zip(prompts, limits)]
         todo = [i for i, (ids, *_rest) in enumerate(prepared) if ids is not None]
         outputs: list[Any] = []
         t0 = time.perf_counter()
         if todo:
             tokens_prompt = getattr(vllm, "TokensPrompt", dict)  # a TypedDict: {"prompt_token_ids": ids}
             requests = [tokens_prompt(prompt_token_ids=prepared[i][0]) for i in todo]
-            params = vllm.SamplingParams(**sampling_kwargs(self.probe.sampling))
+            base = sampling_kwargs(self.probe.sampling)
+            if len({limits[i] for i in todo}) == 1:
+                params: Any = vllm.SamplingParams(**{**base, "max_tokens": limits[todo[0]]})
+            else:
+                params = [vllm.SamplingParams(**{**base, "max_tokens": limits[i]}) for i in todo]
             outputs = llm.generate(requests, params, use_tqdm=False)
         batch_s = time.perf_counter() - t0
         results: list[Generation] = [

@@ -9,26 +9,32 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.dolce.cells import OBS_COLUMNS, cell_grid, check_task_table, fit_frames, task_thresholds
-from raylc.dolce.cover import cow_cover_prob
+from raylc.dolce.cells import (
+    OBS_COLUMNS, cell_grid, check_task_table, fit_frames, segment_positions, task_thresholds,
+)
+from raylc.dolce.cover import cover_prob_partial
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES", "OBS_COLUMNS"]
 
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
 
+#: Entries per chunk of the general terms (work arrays that stay in cache).
+_CHUNK = 1 << 15
 
-def _cell_term(cnt: np.ndarray, log_p: np.ndarray) -> np.ndarray:
-    """sum_x n_x log p_x over the last axis (x = 1, 0, IDK), skipping n_x = 0 (0 log 0 = 0).
+
+def _cell_term(n1, n0, ni, l1, l0, li) -> np.ndarray:
+    """n_1 log p_1 + n_0 log p_0 + n_IDK log p_IDK, skipping n_x = 0 (0 log 0 = 0).
 
     One fixed expression for every cell, below or above lambda, so that two candidates with
-    the same per-outcome probabilities get bit-identical sums (ties stay exact ties)."""
-    n1, n0, ni = cnt[..., 0], cnt[..., 1], cnt[..., 2]
-    return (
-        np.where(n1 > 0, n1 * log_p[..., 0], 0.0)
-        + np.where(n0 > 0, n0 * log_p[..., 1], 0.0)
-        + np.where(ni > 0, ni * log_p[..., 2], 0.0)
-    )
+    the same per-outcome probabilities get equal terms (ties stay exact ties). Unmasked
+    unless some 0 * log 0 occurs (the products then agree up to the sign of a zero)."""
+    t = n1 * l1
+    t += n0 * l0
+    t += ni * li
+    if np.isnan(t.sum()):
+        t = np.where(n1 > 0, n1 * l1, 0.0) + np.where(n0 > 0, n0 * l0, 0.0) + np.where(ni > 0, ni * li, 0.0)
+    return t
 
 
 class COWFit:
@@ -67,12 +73,18 @@ class COWFit:
     denominator gives q_ij(N) = P_i(N) (posterior = prior). A zero mixture probability gives
     log 0 = -inf for that candidate. In exact arithmetic the last two cannot occur.
 
-    Vectorization: pi is precomputed once for every (problem, lambda, k, cell with
-    C >= lambda) on padded arrays with masks; P_nonpar comes from cumulative sums over cells
-    sorted by C; all pairs are scored at once. Every candidate's objective sums one fixed
-    per-cell expression over the same cells in the same order, so mathematically tied
-    candidates (e.g. lambda = maxC_i + 1 and L_i) tie exactly and the first one wins, as in a
-    per-observation loop. Cost O(P |Lambda|^2 |cells|) time and memory per step.
+    Vectorization: a pair's objective sums one per-cell term n_1 log p_1 + n_0 log p_0 +
+    n_IDK log p_IDK over the problem's cells in C order. The cells below lambda share P_nonpar
+    (their partial sum is formed once per (problem, lambda)); the cells at or above lambda with
+    C < L are laid out flat, one entry per (problem, lambda, k, cell), with pi computed once
+    (Appendix A.1); the cell with C = L has pi = 1 and comes last. Entries whose term does not
+    depend on pi (pi = 1, or only outcome 0 observed) take the per-cell term of pi = 1, so
+    mathematically tied pairs (e.g. lambda = 0 and lambda = maxC_i + 1 when every answer below
+    maxC_i + 1 is correct) add bitwise equal terms in the same order, tie exactly, and the
+    first one wins as in a per-observation loop; of the k for a lambda whose cells above all
+    have C = L only the first is scored. The other entries take log P_i(O) +
+    log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step, their log P_i(O) and
+    outcome-0 parts summed per pair. Cost O(P |Lambda|^2 |cells|) time and memory per step.
 
     ``fit(problem, L, C, n1, n0, nidk)`` takes aligned 1-D arrays, one row per (problem, C)
     cell (duplicate cells are summed; cells with zero counts are no observations): the
@@ -95,27 +107,128 @@ class COWFit:
         if not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
             raise ValueError("counts n1, n0, nidk must be finite and non-negative")
         g = cell_grid(problem, L, C, cnt)
-        P, M, Lp, Cpad, cellmask, cand, valid = g["P"], g["M"], g["Lp"], g["Cpad"], g["cellmask"], g["cand"], g["valid"]
-        problems, maxC, cntpad = g["problems"], g["maxC"], g["stats"]
+        P, M, Mc, Lp, Cpad, cellmask, cand = g["P"], g["M"], g["Mc"], g["Lp"], g["Cpad"], g["cellmask"], g["cand"]
+        cntpad = g["stats"]
+        cell_cnt = cntpad.reshape(P * Mc, 3).T.copy()  # (3, P * Mc): n1, n0, nidk per flat cell
 
-        below = cellmask[:, None, :] & (Cpad[:, None, :] < cand[:, :, None])  # (P, M, Mc)
-        above = cellmask[:, None, :] & ~below
-        n_below = below.sum(axis=2)  # cells sorted by C: the cells below lambda are a prefix
+        # cells are sorted by C and padded at the end: the cells below lambda are a prefix
+        n_cells = cellmask.sum(axis=1)
+        n_partial = (cellmask & (Cpad < Lp[:, None])).sum(axis=1)
+        n_below = (cellmask[:, None, :] & (Cpad[:, None, :] < cand[:, :, None])).sum(axis=2)  # (P, M)
+        b_pl = np.repeat(np.arange(P * M), n_below.reshape(-1))  # below entries (p, lambda, c < n_below)
+        b_cell = b_pl // M * Mc + segment_positions(b_pl, P * M)[0]
 
-        # pi(lambda, k; L_i, C) for every valid pair and cell with C >= lambda (Eq. 3), once
-        need = valid[:, :, :, None] & above[:, :, None, :]
-        shape = need.shape
-        need_idx = np.flatnonzero(need)
-        p_e, l_e, k_e, c_e = np.unravel_index(need_idx, shape)
-        pi = np.full(shape, 0.5)  # entries outside ``need`` are never used
-        pi_e = cow_cover_prob(cand[p_e, l_e], cand[p_e, k_e], Lp[p_e], Cpad[p_e, c_e]) if need_idx.size else np.zeros(0)
-        pi.reshape(-1)[need_idx] = pi_e
+        # valid pairs v = (p, lambda, k) in (p, lambda, k) order. When every cell at or above
+        # lambda has C = L or lambda = 0, pi = 1 there for every k: all k tie exactly and only
+        # the first can win, so only it is scored.
+        valid_idx = np.flatnonzero(g["valid"])
+        vp, vlk = np.divmod(valid_idx, M * M)
+        vl = vlk // M
+        vpl = vp * M + vl
+        tied = ((cand == 0) | (n_below >= n_partial[:, None])).reshape(-1)[vpl]
+        keep = ~tied | np.r_[True, vpl[1:] != vpl[:-1]]
+        valid_idx, vp, vl, vpl = valid_idx[keep], vp[keep], vl[keep], vpl[keep]
+        lam_v, k_v = cand.reshape(-1)[vpl], cand.reshape(-1)[vp * M + valid_idx % M]
+
+        # a pair's cells at or above lambda, by C: the partial ones (C < L; none when lambda = 0)
+        # need pi (Appendix A.1), the one with C = L (if observed) has pi = 1 and comes last
+        nb_v = n_below.reshape(-1)[vpl]
+        n_part = np.where(lam_v > 0, np.maximum(n_partial[vp] - nb_v, 0), 0)
+        start_part = np.cumsum(n_part) - n_part
+        seg = np.repeat(np.arange(vp.size), n_part)
+        e_cell = np.repeat(vp * Mc + nb_v - start_part, n_part) + np.arange(seg.size)
+        grp = n_part > 0
+        pi = cover_prob_partial(lam_v[grp], k_v[grp], Lp[vp[grp]], Cpad.reshape(-1)[e_cell], n_part[grp])
+        # entries whose term does not depend on pi < 1 (pi = 1, or only outcome 0 observed) after
+        # the pair's last entry that does take the per-cell term of pi = 1 ("ones"), the others
+        # the general term ("gen")
+        n_x = cell_cnt[0] + cell_cnt[2]
+        dep = (pi < 1.0) & (n_x.take(e_cell) > 0)
+        n_dep = np.cumsum(dep)
+        one = ~dep & (n_dep == np.repeat(n_dep[(start_part + n_part - 1)[grp]], n_part[grp]))
+        gen = np.flatnonzero(~one)
+        gen_cell, gen_seg = e_cell[gen], seg[gen]
+        # lambda = 0: every partial cell takes the pi = 1 term
+        zero = np.flatnonzero(lam_v == 0)
+        zero_seg = np.repeat(zero, n_partial[vp[zero]])
+        zero_cell = vp[zero_seg] * Mc + segment_positions(zero_seg, vp.size)[0]
+        # the C = L cell (if observed) is the last term of every pair's sum
+        has_full = n_cells > n_partial
+        # pairs per problem, padded with index V (an appended -inf score)
+        pos, n_pairs = segment_positions(vp, P)
+        pair_pad = np.full((P, n_pairs.max()), vp.size)
+        pair_pad[vp, pos] = np.arange(vp.size)
         return dict(
-            problems=problems, P=P, M=M, Lp=Lp, maxC=maxC, Cpad=Cpad, cntpad=cntpad, cellmask=cellmask,
-            cand=cand, valid=valid, below=below, n_below=n_below, pi=pi,
-            need_idx=need_idx, p_e=p_e, pi_e=pi_e, cnt_e=cntpad[p_e, c_e],
-            totals=cntpad.sum(axis=(1, 2)),
+            problems=g["problems"], P=P, M=M, Mc=Mc, maxC=g["maxC"], cellmask=cellmask, cand=cand,
+            totals=cntpad.sum(axis=(1, 2)), n_below=n_below, has_n0=cntpad[:, :, 1].sum(axis=1) > 0,
+            cell_cnt=cell_cnt, b_pl=b_pl, b_reps=n_below.reshape(-1), b_cnt=[c.take(b_cell) for c in cell_cnt],
+            vpl=vpl, l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, nb_v=nb_v, n_part=n_part, start_part=start_part,
+            pi=pi, w_seg=np.concatenate([np.arange(vp.size), gen_seg, zero_seg, seg[one]]),
+            one_cell=np.concatenate([zero_cell, e_cell[one]]), has_full=has_full,
+            last_cell=np.arange(P) * Mc + n_cells - 1, pair_reps=n_pairs,
+            gen_reps=np.bincount(vp[gen_seg], minlength=P), gen_pi=pi[gen], gen_npi=1.0 - pi[gen],
+            gen_n1=cell_cnt[0].take(gen_cell), gen_nidk=cell_cnt[2].take(gen_cell),
+            gen_pair_cnt=[np.bincount(gen_seg, c.take(gen_cell), minlength=vp.size) for c in (n_x, cell_cnt[1])],
         )
+
+    @staticmethod
+    def _objective(d: dict, noise: np.ndarray, nonpar: np.ndarray, prior_N, prior_O) -> np.ndarray:
+        """sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] for every kept pair (V,).
+
+        One bincount over W = [below sums of all pairs, general terms, one terms], each part in
+        (pair, C) order, so a pair without general entries sums its cells sequentially in C
+        order and exact ties stay exact; then the last (C = L) term, plus, for pairs with
+        general entries (whose sums depend on a pi in (0, 1) of their own), their per-pair parts."""
+        P, M = d["P"], d["M"]
+        V, n_gen = d["vpl"].size, d["gen_pi"].size
+        a_noise = noise[None, :] * prior_N[:, None]  # (P, 3)
+        W = np.empty(d["w_seg"].size)
+        with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf; 0 * log 0 is masked
+            # C < lambda: P_nonpar, shared by the cells below lambda
+            log_below = nonpar * np.repeat(prior_O, M)
+            log_below += np.repeat(a_noise.T, M, axis=1)
+            lb = np.repeat(np.log(log_below, out=log_below), d["b_reps"], axis=1)
+            below = np.bincount(d["b_pl"], _cell_term(*d["b_cnt"], *lb), minlength=P * M)
+            W[:V] = below[d["vpl"]]
+            # C >= lambda: Eq. 3, P(0|O) = 0; a problem without outcome 0 never needs log P(0|N)
+            log_a0 = np.where(d["has_n0"], np.log(a_noise[:, 1]), 0.0)
+            log_p = np.repeat([np.log(prior_O + a_noise[:, 0]), log_a0, np.log(a_noise[:, 2])], d["Mc"], axis=1)
+            log_one = _cell_term(*d["cell_cnt"], *log_p)  # pi = 1, per flat cell
+            np.take(log_one, d["one_cell"], out=W[V + n_gen :])
+
+            # general entries: n_1 log(pi P_i(O) + P(1|N) P_i(N)) + n_IDK log((1 - pi) P_i(O) + P(IDK|N) P_i(N)),
+            # in place, as log P_i(O) + log(pi + P(1|N) P_i(N) / P_i(O)) when P_i(O) > 0; the
+            # n_x log P_i(O) and n_0 log P(0|N) P_i(N) parts are summed per pair
+            reps, n1, ni = d["gen_reps"], d["gen_n1"], d["gen_nidk"]
+            gen = W[V : V + n_gen]
+            if np.all(prior_O > 0):
+                r1, ri = np.repeat(a_noise[:, 0] / prior_O, reps), np.repeat(a_noise[:, 2] / prior_O, reps)
+                log_pO = np.log(prior_O)
+                # in chunks that stay in cache
+                x, y = np.empty(min(n_gen, _CHUNK)), np.empty(min(n_gen, _CHUNK))
+                for lo in range(0, n_gen, _CHUNK):
+                    hi = min(lo + _CHUNK, n_gen)
+                    l1 = np.log(np.add(r1[lo:hi], d["gen_pi"][lo:hi], out=x[: hi - lo]), out=x[: hi - lo])
+                    li = np.log(np.add(ri[lo:hi], d["gen_npi"][lo:hi], out=y[: hi - lo]), out=y[: hi - lo])
+                    np.multiply(n1[lo:hi], l1, out=gen[lo:hi])
+                    gen[lo:hi] += np.multiply(ni[lo:hi], li, out=li)
+                if np.isnan(gen.sum()):  # some 0 * log 0: the masked expression
+                    l1, li = np.log(r1 + d["gen_pi"]), np.log(ri + d["gen_npi"])
+                    gen[:] = np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0)
+            else:
+                pO = np.repeat(prior_O, reps)
+                l1 = np.log(d["gen_pi"] * pO + np.repeat(a_noise[:, 0], reps))
+                li = np.log(d["gen_npi"] * pO + np.repeat(a_noise[:, 2], reps))
+                log_pO = np.zeros(P)
+                gen[:] = np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0)
+            # per pair: the C = L term, the last of the sum, plus the parts above (0 for pairs
+            # without general entries, whose sums so stay sequential)
+            reps = d["pair_reps"]
+            last = _cell_term(*d["gen_pair_cnt"], 0.0, np.repeat(log_pO, reps), np.repeat(log_a0, reps), 0.0)
+            last += np.repeat(np.where(d["has_full"], log_one[d["last_cell"]], 0.0), reps)
+        ll = np.bincount(d["w_seg"], W, minlength=V)
+        ll += last
+        return ll
 
     # ------------------------------------------------------------------ EM
     def fit(self, problem, L, C, n1, n0, nidk) -> "COWFit":
@@ -123,75 +236,62 @@ class COWFit:
         if T < 1:
             raise ValueError("n_steps must be >= 1")
         d = self._prepare(problem, L, C, n1, n0, nidk)
-        P, M = d["P"], d["M"]
-        cnt, pi, valid = d["cntpad"], d["pi"], d["valid"]
+        P, Mc = d["P"], d["Mc"]
+        cnt, cellmask, pad = d["cell_cnt"].reshape(3, P, Mc), d["cellmask"], d["pair_pad"]
         ar = np.arange(P)
-        valid_flat = valid.reshape(P, M * M)
-        first_valid = np.argmax(valid_flat, axis=1)
+        cells = np.arange(Mc)
+        below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)  # (p, lambda) -> prefix end
 
         qN = np.full(cnt.shape, 0.5)
         prior_N = np.full(P, 0.5)
         prior_O = np.full(P, 0.5)
         for _ in range(T):
             # (a) M-step: noise distribution P(x|N), shared by the task
-            wN = cnt * qN
-            den = wN.sum()
-            noise = wN.sum(axis=(0, 1)) / den if den > 0 else np.full(3, 1.0 / 3.0)
+            wN = cnt * qN  # (3, P, Mc), outcome-major
+            noise = wN.sum(axis=(1, 2))
+            den = noise.sum()
+            noise = noise / den if den > 0 else np.full(3, 1.0 / 3.0)
 
             # (b) P_nonpar,i(x|O; lambda) by cumulative sums over cells sorted by C
             wO = cnt * (1.0 - qN)
-            cum = np.concatenate([np.zeros((P, 1, 3)), np.cumsum(wO, axis=1)], axis=1)
-            num = np.take_along_axis(cum, d["n_below"][:, :, None], axis=1)  # (P, M, 3)
-            nden = num.sum(axis=2, keepdims=True)
-            nonpar = np.where(nden > 0, num / np.where(nden > 0, nden, 1.0), 0.0)
+            cum = np.zeros((3, P, Mc + 1))
+            np.cumsum(wO, axis=2, out=cum[:, :, 1:])
+            num = cum.reshape(3, -1)[:, below_idx]  # (3, P * M)
+            nden = num[0] + num[1] + num[2]
+            nonpar = np.divide(num, nden, out=np.zeros_like(num), where=nden > 0)
 
-            # per-cell sums over x of n_x log[P_ij(x|O; lambda, k) P_i(O) + P(x|N) P_i(N)]
-            a_noise = noise[None, :] * prior_N[:, None]  # (P, 3)
-            with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf; 0 * log 0 is masked
-                # C < lambda: P_nonpar, shared by the cells below lambda
-                log_below = np.log(nonpar * prior_O[:, None, None] + a_noise[:, None, :])  # (P, M, 3)
-                terms = np.repeat(
-                    _cell_term(cnt[:, None, :, :], log_below[:, :, None, :])[:, :, None, :], M, axis=2
-                )  # (P, M, M, Mc)
-                # C >= lambda: Eq. 3, only where pi was precomputed
-                pe, pi_e = d["p_e"], d["pi_e"]
-                log_par = np.stack(
-                    [
-                        np.log(pi_e * prior_O[pe] + a_noise[pe, 0]),
-                        np.log(a_noise[pe, 1]),  # P(0|O) = 0
-                        np.log((1.0 - pi_e) * prior_O[pe] + a_noise[pe, 2]),
-                    ],
-                    axis=1,
-                )
-                terms.reshape(-1)[d["need_idx"]] = _cell_term(d["cnt_e"], log_par)
-            # every candidate sums its cells in the same order, so exact ties stay exact
-            ll = terms.sum(axis=3)  # (P, M, M)
-            ll = np.where(valid, ll, -np.inf).reshape(P, M * M)
-            best = np.argmax(ll, axis=1)
-            best = np.where(np.isneginf(ll[ar, best]), first_valid, best)
-            loglik = ll[ar, best]
-            l_star, k_star = best // M, best % M
+            # argmax per problem over its pairs in (lambda, k) order: the first maximum wins
+            # (all -inf: the first valid pair)
+            ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
+            v_star = pad[ar, np.argmax(ll[pad], axis=1)]
+            loglik = ll[v_star]
+            l_star = d["l_v"][v_star]
 
             # P_ij(x_ij|O; lambda*, k*) per cell and outcome (Eq. 4)
-            lam_star = d["cand"][ar, l_star]
-            below_star = d["cellmask"] & (d["Cpad"] < lam_star[:, None])
-            pi_star = pi[ar, l_star, k_star]  # (P, Mc)
-            par = np.stack([pi_star, np.zeros_like(pi_star), 1.0 - pi_star], axis=2)
-            p_oracle = np.where(below_star[:, :, None], nonpar[ar, l_star][:, None, :], par)
+            nb_star = d["nb_v"][v_star]
+            above_star = cellmask & (cells[None, :] >= nb_star[:, None])
+            e_star = d["start_part"][v_star][:, None] + cells[None, :] - nb_star[:, None]
+            part_star = above_star & (e_star < (d["start_part"] + d["n_part"])[v_star][:, None])
+            pi_star = np.ones(cellmask.shape)  # (P, Mc)
+            pi_star[part_star] = d["pi"][e_star[part_star]]
+            par = np.stack([pi_star, np.zeros_like(pi_star), 1.0 - pi_star])
+            p_oracle = np.where(above_star, par, nonpar[:, ar * d["M"] + l_star][:, :, None])  # (3, P, Mc)
 
             # (c) M-step: priors P_i(z) = mean responsibility over the problem's observations
-            prior_N = (cnt * qN).sum(axis=(1, 2)) / d["totals"]
-            prior_O = (cnt * (1.0 - qN)).sum(axis=(1, 2)) / d["totals"]
+            prior_N = wN.sum(axis=(0, 2)) / d["totals"]
+            prior_O = wO.sum(axis=(0, 2)) / d["totals"]
 
             # (d) E-step
-            a = noise[None, None, :] * prior_N[:, None, None]
-            b = p_oracle * prior_O[:, None, None]
-            den = a + b
-            qN = np.where(den > 0, a / np.where(den > 0, den, 1.0), prior_N[:, None, None])
+            a = noise[:, None, None] * prior_N[None, :, None]
+            den = p_oracle * prior_O[None, :, None]
+            den += a
+            qN = np.empty(cnt.shape)
+            qN[:] = prior_N[None, :, None]
+            np.divide(a, den, out=qN, where=den > 0)
 
         self.problems_ = d["problems"]
         self.lam_ = d["cand"][ar, l_star].astype(np.int64)
-        self.k_ = d["cand"][ar, k_star].astype(np.int64)
+        self.k_ = d["cand"][ar, d["k_v"][v_star]].astype(np.int64)
         self.loglik_ = loglik.astype(np.float64)
         self.prior_oracle_ = prior_O
         self.lam_q_ = d["maxC"].astype(np.int64)
@@ -216,17 +316,17 @@ def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -
     if not np.isfinite(threshold):
         raise ValueError("threshold must be finite")
     score = pl.col("score").cast(pl.Float64)
-    cells = (
-        obs.group_by("problem_id", "L", "C")
-        .agg(n1=(score >= threshold).sum(), n0=(score < threshold).sum(), nidk=score.is_null().sum())
-        .sort("problem_id", "C")
+    cells = obs.group_by("problem_id", "L", "C").agg(
+        n1=(score >= threshold).sum(), n0=(score < threshold).sum(), nidk=score.is_null().sum()
     )
     L = cells["L"].to_numpy()
     C = cells["C"].to_numpy()
     lam_p, k_p = task_thresholds(L, C)
 
+    # fit on dense integer codes of the problem ids (ranked in the sorted order of ``names``)
+    ids = cells["problem_id"].cast(pl.String)
     model = COWFit(n_steps=n_steps).fit(
-        cells["problem_id"].cast(pl.String).to_numpy(), L, C,
-        cells["n1"].to_numpy(), cells["n0"].to_numpy(), cells["nidk"].to_numpy(),
+        ids.rank("dense").to_numpy(), L, C, cells["n1"].to_numpy(), cells["n0"].to_numpy(), cells["nidk"].to_numpy()
     )
+    model.problems_ = ids.unique().sort().to_numpy()
     return fit_frames(model, obs["task"][0], "COW", lam_p, k_p)

@@ -15,6 +15,8 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
+from typing import Callable, Iterator, Optional
 
 import polars as pl
 
@@ -32,6 +34,11 @@ def probe_fingerprint(job: Job) -> str:
 
 def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """``spans`` plus ``request_id`` = hash(probe fingerprint, problem content, C, start)."""
+    return request_ids(problems, job)(spans)
+
+
+def request_ids(problems: pl.DataFrame, job: Job) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """:func:`with_request_ids` for many chunks of spans: the problems' content is hashed once."""
     content = pl.DataFrame(
         {
             "problem_id": problems["problem_id"],
@@ -47,32 +54,57 @@ def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> p
          pl.col("C").cast(pl.String), pl.col("start").cast(pl.String)],
         separator="|",
     )
-    return (
-        spans.join(content, on="problem_id", how="left", maintain_order="left")
-        .with_columns(request_id=key.map_batches(_sha, return_dtype=pl.String))
-        .drop("_content")
-    )
+
+    def add(spans: pl.DataFrame) -> pl.DataFrame:
+        return (
+            spans.join(content, on="problem_id", how="left", maintain_order="left")
+            .with_columns(request_id=key.map_batches(_sha, return_dtype=pl.String))
+            .drop("_content")
+        )
+
+    return add
 
 
 def _sha(keys: pl.Series) -> pl.Series:
     return pl.Series([hashlib.blake2b(k.encode(), digest_size=12).hexdigest() for k in keys], dtype=pl.String)
 
 
-def load_completions(store: Store, run_id: str) -> pl.DataFrame:
-    """Every stored completion, one row per request id (a success preferred over an error).
+def _shard_parts(store: Store, run_id: str) -> list[list[str]]:
+    """Path parts (under the run) of every readable shard, in name order.
 
     Unreadable shards (cut off by a crash mid-write on a filesystem without atomic rename)
     are deleted, so their requests run again.
     """
-    files = store.parquet_files(run_id, SHARD_DIR)
     good = []
-    for f in files:
+    for f in store.parquet_files(run_id, SHARD_DIR):
         rel = f[len(store.path(run_id)) + 1:].split("/")
         if store.table_ok(run_id, *rel):
             good.append(rel)
         else:
             store.delete(run_id, *rel)
-    if not good:
+    return good
+
+
+def iter_shards(store: Store, run_id: str) -> Iterator[pl.DataFrame]:
+    """Each stored shard, one at a time, with its hive columns (``task``): memory holds one
+    shard, never the whole stage."""
+    for rel in _shard_parts(store, run_id):
+        hive = [seg.split("=", 1) for seg in rel[1:-1] if "=" in seg]
+        yield store.read_table(run_id, *rel).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+
+
+def completed_ids(store: Store, run_id: str) -> pl.Series:
+    """Request ids with a stored success (the requests a resumed run skips), read shard by shard."""
+    ids = [shard.filter(pl.col("error").is_null())["request_id"] for shard in iter_shards(store, run_id)]
+    return pl.concat(ids).unique() if ids else pl.Series("request_id", [], pl.String)
+
+
+def load_completions(store: Store, run_id: str) -> pl.DataFrame:
+    """Every stored completion, one row per request id (a success preferred over an error).
+
+    Unreadable shards are deleted first (see :func:`_shard_parts`).
+    """
+    if not _shard_parts(store, run_id):
         return pl.DataFrame()
     table = store.read_table(run_id, SHARD_DIR)
     return (
@@ -112,6 +144,9 @@ class ShardWriter:
         self.pending, self.rows, self.last = [], 0, time.monotonic()
 
 
+TOKEN_COLUMNS = ("prompt_tokens", "generated_tokens", "cached_tokens", "truncated_tokens")
+
+
 def accounting(completions: pl.DataFrame, reused: int) -> dict[str, int]:
     """Requests, tokens and errors of the stage, for the manifest and the end-of-stage table."""
     ok = completions.filter(pl.col("error").is_null())
@@ -119,8 +154,28 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, int]:
         "requests": completions.height,
         "reused": reused,
         "errors": completions.height - ok.height,
-        "prompt_tokens": int(ok["prompt_tokens"].sum() or 0),
-        "generated_tokens": int(ok["generated_tokens"].sum() or 0),
-        "cached_tokens": int(ok["cached_tokens"].fill_null(0).sum() or 0),
-        "truncated_tokens": int(ok["truncated_tokens"].sum() or 0),
+        **{c: int(ok[c].fill_null(0).sum() or 0) for c in TOKEN_COLUMNS},
     }
+
+
+def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str, int], Optional[str]]:
+    """:func:`accounting` of the stored completions, computed shard by shard (memory holds the
+    request ids, not the completions), and the error of one request that never succeeded (None
+    when none failed). Falls back to :func:`load_completions` if a success was stored twice."""
+    totals: Counter[str] = Counter()
+    ok_ids, failed = [], []
+    for shard in iter_shards(store, run_id):
+        ok = shard.filter(pl.col("error").is_null())
+        totals.update(accounting(ok, 0))
+        ok_ids.append(ok["request_id"])
+        failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
+    ids = pl.concat(ok_ids) if ok_ids else pl.Series("request_id", [], pl.String)
+    if ids.n_unique() != ids.len():
+        completions = load_completions(store, run_id)
+        errors = completions.filter(pl.col("error").is_not_null())["error"]
+        return accounting(completions, reused), (errors[0] if errors.len() else None)
+    errors = (pl.concat(failed).unique("request_id", keep="first", maintain_order=True)
+              .filter(~pl.col("request_id").is_in(ids.implode())) if failed else pl.DataFrame({"error": []}))
+    rows = {"requests": ids.len() + errors.height, "reused": reused, "errors": errors.height,
+            **{c: totals[c] for c in TOKEN_COLUMNS}}
+    return rows, (errors["error"][0] if errors.height else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import polars as pl
 import pyarrow as pa
@@ -63,6 +63,7 @@ def _configure_data(job: Job) -> None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
     ctx.enable_progress_bars = True
     ctx.print_on_execution_start = False
+    ctx.raise_original_map_exception = True  # a failed map raises the user code's exception: one clear line
 
 
 class _InferActor:
@@ -98,15 +99,24 @@ def pool_options(job: Job) -> dict[str, Any]:
     return {"compute": ray.data.ActorPoolStrategy(size=job.ray.actors), "num_cpus": job.ray.actor_num_cpus}
 
 
-def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Iterator[pl.DataFrame]:
-    """Stream completions from the backend's actor pool, in batches."""
+def infer_on_ray(spans: pl.DataFrame | Iterable[pl.DataFrame], problems: pl.DataFrame,
+                 job: Job) -> Iterator[pl.DataFrame]:
+    """Stream completions from the backend's actor pool, in batches.
+
+    ``spans`` is a frame or an iterable of frames (e.g. chunks read from the spans table):
+    each chunk is cut into blocks that go to Ray's object store as it is read, so the driver
+    never holds more than one chunk.
+    """
+    import ray
     import ray.data
 
     _configure_data(job)
-    table = spans.to_arrow()
     size = max(job.ray.batch_size * 4, 1)
-    blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
-    ds = ray.data.from_arrow(blocks).map_batches(
+    refs = [ray.put(chunk.slice(i, size).to_arrow())
+            for chunk in ([spans] if isinstance(spans, pl.DataFrame) else spans) for i in range(0, chunk.height, size)]
+    if not refs:
+        return
+    ds = ray.data.from_arrow_refs(refs).map_batches(
         _InferActor,
         fn_constructor_kwargs={"job": job, "problems": problems},
         batch_size=job.ray.batch_size,
@@ -117,36 +127,55 @@ def infer_on_ray(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> Itera
         yield pl.from_arrow(batch)  # type: ignore[misc]
 
 
-class _GenerateActor:
-    """Ray Data actor for plain prompts (e.g. an LLM judge): ``prompt`` column in, generation columns out."""
+PROMPT_COLUMNS = ("prompt", "head", "context", "tail", "max_tokens")
 
-    def __init__(self, job: Job):
+
+class _GenerateActor:
+    """Ray Data actor for prompt rows: ``prompt`` (or ``head, context, tail``) and an optional
+    ``max_tokens`` in; the other columns pass through and the generation columns are appended.
+    ``knowledge`` is what a simulated probe may read (a samples table), None for real backends."""
+
+    def __init__(self, job: Job, knowledge: Optional[pl.DataFrame] = None):
         from raylc.backends import make_backend
 
-        self.backend = make_backend(job, None)
+        self.backend = make_backend(job, knowledge)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from raylc.backends.base import generations_frame
 
-        frame = pl.from_arrow(batch)
-        out = generations_frame(self.backend.generate(frame["prompt"].to_list()))  # type: ignore[index]
-        return pl.concat([frame.select("row"), out], how="horizontal").to_arrow()  # type: ignore[union-attr]
+        frame: pl.DataFrame = pl.from_arrow(batch)  # type: ignore[assignment]
+        if "prompt" in frame.columns:
+            prompts: list[Any] = frame["prompt"].to_list()
+        else:
+            prompts = list(zip(frame["head"].to_list(), frame["context"].to_list(), frame["tail"].to_list()))
+        limits = frame["max_tokens"].to_list() if "max_tokens" in frame.columns else None
+        out = generations_frame(self.backend.generate(prompts, limits))
+        keep = frame.drop([c for c in PROMPT_COLUMNS if c in frame.columns])
+        return pl.concat([keep, out], how="horizontal").to_arrow()
 
 
-def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
-    """Generations for ``prompts`` (in order) from ``job.probe``'s backend in its actor pool."""
+def stream_generate(frame: pl.DataFrame, job: Job, knowledge: Optional[pl.DataFrame] = None) -> Iterator[pl.DataFrame]:
+    """Generations for the prompt rows of ``frame`` (see :class:`_GenerateActor`) from
+    ``job.probe``'s backend in its actor pool, streamed in batches as they finish (any order)."""
     import ray.data
 
     _configure_data(job)
-    table = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "prompt": prompts}).to_arrow()
+    table = frame.to_arrow()
     size = max(job.ray.batch_size * 4, 1)
     blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
     ds = ray.data.from_arrow(blocks).map_batches(
-        _GenerateActor, fn_constructor_kwargs={"job": job}, batch_size=job.ray.batch_size, batch_format="pyarrow",
-        **pool_options(job),
+        _GenerateActor, fn_constructor_kwargs={"job": job, "knowledge": knowledge}, batch_size=job.ray.batch_size,
+        batch_format="pyarrow", **pool_options(job),
     )
-    parts = [pl.from_arrow(b) for b in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
-    return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()  # type: ignore[arg-type]
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield pl.from_arrow(batch)  # type: ignore[misc]
+
+
+def generate_on_ray(prompts: pl.Series, job: Job, knowledge: Optional[pl.DataFrame] = None) -> pl.DataFrame:
+    """Generations for ``prompts`` (in order) from ``job.probe``'s backend in its actor pool."""
+    frame = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "prompt": prompts})
+    parts = list(stream_generate(frame, job, knowledge))
+    return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()
 
 
 def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:

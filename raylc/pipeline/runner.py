@@ -8,24 +8,30 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
+import io
 import os
 import platform
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from raylc import __version__
 from raylc.backends import make_backend
 from raylc.pipeline import checkpoint, ray_exec, stages
-from raylc.spec import Job
-from raylc.store import Store
+from raylc.scoring.observations import OBSERVATION_SCHEMA
+from raylc.plan import prefix_order
+from raylc.spec import LENGTH_SUITES, Job
+from raylc.store import Store, _io
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
+SAMPLE_PROBLEMS = 8  # problems sampled at a time
+SPAN_CHUNK_ROWS = 10_000  # spans read at a time (request ids, skip set, feeding the actor pool)
 OUTPUTS = {
     "build": ["build/problems.parquet"],
     "sample": ["sample/spans.parquet"],
@@ -87,12 +93,12 @@ class Run:
         if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
             self.store.delete(self.run_id, LOCK)
 
-    def done(self, stage: str) -> bool:
+    def done(self, stage: str, outputs: Optional[dict[str, list[str]]] = None) -> bool:
         """Marked done in the manifest and every output present and readable (else redone)."""
         state = self.manifest.get("stages", {}).get(stage, {})
         if state.get("status") != "done":
             return False
-        for rel in OUTPUTS[stage]:
+        for rel in (outputs or OUTPUTS)[stage]:
             parts = rel.split("/")
             ok = self.store.table_ok(self.run_id, *parts) if rel.endswith(".parquet") or "." not in rel else self.store.exists(self.run_id, *parts)
             if not ok:
@@ -104,6 +110,45 @@ class Run:
 
     def write(self, df: pl.DataFrame, rel: str) -> None:
         self.store.write_table(df, self.run_id, *rel.split("/"))
+
+    def write_parts(self, parts: Iterable[pl.DataFrame], rel: str, empty: pl.DataFrame) -> int:
+        """Write frames of one schema as one Parquet file, a row group each, as they come
+        (memory holds one frame and the compressed file); ``empty`` is written when there are
+        none. Returns the number of rows."""
+        buf, writer, rows = io.BytesIO(), None, 0
+        for part in parts:
+            table = part.to_arrow()
+            writer = writer or pq.ParquetWriter(buf, table.schema, compression="zstd")
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            rows += part.height
+        if writer is None:
+            self.write(empty, rel)
+            return 0
+        writer.close()
+        self.store.write_bytes(buf.getvalue(), self.run_id, *rel.split("/"))
+        return rows
+
+    def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:
+        """A Parquet file in frames of at most ``rows`` rows, read one row group at a time."""
+        parts = rel.split("/")
+        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
+                self.store.path(self.run_id, *parts)) as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=rows):
+                yield pl.from_arrow(batch)  # type: ignore[misc]
+
+    def read_bytes(self, rel: str) -> bytes:
+        """A stored file's bytes, as written (a Parquet table stays compressed)."""
+        parts = rel.split("/")
+        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
+                self.store.path(self.run_id, *parts)) as fh:
+            return fh.read()
+
+    def num_rows(self, rel: str) -> int:
+        """Rows of a Parquet file, from its footer."""
+        parts = rel.split("/")
+        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
+                self.store.path(self.run_id, *parts)) as fh:
+            return pq.read_metadata(fh).num_rows
 
 
 _STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -150,9 +195,10 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return run
 
 
-def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None], upstream_redone: bool) -> bool:
+def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None], upstream_redone: bool,
+           outputs: Optional[dict[str, list[str]]] = None) -> bool:
     """Run one stage unless it (and everything upstream) is done already; True if it ran."""
-    if not upstream_redone and run.done(name):
+    if not upstream_redone and run.done(name, outputs):
         log(f"[{name}] done already, skipped")
         return False
     run.manifest["stages"][name] = {"status": "running"}
@@ -166,81 +212,134 @@ def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[
     return True
 
 
+def _fit_parquet(data: bytes, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The fit stage on an observation table given as Parquet bytes (run as a Ray task)."""
+    return stages.fit(pl.read_parquet(io.BytesIO(data)), job, mapper=ray_exec.map_tasks)
+
+
+def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None],
+                 data: Optional[pl.DataFrame] = None) -> None:
+    """Write ``batches`` (a lazy stream from the actor pool) as shards as they come. First
+    checks the endpoint of an OpenAI-compatible backend (made with ``data``) and the GPUs; a
+    failed actor pool keeps what finished and raises :class:`InferenceFailed` with its root cause."""
+    if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
+        make_backend(job, data).check_endpoint()
+    ray_exec.ensure_ray(job)
+    try:
+        ray_exec.check_gpus(job, log)
+    except RuntimeError as exc:
+        raise InferenceFailed(str(exc)) from None
+    writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds)
+    try:
+        for batch in batches:
+            writer.add(batch)
+    except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
+        writer.flush()
+        raise InferenceFailed(
+            f"{job.probe.backend} inference failed: {ray_exec.root_cause(exc)} (finished requests are "
+            f"kept; re-run with --run-id {run.run_id} to continue)"
+        ) from None
+    writer.flush()
+
+
+def check_errors(job: Job, run: Run, rows: dict[str, int], total: int, first: Optional[str]) -> None:
+    """Raise :class:`InferenceFailed` when more of the ``total`` requests failed than
+    ``inference.max_error_fraction`` allows (``first``: one of the errors)."""
+    if rows["errors"] > job.inference.max_error_fraction * total:
+        raise InferenceFailed(
+            f"{run.store.uri(run.run_id, 'infer')}: {rows['errors']} of {total} requests failed "
+            f"(allowed: {job.inference.max_error_fraction:.1%}), e.g. {first}; re-run with --run-id "
+            f"{run.run_id} to retry only the failed ones"
+        )
+
+
+def prebuild(job: Job, run: Run) -> Optional[pl.DataFrame]:
+    """The build stage's table (problems, or a length-controlled suite's samples) when the run's
+    build is still to do, else None. Built before the run writes anything, so a bad data file
+    or pool is one :class:`RunError` line and leaves no run folder behind."""
+    from raylc.pipeline import length
+
+    length_suite = job.suite.kind in LENGTH_SUITES
+    if run.done("build", length.OUTPUTS if length_suite else OUTPUTS):
+        return None
+    try:
+        return length.build_samples(job) if length_suite else stages.build(job)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
 def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
     """Run every stage of ``job``; returns the finished :class:`Run`."""
     run = open_run(job, run_id)
+    built = prebuild(job, run)
     run.acquire()
     try:
         run.save()
         log(f"run {run.run_id} -> {run.store.uri(run.run_id)}")
-        _run_stages(job, run, log)
+        if job.suite.kind in LENGTH_SUITES:
+            from raylc.pipeline.length_runner import run_length_stages
+
+            run_length_stages(job, run, log, built)
+        else:
+            _run_stages(job, run, log, built)
     finally:
         run.release()
     return run
 
 
-def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
+def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[pl.DataFrame] = None) -> None:
     def do_build() -> dict[str, int]:
-        problems = stages.build(job)
+        problems = built if built is not None else stages.build(job)
         run.write(problems, "build/problems.parquet")
         return {"problems": problems.height}
 
     def do_sample() -> dict[str, int]:
-        spans = stages.sample(run.read("build/problems.parquet"), job)
-        run.write(spans, "sample/spans.parquet")
-        return {"spans": spans.height}
+        problems = run.read("build/problems.parquet").sort("task", "problem_id")
+        chunks = (stages.sample(problems.slice(i, SAMPLE_PROBLEMS), job)
+                  for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
+        return {"spans": run.write_parts(chunks, "sample/spans.parquet", stages.sample(problems.clear(), job))}
+
+    def span_chunks(problems: pl.DataFrame) -> Iterator[pl.DataFrame]:
+        """The spans table with request ids, chunk by chunk."""
+        add_ids = checkpoint.request_ids(problems, job)
+        return (add_ids(chunk) for chunk in run.iter_rows("sample/spans.parquet", SPAN_CHUNK_ROWS))
 
     def do_infer() -> dict[str, int]:
         problems = run.read("build/problems.parquet")
-        spans = checkpoint.with_request_ids(run.read("sample/spans.parquet"), problems, job)
-        stored = checkpoint.load_completions(run.store, run.run_id)
-        done = stored.filter(pl.col("error").is_null())["request_id"] if stored.height else pl.Series([], dtype=pl.String)
-        pending = spans.filter(~pl.col("request_id").is_in(done.implode()))
-        log(f"[infer] {spans.height - pending.height} completions kept from earlier attempts, {pending.height} to run")
-        if pending.height:
-            if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
-                make_backend(job, problems).check_endpoint()
-            ray_exec.ensure_ray(job)
-            try:
-                ray_exec.check_gpus(job, log)
-            except RuntimeError as exc:
-                raise InferenceFailed(str(exc)) from None
-            writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds)
-            try:
-                for batch in ray_exec.infer_on_ray(pending, problems, job):
-                    writer.add(batch)
-            except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
-                writer.flush()
-                raise InferenceFailed(
-                    f"{job.probe.backend} inference failed: {ray_exec.root_cause(exc)} (finished requests are "
-                    f"kept; re-run with --run-id {run.run_id} to continue)"
-                ) from None
-            writer.flush()
-        completions = checkpoint.load_completions(run.store, run.run_id).join(
-            spans.select("request_id"), on="request_id", how="semi")
-        rows = checkpoint.accounting(completions, reused=spans.height - pending.height)
-        if rows["errors"] > job.inference.max_error_fraction * spans.height:
-            first = completions.filter(pl.col("error").is_not_null())["error"][0]
-            raise InferenceFailed(
-                f"{run.store.uri(run.run_id, 'infer')}: {rows['errors']} of {spans.height} requests failed "
-                f"(allowed: {job.inference.max_error_fraction:.1%}), e.g. {first}; re-run with --run-id "
-                f"{run.run_id} to retry only the failed ones"
-            )
+        total = run.num_rows("sample/spans.parquet")
+        done = checkpoint.completed_ids(run.store, run.run_id).implode()
+        reused = sum(int(chunk["request_id"].is_in(done).sum()) for chunk in span_chunks(problems))
+        log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
+        if total > reused:
+            # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
+            pending = (prefix_order(chunk.filter(~pl.col("request_id").is_in(done))) for chunk in span_chunks(problems))
+            write_shards(job, run, ray_exec.infer_on_ray(pending, problems, job), log, problems)
+        del done
+        rows, first = checkpoint.stored_accounting(run.store, run.run_id, reused)
+        check_errors(job, run, rows, total, first)
         return rows
 
     def do_score() -> dict[str, int]:
+        # shard by shard: a run's shards hold only its own spans' requests (the run is tied to
+        # the job's fingerprint); a request stored twice counts once, as in load_completions
         keys = ["task", "problem_id", "C", "start"]
         problems = run.read("build/problems.parquet")
-        spans = checkpoint.with_request_ids(run.read("sample/spans.parquet"), problems, job)
-        completions = spans.join(run.read("infer").select("request_id", "completion", "error"), on="request_id", how="left")
-        answered = completions.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
-        obs = stages.score(answered.sort(keys), problems, job)
+        scored = [
+            stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
+            for shard in checkpoint.iter_shards(run.store, run.run_id)
+        ]
+        obs = (pl.concat(scored).sort(keys, maintain_order=True).unique(keys, keep="last", maintain_order=True)
+               if scored else pl.DataFrame(schema=OBSERVATION_SCHEMA))
         run.write(obs, "score/observations.parquet")
         return {"observations": obs.height}
 
     def do_fit() -> dict[str, int]:
         ray_exec.ensure_ray(job)
-        problems, tasks = stages.fit(run.read("score/observations.parquet"), job, mapper=ray_exec.map_tasks)
+        try:  # in a Ray task: the driver holds the compressed table only
+            [(problems, tasks)] = ray_exec.map_tasks(_fit_parquet, [run.read_bytes("score/observations.parquet")], job)
+        except Exception as exc:  # the task's own error (e.g. a one-line ObservationError), not Ray's wrapper
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, Exception) else exc) from None
         run.write(problems, "fits/problems.parquet")
         run.write(tasks, "fits/tasks.parquet")
         return {"problems": problems.height, "tasks": tasks.height}
@@ -253,9 +352,16 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None]) -> None:
         write_report(run, tables, fits)
         return {name: t.height for name, t in tables.items()}
 
-    redone = False  # a redone stage invalidates everything downstream of it
-    for name, fn in zip(stages.STAGES, (do_build, do_sample, do_infer, do_score, do_fit, do_report)):
-        redone = _stage(run, name, fn, log, redone) or redone
+    run_stages(run, dict(zip(stages.STAGES, (do_build, do_sample, do_infer, do_score, do_fit, do_report))), log)
+
+
+def run_stages(run: Run, fns: dict[str, Callable[[], dict[str, int]]], log: Callable[[str], None],
+               outputs: Optional[dict[str, list[str]]] = None) -> None:
+    """Run the stages in order, each unless done already (a redone stage invalidates everything
+    downstream of it); then stamp the manifest and log the stage table."""
+    redone = False
+    for name, fn in fns.items():
+        redone = _stage(run, name, fn, log, redone, outputs) or redone
     run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     run.save()
     from raylc.report import stage_table

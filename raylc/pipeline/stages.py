@@ -13,9 +13,9 @@ import polars as pl
 from raylc.backends import make_backend
 from raylc.backends.base import generations_frame
 from raylc.dolce import CATEGORIES, assign_categories, fit_observations
-from raylc.prompts import render_prompts
+from raylc.prompts import render_prompt_parts
 from raylc.sampling import sample_spans
-from raylc.scoring import score_exact_match
+from raylc.scoring import score_spans
 from raylc.spec import Job
 from raylc.suites.planted import build_planted
 
@@ -23,7 +23,11 @@ STAGES = ("build", "sample", "infer", "score", "fit", "report")
 
 
 def build(job: Job) -> pl.DataFrame:
-    """Problems table of the suite."""
+    """Problems table of the suite: planted, or the user's documents split into units."""
+    if job.suite.kind == "documents":
+        from raylc.suites.documents import build_documents
+
+        return build_documents(job.suite, job.seed)
     return build_planted(job.suite, job.seed)
 
 
@@ -37,13 +41,14 @@ def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -
     (``completion, prompt_tokens, generated_tokens, cached_tokens, finish_reason, latency_s,
     error, truncated_tokens``)."""
     backend = backend or make_backend(job, problems)
-    prompts = render_prompts(spans, problems)
-    return pl.concat([spans, generations_frame(backend.generate(prompts.to_list()))], how="horizontal")
+    parts = render_prompt_parts(spans, problems)  # (head, context, tail): truncation cuts the context only
+    prompts = list(zip(parts["head"].to_list(), parts["context"].to_list(), parts["tail"].to_list()))
+    return pl.concat([spans, generations_frame(backend.generate(prompts))], how="horizontal")
 
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """The observation table (``task, problem_id, L, C, start, score, metric``), sorted."""
-    return score_exact_match(completions, problems, job.scoring.idk_patterns).sort("task", "problem_id", "C", "start")
+    return score_spans(completions, problems, job.scoring.metric, job.scoring.idk_patterns).sort("task", "problem_id", "C", "start")
 
 
 def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -1,6 +1,6 @@
 """Metrics (vectorized over frames of predictions), answer extraction, and COW outcomes."""
 
-from raylc.scoring.exact import OBSERVATION_SCHEMA, score_exact_match
+from raylc.scoring.observations import OBSERVATION_SCHEMA, score_spans
 from raylc.scoring.extract import EXTRACTORS, IDK_PATTERNS, TABLE4_EXTRACTOR, is_idk
 from raylc.scoring.metrics import METRICS, normalize_squad, score_frame
 
@@ -12,6 +12,6 @@ __all__ = [
     "TABLE4_EXTRACTOR",
     "is_idk",
     "normalize_squad",
-    "score_exact_match",
     "score_frame",
+    "score_spans",
 ]

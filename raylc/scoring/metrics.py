@@ -377,6 +377,37 @@ def ndcg(predictions: Predictions | pl.Series, qrels: Qrels, *, k: int = 10) -> 
 
 #: Metrics by name. Each is ``fn(predictions, references, **kwargs) -> pl.Series[Float64]``;
 #: for ``ndcg@10`` the references are the qrels.
+def candidate_accuracy(predictions: Predictions, answers: References, candidates: References) -> pl.Series:
+    """Thesis Section 4.2 filter accuracy: (TP + TN) / number of candidates, a candidate counting
+    as returned when its name occurs in the output (case-insensitive, on word boundaries:
+    both sides lower-cased with non-alphanumeric runs as single spaces). ``answers`` are the
+    names that should be returned, ``candidates`` all names in the context. A null
+    prediction scores 0.0; a row without candidates scores null."""
+    pred = _as_predictions(predictions)
+    frame = pl.DataFrame({
+        "pred": pred, "ans": _as_references(answers, len(pred)), "cand": _as_references(candidates, len(pred)),
+    }).with_row_index("_row")
+
+    def norm(e: pl.Expr) -> pl.Expr:
+        return pl.concat_str(pl.lit(" "), e.str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]+", " "), pl.lit(" "))
+
+    pairs = (
+        frame.explode("cand").drop_nulls("cand")
+        .with_columns(
+            returned=norm(pl.col("pred")).str.contains(norm(pl.col("cand")), literal=True),
+            truth=pl.col("ans").list.contains(pl.col("cand")).fill_null(False),
+        )
+        .group_by("_row")
+        .agg(score=(pl.col("returned") == pl.col("truth")).mean(), has_pred=pl.col("pred").is_not_null().first())
+    )
+    return (
+        frame.select("_row").join(pairs, on="_row", how="left").sort("_row")
+        .select(pl.when(pl.col("has_pred").is_null()).then(None).when(~pl.col("has_pred")).then(0.0)
+                .otherwise(pl.col("score")).cast(pl.Float64).alias("candidate_accuracy"))
+        .to_series()
+    )
+
+
 METRICS: dict[str, Callable[..., pl.Series]] = {
     "accuracy": accuracy,
     "exact_match": exact_match,
@@ -388,7 +419,10 @@ METRICS: dict[str, Callable[..., pl.Series]] = {
     "ndcg@10": functools.partial(ndcg, k=10),
     "recall": recall,
     "match_part": match_part,
+    "candidate_accuracy": candidate_accuracy,
 }
+# metrics that read further columns of the scored frame, passed as keyword arguments
+METRIC_COLUMNS: dict[str, tuple[str, ...]] = {"candidate_accuracy": ("candidates",)}
 
 
 def score_frame(

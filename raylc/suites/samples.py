@@ -7,8 +7,9 @@ may cut), then the question and answer cue. ``gold`` is what a perfect model wou
 compares against. ``metric`` is a key of :data:`raylc.scoring.metrics.METRICS` or one of
 :data:`SAMPLE_METRICS`; ``extractor`` a key of :data:`raylc.scoring.extract.EXTRACTORS`
 applied to the completion before the metric. ``followup`` (nullable) makes a two-call
-request (LongBench v2 chain of thought): the second prompt is
-``head + context + tail + <first completion> + followup``. ``max_tokens`` (nullable)
+request (LongBench v2 chain of thought): it is the whole second prompt, with the first
+call's completion put in place of :data:`COMPLETION` (the paper's answer call omits the
+document). ``max_tokens`` (nullable)
 overrides the probe's ``sampling.max_tokens`` for the first call, ``followup_max_tokens``
 for the second. Builders may add further columns (e.g. ``difficulty``, ``depth``,
 ``n_pieces``); they pass through to the scores table.
@@ -40,6 +41,7 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
 # (fluency x correctness for QA, fluency x precision for summaries) and LongBench v2's
 # accuracy with invalid outputs kept apart (compensated score counts them as 0.25)
 SAMPLE_METRICS = ("judge_qa", "judge_sum", "longbench_v2")
+COMPLETION = "{completion}"  # where a two-call sample's followup takes the first completion
 
 
 class SampleTableError(ValueError):

@@ -1,0 +1,206 @@
+"""Length-controlled runs: ``build -> infer -> score -> report`` for the suites of
+100-LongBench, HELMET, LongBench v2 and the thesis's unit tasks.
+
+* build: the suite's samples table (:mod:`raylc.suites.samples`), one row per task, sample
+  and target length;
+* infer: every sample's prompt through the probe's actor pool, checkpointed per request like
+  the DOLCE runs (:mod:`raylc.pipeline.checkpoint`); two-call samples (LongBench v2 chain of
+  thought) run a second round whose prompt holds the first round's completion;
+* score: answer extraction and the sample's metric (LLM-judge metrics through the ``judge``
+  backend); 100-LongBench's QA prior-knowledge filter;
+* report: LongScore per task and length (100-LongBench Eq. 1-2), the LongBench v2 splits,
+  figures and ``summary.md``.
+
+The stage functions are plain Polars functions; the Ray parts are in :mod:`raylc.pipeline.ray_exec`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Optional
+
+import polars as pl
+
+from raylc.pipeline.checkpoint import probe_fingerprint
+from raylc.scoring.extract import EXTRACTORS
+from raylc.scoring.metrics import METRIC_COLUMNS, METRICS
+from raylc.spec import Job
+from raylc.suites.samples import COMPLETION, check_samples
+
+STAGES = ("build", "infer", "score", "report")
+OUTPUTS = {
+    "build": ["build/samples.parquet"],
+    "infer": ["infer"],
+    "score": ["score/scores.parquet"],
+    "report": ["report/summary.md"],
+}
+REQUEST_COLUMNS = ("request_id", "task", "sample_id", "length", "round", "head", "context", "tail", "max_tokens")
+JUDGE_METRICS = ("judge_qa", "judge_sum")
+
+
+def build_samples(job: Job) -> pl.DataFrame:
+    """The suite's samples table, checked against the contract."""
+    suite = job.suite
+    if suite.kind == "longbench100":
+        from raylc.suites.longbench100 import build_longbench100 as builder
+    elif suite.kind == "helmet_recall":
+        from raylc.suites.helmet_recall import build_helmet_recall as builder
+    elif suite.kind == "longbench_v2":
+        from raylc.suites.longbench_v2 import build_longbench_v2 as builder
+    elif suite.kind == "thesis_units":
+        from raylc.suites.thesis import build_thesis as builder
+    else:
+        raise ValueError(f"suite kind {suite.kind!r} is not a length-controlled suite")
+    return check_samples(builder(suite, job.seed), f"suite {suite.kind}")
+
+
+def model_name(job: Job) -> str:
+    """The probe's model name for the scores table (``simulated`` for the simulated probe)."""
+    return getattr(job.probe, "model", job.probe.backend)
+
+
+def _ids(frame: pl.DataFrame, job: Job) -> pl.Series:
+    """request_id = hash(probe fingerprint, prompt parts, max_tokens): the same request always has the same id."""
+    fp = probe_fingerprint(job)
+    out = []
+    for head, context, tail, m in frame.select("head", "context", "tail", "max_tokens").iter_rows():
+        h = hashlib.blake2b(digest_size=12)
+        for part in (fp, head, context, tail, str(m)):
+            h.update(part.encode())
+            h.update(b"\x1f")
+        out.append(h.hexdigest())
+    return pl.Series("request_id", out, dtype=pl.String)
+
+
+def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame] = None) -> pl.DataFrame:
+    """Request rows (:data:`REQUEST_COLUMNS`). Without ``first_round``: every sample's first
+    call. With it (``task, sample_id, length, completion`` of round 1): the second call of the
+    two-call samples, the ``followup`` with the completion in place of
+    :data:`raylc.suites.samples.COMPLETION` (no context), ``followup_max_tokens``."""
+    if first_round is None:
+        rows = samples.with_columns(round=pl.lit(1, pl.Int64))
+    else:
+        rows = (
+            samples.filter(pl.col("followup").is_not_null())
+            .join(first_round.select("task", "sample_id", "length", "completion"), on=["task", "sample_id", "length"],
+                  how="inner")
+            .filter(pl.col("completion").is_not_null())
+            .with_columns(
+                round=pl.lit(2, pl.Int64),
+                head=pl.lit(""),
+                context=pl.lit(""),
+                tail=pl.col("followup").str.replace(COMPLETION, pl.col("completion"), literal=True),
+                max_tokens=pl.col("followup_max_tokens"),
+            )
+        )
+    rows = rows.select([c for c in REQUEST_COLUMNS if c != "request_id"])
+    return rows.with_columns(_ids(rows, job)).select(REQUEST_COLUMNS)
+
+
+def final_completions(samples: pl.DataFrame, first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
+    """The samples with the ``completion`` and ``error`` scoring uses: the second call's for
+    two-call samples, else the first's (``first`` / ``second``: request rows joined with
+    their stored generations)."""
+    keys = ["task", "sample_id", "length"]
+    one = first.select(*keys, c1="completion", e1="error")
+    two = second.select(*keys, c2="completion", e2="error") if second.height else pl.DataFrame(
+        schema={**{k: samples.schema[k] for k in keys}, "c2": pl.String, "e2": pl.String})
+    two_call = pl.col("followup").is_not_null()
+    return (
+        samples.join(one, on=keys, how="left").join(two, on=keys, how="left")
+        .with_columns(
+            completion=pl.when(two_call).then(pl.col("c2")).otherwise(pl.col("c1")),
+            error=pl.when(two_call & pl.col("e1").is_null() & pl.col("c2").is_null() & pl.col("e2").is_null())
+            .then(pl.lit("second call missing"))
+            .when(two_call & pl.col("e1").is_null()).then(pl.col("e2"))
+            .otherwise(pl.col("e1")),
+        )
+        .drop("c1", "e1", "c2", "e2")
+    )
+
+
+def _extract(completions: pl.Series, extractor: str) -> pl.Series:
+    try:
+        fn = EXTRACTORS[extractor]
+    except KeyError:
+        raise ValueError(f"unknown extractor {extractor!r}; known: {sorted(EXTRACTORS)}") from None
+    return pl.Series("prediction", fn(completions), dtype=pl.String)
+
+
+def score_samples(
+    answered: pl.DataFrame, judge: Optional[Callable[[pl.DataFrame], pl.Series]] = None
+) -> pl.DataFrame:
+    """Per sample: ``prediction`` (the extracted answer), ``score`` in [0, 1] and ``valid``
+    (an answer could be extracted), by the sample's extractor and metric.
+
+    ``longbench_v2``: accuracy of the extracted letter; an invalid output scores 0 here and
+    0.25 in the compensated score of the report. Judge metrics call ``judge(frame)`` with the
+    rows' ``metric, question, answers, prediction`` and expect a score per row.
+    """
+    parts = []
+    for (metric, extractor), group in answered.partition_by("metric", "extractor", as_dict=True,
+                                                             maintain_order=True).items():
+        pred = _extract(group["completion"], extractor)
+        group = group.with_columns(pred, valid=pred.is_not_null())
+        if metric == "longbench_v2":
+            score = (pl.col("prediction") == pl.col("answers").list.first()).fill_null(False).cast(pl.Float64)
+            group = group.with_columns(score=score)
+        elif metric in JUDGE_METRICS:
+            if judge is None:
+                raise ValueError(f"metric {metric} needs a judge: add a judge: section to the job")
+            group = group.with_columns(score=judge(group).cast(pl.Float64))
+        elif metric in METRICS:
+            extra = {c: group[c] for c in METRIC_COLUMNS.get(metric, ())}
+            group = group.with_columns(
+                score=METRICS[metric](group["prediction"], group["answers"], **extra).fill_null(0.0))
+        else:
+            raise ValueError(f"unknown metric {metric!r}; known: {sorted(METRICS) + ['longbench_v2', *JUDGE_METRICS]}")
+        parts.append(group)
+    drop = ["head", "context", "tail", "gold", "followup", "max_tokens", "followup_max_tokens"]
+    if not parts:
+        return answered.drop(drop).with_columns(prediction=pl.lit(None, pl.String), valid=pl.lit(None, pl.Boolean),
+                                                score=pl.lit(None, pl.Float64))
+    return pl.concat(parts, how="vertical_relaxed").drop(drop).sort("task", "length", "sample_id")
+
+
+def judge_frame(frame: pl.DataFrame, generate: Callable[[pl.Series], pl.DataFrame]) -> pl.Series:
+    """Scores of judge-metric rows through ``generate(prompts)`` (the judge backend)."""
+    from raylc.scoring.judge import judge_sample_scores
+
+    return judge_sample_scores(frame, generate)
+
+
+def length_axis(job: Job) -> str:
+    """The column scores are reported over: ``n_pieces`` for the thesis's unit tasks (whose
+    difficulty axis is the number of candidate pieces), LongBench v2's ``length_class``
+    (short / medium / long; its contexts are not length-controlled), else ``length`` (tokens)."""
+    return {"thesis_units": "n_pieces", "longbench_v2": "length_class"}.get(job.suite.kind, "length")
+
+
+def scores_for_longscore(scores: pl.DataFrame, model: str, axis: str = "length") -> pl.DataFrame:
+    """``model, task, length, sample_id, score`` rows, ``length`` taken from ``axis``
+    (length-0 prior-knowledge rows dropped)."""
+    return scores.filter((pl.col("length") > 0) & pl.col("score").is_not_null()).select(
+        pl.lit(model).alias("model"), "task", pl.col(axis).alias("length"), "sample_id", "score")
+
+
+def base_lengths(job: Job) -> list[int]:
+    """LongScore's base: ``suite.base_lengths`` (tokens) or the thesis's ``base_pieces``; none for LongBench v2."""
+    suite = job.suite
+    return list(getattr(suite, "base_lengths", None) or getattr(suite, "base_pieces", None) or [])
+
+
+def apply_prior_filter(scores: pl.DataFrame, job: Job) -> pl.DataFrame:
+    """``scores`` plus ``kept``: whether a row counts in the statistics. Length-0 rows (the
+    no-context probe) never do; with 100-LongBench's QA prior-knowledge filter
+    (``suite.prior_knowledge_threshold``), neither do the rows of QA samples answered above
+    the threshold with no context (:func:`raylc.suites.longbench100.prior_knowledge_filter`)."""
+    keys = ["task", "sample_id", "length"]
+    threshold = getattr(job.suite, "prior_knowledge_threshold", None)
+    if threshold is None or not (scores["length"] == 0).any():
+        return scores.with_columns(kept=pl.col("length") > 0)
+    from raylc.suites.longbench100 import prior_knowledge_filter
+
+    kept, _ = prior_knowledge_filter(scores.select(*keys, "score"), threshold)
+    return scores.join(kept.select(keys).with_columns(kept=pl.lit(True)), on=keys, how="left").with_columns(
+        pl.col("kept").fill_null(False))

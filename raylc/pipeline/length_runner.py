@@ -1,0 +1,101 @@
+"""Orchestration of a length-controlled run (:mod:`raylc.pipeline.length`): each stage's
+table under ``<store>/<run_id>/<stage>/``, inference in the probe's Ray Data actor pool with
+row-level checkpoints, judge calls through the judge's pool, LongScore per (model, task)."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import polars as pl
+
+from raylc.pipeline import checkpoint, length, ray_exec
+from raylc.pipeline.runner import Run, RunError, check_errors, run_stages, write_shards
+from raylc.spec import Job
+
+
+def _knowledge(job: Job, samples: pl.DataFrame) -> Optional[pl.DataFrame]:
+    """What the simulated probe may read (the samples); real backends get nothing."""
+    return samples if job.probe.backend == "simulated" else None
+
+
+def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
+    cols = ["request_id", "completion", "error"]
+    if not stored.height:
+        return reqs.with_columns(completion=pl.lit(None, pl.String), error=pl.lit(None, pl.String))
+    return reqs.join(stored.select(cols), on="request_id", how="left")
+
+
+def _run_round(job: Job, run: Run, reqs: pl.DataFrame, knowledge: Optional[pl.DataFrame],
+               log: Callable[[str], None]) -> int:
+    """Run the requests without a stored success; returns how many were reused."""
+    done = checkpoint.completed_ids(run.store, run.run_id).implode()
+    pending = reqs.select(length.REQUEST_COLUMNS).filter(~pl.col("request_id").is_in(done))
+    reused = reqs.height - pending.height
+    log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
+        f"attempts, {pending.height} to run")
+    if pending.height:
+        write_shards(job, run, ray_exec.stream_generate(pending, job, knowledge), log)
+    return reused
+
+
+def _rounds(job: Job, run: Run, samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Both rounds' request rows joined with their stored generations (from the shards)."""
+    stored = checkpoint.load_completions(run.store, run.run_id)
+    first = _with_generations(length.requests(samples, job), stored)
+    second = _with_generations(length.requests(samples, job, first), stored)
+    return first, second
+
+
+def run_length_stages(job: Job, run: Run, log: Callable[[str], None], samples: Optional[pl.DataFrame] = None) -> None:
+    """Run the stages of :data:`raylc.pipeline.length.STAGES` (``samples``: from
+    :func:`raylc.pipeline.runner.prebuild`)."""
+
+    def do_build() -> dict[str, int]:
+        nonlocal samples
+        if samples is None:
+            samples = length.build_samples(job)
+        run.write(samples, "build/samples.parquet")
+        return {"samples": samples.height, "context_tokens": int(samples["context_tokens"].sum() or 0)}
+
+    def do_infer() -> dict[str, int]:
+        samples = run.read("build/samples.parquet")
+        knowledge = _knowledge(job, samples)
+        first = length.requests(samples, job)
+        reused = _run_round(job, run, first, knowledge, log)
+        second = _rounds(job, run, samples)[1]
+        if second.height:
+            reused += _run_round(job, run, second, knowledge, log)
+        rows, first_error = checkpoint.stored_accounting(run.store, run.run_id, reused)
+        check_errors(job, run, rows, first.height + second.height, first_error)
+        return rows
+
+    def do_score() -> dict[str, int]:
+        samples = run.read("build/samples.parquet")
+        first, second = _rounds(job, run, samples)
+        final = length.final_completions(samples, first, second)
+        answered = final.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
+        judge = None
+        if answered["metric"].is_in(list(length.JUDGE_METRICS)).any():
+            if job.judge is None:
+                raise RunError(f"suite {job.suite.kind}: metrics {', '.join(length.JUDGE_METRICS)} need a judge: section")
+            ray_exec.ensure_ray(job)
+            judge_job = job.as_judge()
+
+            def judge(frame: pl.DataFrame) -> pl.Series:
+                return length.judge_frame(frame, lambda prompts: ray_exec.generate_on_ray(prompts, judge_job))
+
+        try:
+            scores = length.apply_prior_filter(length.score_samples(answered, judge), job)
+        except ValueError as exc:
+            raise RunError(f"{run.store.uri(run.run_id, 'build', 'samples.parquet')}: {exc}") from None
+        run.write(scores, "score/scores.parquet")
+        dropped = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
+        return {"scores": scores.height, "failed": final.height - answered.height, "prior_known": dropped.height}
+
+    def do_report() -> dict[str, int]:
+        from raylc.length_report import write_length_report
+
+        tables = write_length_report(run, job, run.read("score/scores.parquet"))
+        return {name: t.height for name, t in tables.items()}
+
+    run_stages(run, dict(zip(length.STAGES, (do_build, do_infer, do_score, do_report))), log, length.OUTPUTS)

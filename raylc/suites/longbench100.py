@@ -1,0 +1,365 @@
+"""100-LongBench's eight length-controllable tasks (Section 3.1, Table 2, Appendix A.2-A.3).
+
+Every sample is rebuilt at each target length of the suite: the ground-truth document(s) of the
+sample plus random distractors up to the length (:func:`raylc.suites.context.build_context`).
+
+* ``kv_retrieval``: ``kv_pairs`` chained UUID pairs ``k1 -> k2 -> ... `` ("The value of k_i is
+  k_{i+1}.") put before random sentences of distinct distractors; asked: the value of k1.
+  Accuracy of the first word of the completion.
+* ``counting_stars``: ``star_passages`` distractors end with "The little penguin counted N ★";
+  asked, as a 4-way multiple choice, the counts in order of appearance; the wrong options swap
+  two counts (twice) or alter one. Accuracy of the option letter; gold ``"(B)"``-style.
+* ``passage_retrieval``: a source document with a summary among distractors; asked which
+  passage the summary is from. Accuracy of the number.
+* ``passage_count``: distractors each repeated 1..``max_repeats`` times; asked the number of
+  distinct paragraphs. Accuracy of the number.
+* ``single_doc_qa`` / ``multi_doc_qa``: a QA document (a group of documents) among distractors,
+  the instruction names its passage number(s); scored by the judge (``judge_qa``: fluency x
+  correctness). Length-0 rows ask the question with no context (the prior-knowledge probe,
+  :func:`prior_knowledge_filter`) when the suite's threshold is set.
+* ``single_doc_sum`` / ``multi_doc_sum``: summarize the named passage(s); ``judge_sum``
+  (fluency x precision).
+
+Prompts are the paper's (Appendix A.3, as released with the benchmark: "Ignore" for the printed
+"Import", and ``{context}`` where the printed Counting Stars and Multi-Doc Sum prompts lost it),
+split into ``head + context + tail``. Sample ids are stable across lengths (a QA sample keeps its
+id at every length, so the prior-knowledge filter can drop it everywhere). Each source sample is
+used at the lengths its documents fit; samples that fit nowhere, or fewer than
+``samples_per_length`` at a length, are counted (:func:`longbench100_report`) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import polars as pl
+
+from raylc.spec import LONGBENCH100_TASKS, LongBench100Suite
+from raylc.suites.context import (BuiltContext, ContextTooLong, DocumentPool, PoolError, build_context,
+                                  load_distractors, load_sources)
+from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
+from raylc.tokenize import get_tokenizer
+
+log = logging.getLogger(__name__)
+
+QA_TASKS = ("single_doc_qa", "multi_doc_qa")
+SOURCE_TASKS = ("passage_retrieval", *QA_TASKS, "single_doc_sum", "multi_doc_sum")
+TASK_CODE = {t: i for i, t in enumerate(LONGBENCH100_TASKS)}
+
+_QA = ("Answer the question based on the given passages. Only give me the answer and do not output any other "
+       "words.\n\nThe following are given passages and these passages are from many different fields.\n\n{context}"
+       "\n\nAnswer the question based on the given passages following the instruction: \n{instruction}\n\n"
+       "Question: {input}\nOnly give me the answer and do not output any other words. Answer:\n")
+_SUM_HEAD = "You are given several passages as follows, but not all of them need to be summarized.\n\n{context}"
+PROMPTS = {
+    "kv_retrieval": "There are some passages below sourced from many different fields.\n\n{context}\n\nGiven several "
+                    "key-value pairs in these passages, you need to find the value of the key. Read the question "
+                    "related with these key-value pairs and give the correct answer. {input}",
+    "counting_stars": "There are some passages below sourced from many different fields.\n\n{context}\n\nOnly output "
+                      "the results without any explanation. Read the following question and give the correct "
+                      "answer: {input}\nThe final answer is: ",
+    "passage_retrieval": "Here are some passages from many different fields, along with an summarization. Please "
+                         "determine which passage the summarization is from.\n\n{context}\n\nThe following is a "
+                         "summarization.\n\n{input}\n\nPlease enter the number of the passage that the summarization "
+                         "is from. The answer format must be like \"Passage 1\", \"Passage 2\", etc.\n\nThe answer "
+                         "is Passage ",
+    "passage_count": "There are some paragraphs below sourced from many different fields. Some of them may be "
+                     "duplicates. Please carefully read these paragraphs and determine how many unique paragraphs "
+                     "there are after removing duplicates. In other words, how many non-repeating paragraphs are "
+                     "there in total?\n\n{context}\n\nPlease enter the final count of unique paragraphs after "
+                     "removing duplicates. The output format should only contain the number, such as 1, 2, 3, and "
+                     "so on.\n\nThe final answer is: ",
+    "single_doc_qa": _QA,
+    "multi_doc_qa": _QA,
+    "single_doc_sum": _SUM_HEAD + "\n\nPlease follow these instructions:\n1.{input}\n2.Ignore and do not summarize any "
+                      "passages not listed above.\n3.For the selected passages, the summary should include: the main "
+                      "arguments or conclusions of each article, the key evidence or supporting data presented and "
+                      "any unique or innovative points made in the passages.\n4.The summary should be concise, "
+                      "focusing only on the most important information from the passages. Now, please generate the "
+                      "summary for the specified passage, following the instructions carefully.\nSummary:\n",
+    "multi_doc_sum": _SUM_HEAD + "\n\nPlease follow these instructions:\n1.{input}\n2.Ignore and do not summarize any "
+                     "passages not listed above.\n3.All the selected passages should be summarized into a few short "
+                     "sentences and do not summarize each selected passages separately. The summary should include: "
+                     "the main arguments or conclusions of each article, the key evidence or supporting data "
+                     "presented and any unique or innovative points made in the passages.\n4.The summary should be "
+                     "concise, focusing only on the most important information from the passages. Now, please "
+                     "combine and summarize the main ideas from the selected relevant passages into one cohesive "
+                     "summary, following the instructions carefully.\n\nSummary:\n",
+}
+#: the no-context prompt of the prior-knowledge probe (length-0 rows)
+NO_CONTEXT_QA = ("Answer the question as concisely as you can, using a single phrase or sentence if possible. If the "
+                 "question cannot be answered, write \"unanswerable\". Do not provide any explanation. Question: "
+                 "{input}\nOnly give me the answer and do not output any other words. Answer:\n")
+MAX_TOKENS = {"kv_retrieval": 64, "counting_stars": 32, "passage_retrieval": 32, "passage_count": 32,
+              "single_doc_qa": 256, "multi_doc_qa": 256, "single_doc_sum": 512, "multi_doc_sum": 512}
+METRIC = {"kv_retrieval": ("accuracy", "first_word"), "counting_stars": ("accuracy", "choice"),
+          "passage_retrieval": ("accuracy", "numeric"), "passage_count": ("accuracy", "numeric"),
+          "single_doc_qa": ("judge_qa", "none"), "multi_doc_qa": ("judge_qa", "none"),
+          "single_doc_sum": ("judge_sum", "none"), "multi_doc_sum": ("judge_sum", "none")}
+PARAGRAPH_LABEL = "Paragraph {i}:\n"
+STAR = "The little penguin counted {n} ★"
+KV = "The value of {key} is {value}."
+STARS_QUESTION = (
+    "On this moonlit and misty night, the little penguin is looking up at the sky and concentrating on counting ★. "
+    "Please help the little penguin collect the number of ★, for example: [x, x, x,...]. The summation is not "
+    "required, and the numbers in [x, x, x,...] represent the counted number of ★ by the little penguin.\n"
+    "Question: Which of the following is the correct number of ★ the little penguin collected, in the order the "
+    "counts appear?\n{options}\nAnswer with the letter of the correct option, like (A).")
+LETTERS = "ABCD"
+
+
+def prompt_parts(template: str, **values: str) -> tuple[str, str]:
+    """(head, tail) of ``template`` around ``{context}``, other placeholders filled."""
+    head, tail = template.split("{context}")
+    for k, v in values.items():
+        tail = tail.replace("{" + k + "}", v)
+    return head, tail
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One source sample: its documents (source-pool indices), question/answers or summary."""
+
+    sample_id: str
+    docs: tuple[int, ...]
+    question: Optional[str]
+    answers: Optional[tuple[str, ...]]
+    summary: Optional[str]
+
+
+def source_items(sources: DocumentPool, task: str) -> list[_Item]:
+    """The samples a source pool offers to ``task`` (rows, or groups for the multi-doc tasks)."""
+    f = sources.frame.with_row_index("_i")
+    if task in ("multi_doc_qa", "multi_doc_sum"):
+        need = "question" if task == "multi_doc_qa" else "summary"
+        groups = (f.filter(pl.col("group").is_not_null())
+                  .group_by("group", maintain_order=True)
+                  .agg(pl.col("_i"), pl.col("question").drop_nulls().first(),
+                       pl.col("answers").drop_nulls().first(), pl.col("summary").drop_nulls().first())
+                  .filter(pl.col(need).is_not_null()))
+        return [_Item(g["group"], tuple(g["_i"]), g["question"], tuple(g["answers"]) if g["answers"] else None,
+                      g["summary"]) for g in groups.iter_rows(named=True)]
+    need = "question" if task == "single_doc_qa" else "summary"
+    rows = f.filter(pl.col("group").is_null() & pl.col(need).is_not_null())
+    return [_Item(r["id"], (r["_i"],), r["question"], tuple(r["answers"]) if r["answers"] else None, r["summary"])
+            for r in rows.iter_rows(named=True)]
+
+
+def _rng(seed: int, task: str, key: int, length: int) -> np.random.Generator:
+    return np.random.default_rng([seed, TASK_CODE[task], key, length])
+
+
+def _row(task: str, sample_id: str, length: int, ctx: Optional[BuiltContext], head: str, tail: str,
+         question: str, answers: list[str], gold: str, gold_passages: list[int]) -> dict:
+    metric, extractor = METRIC[task]
+    return {"task": task, "sample_id": sample_id, "length": length,
+            "context_tokens": ctx.tokens if ctx else 0, "head": head, "context": ctx.text if ctx else "",
+            "tail": tail, "question": question, "answers": answers, "gold": gold, "metric": metric,
+            "extractor": extractor, "followup": None, "max_tokens": MAX_TOKENS[task], "followup_max_tokens": None,
+            "n_passages": ctx.n_passages if ctx else 0, "gold_passages": gold_passages}
+
+
+def _passages(labels) -> str:
+    return ", ".join(f"Passage {i}" for i in labels)
+
+
+# --------------------------------------------------------------------------------------------- #
+# synthetic tasks (Appendix A.2: KV Retrieval, Counting Stars, Passage Count)
+# --------------------------------------------------------------------------------------------- #
+
+
+def _kv_retrieval(suite: LongBench100Suite, pool: DocumentPool, i: int, length: int, rng) -> dict:
+    keys = [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(suite.kv_pairs + 1)]
+    needles = [KV.format(key=keys[j], value=keys[j + 1]) for j in range(suite.kv_pairs)]
+    ctx = build_context(length, pool, rng, needles=needles, needle_at="sentence")
+    question = f"Answer: the value of {keys[0]} is"
+    head, tail = prompt_parts(PROMPTS["kv_retrieval"], input=question)
+    return _row("kv_retrieval", f"kv_retrieval-{i:04d}", length, ctx, head, tail, question, [keys[1]], keys[1],
+                list(ctx.needle_labels))
+
+
+def star_options(counts: list[int], rng: np.random.Generator) -> list[list[int]]:
+    """The correct sequence and three distinct distractors (two swaps of two counts, one altered count)."""
+    options = [list(counts)]
+    makers = ["swap", "alter", "swap"]
+    while len(options) < 4:
+        seq = list(counts)
+        if makers[len(options) - 1] == "swap":
+            a, b = rng.choice(len(seq), size=2, replace=False)
+            seq[a], seq[b] = seq[b], seq[a]
+        else:
+            seq[int(rng.integers(len(seq)))] = int(rng.integers(1, 101))
+        if seq not in options:
+            options.append(seq)
+    return options
+
+
+def _counting_stars(suite: LongBench100Suite, pool: DocumentPool, i: int, length: int, rng) -> dict:
+    stars = [int(x) for x in rng.choice(np.arange(1, 101), size=suite.star_passages, replace=False)]
+    ctx = build_context(length, pool, rng, needles=[STAR.format(n=n) for n in stars], needle_at="end")
+    counts = [stars[j] for j in np.argsort(ctx.needle_labels)]
+    options = star_options(counts, rng)
+    slots = rng.permutation(4)  # option k goes to letter slots[k]
+    by_letter = [None] * 4
+    for k, s in enumerate(slots):
+        by_letter[s] = options[k]
+    letter = LETTERS[int(slots[0])]
+    question = STARS_QUESTION.format(options="\n".join(f"({LETTERS[s]}) {by_letter[s]}" for s in range(4)))
+    head, tail = prompt_parts(PROMPTS["counting_stars"], input=question)
+    return _row("counting_stars", f"counting_stars-{i:04d}", length, ctx, head, tail, question, [letter],
+                f"({letter})", sorted(ctx.needle_labels))
+
+
+def _passage_count(suite: LongBench100Suite, pool: DocumentPool, i: int, length: int, rng) -> dict:
+    ctx = build_context(length, pool, rng, max_repeats=suite.max_repeats, min_distractors=1, label=PARAGRAPH_LABEL)
+    head, tail = prompt_parts(PROMPTS["passage_count"])
+    n = str(ctx.n_unique)
+    return _row("passage_count", f"passage_count-{i:04d}", length, ctx, head, tail, "", [n], n, [])
+
+
+# --------------------------------------------------------------------------------------------- #
+# source tasks (Passage Retrieval, QA, summarization)
+# --------------------------------------------------------------------------------------------- #
+
+
+def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
+    labels = list(ctx.required_labels)
+    if task == "passage_retrieval":
+        head, tail = prompt_parts(PROMPTS[task], input=item.summary)
+        gold = str(labels[0])
+        return _row(task, item.sample_id, length, ctx, head, tail, item.summary, [gold], gold, labels)
+    if task in QA_TASKS:
+        shown = ", ".join(str(i) for i in sorted(labels))
+        instruction = f"Answer the question related with Passage {shown}. "
+        head, tail = prompt_parts(PROMPTS[task], instruction=instruction, input=item.question)
+        return _row(task, item.sample_id, length, ctx, head, tail, item.question, list(item.answers),
+                    item.answers[0], labels)
+    if task == "single_doc_sum":
+        question = f"Write a one-page summary of Passage {labels[0]} into a few short sentences."
+    else:
+        question = ("Combine and summarize the main ideas from the selected relevant passages into one cohesive "
+                    f"summary: {_passages(sorted(labels))}.")
+    head, tail = prompt_parts(PROMPTS[task], input=question)
+    return _row(task, item.sample_id, length, ctx, head, tail, question, [item.summary], item.summary, labels)
+
+
+def _no_context_row(task: str, item: _Item) -> dict:
+    tail = NO_CONTEXT_QA.replace("{input}", item.question)
+    return _row(task, item.sample_id, 0, None, "", tail, item.question, list(item.answers), item.answers[0], [])
+
+
+def _source_task(task: str, suite: LongBench100Suite, seed: int, sources: DocumentPool,
+                 pool: DocumentPool) -> tuple[list[dict], dict[int, int]]:
+    """Rows of a source task and, per length, how many samples could not be built."""
+    items = source_items(sources, task)
+    if not items:
+        need = "'question' + 'answers'" if task in QA_TASKS else "'summary'"
+        shape = "groups (rows sharing 'group')" if task.startswith("multi") else "ungrouped rows"
+        raise PoolError(f"{sources.source}: no {shape} with {need} (needed by task {task})")
+    order = np.random.default_rng([seed, TASK_CODE[task]]).permutation(len(items))
+    size = np.array([int(sources.tokens[list(it.docs)].sum()) for it in items])
+    rows, short, used = [], {}, set()
+    for length in suite.lengths:
+        built = 0
+        for k in order[size[order] <= length]:
+            if built == suite.samples_per_length:
+                break
+            item = items[int(k)]
+            rng = _rng(seed, task, int(k), length)
+            try:
+                ctx = build_context(length, pool, rng, required=[sources.texts[d] for d in item.docs],
+                                    required_tokens=sources.tokens[list(item.docs)])
+            except ContextTooLong:
+                continue
+            rows.append(_source_row(task, item, length, ctx))
+            used.add(int(k))
+            built += 1
+        short[length] = suite.samples_per_length - built
+    if task in QA_TASKS and suite.prior_knowledge_threshold is not None:
+        rows += [_no_context_row(task, items[k]) for k in sorted(used)]
+    return rows, short
+
+
+SYNTHETIC: dict[str, Callable[..., dict]] = {"kv_retrieval": _kv_retrieval, "counting_stars": _counting_stars,
+                                             "passage_count": _passage_count}
+
+
+def _synthetic_task(task: str, suite: LongBench100Suite, seed: int, pool: DocumentPool) -> tuple[list[dict], dict]:
+    rows, short = [], {}
+    for length in suite.lengths:
+        built, error = 0, None
+        for i in range(suite.samples_per_length):
+            try:
+                rows.append(SYNTHETIC[task](suite, pool, i, length, _rng(seed, task, i, length)))
+                built += 1
+            except ContextTooLong as exc:
+                error = exc
+        if not built:
+            raise PoolError(f"task {task} at length {length}: {error}")
+        short[length] = suite.samples_per_length - built
+    return rows, short
+
+
+EXTRA_SCHEMA = {"n_passages": pl.Int64(), "gold_passages": pl.List(pl.Int64())}
+
+
+def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
+    """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks at every length, plus
+    ``n_passages`` and ``gold_passages`` (passage numbers of the ground truth / needles).
+    Deterministic per ``seed``; shortfalls (sources too long for a length, too few sources) are
+    logged and visible in :func:`longbench100_report`."""
+    tok = get_tokenizer(suite.tokenizer)
+    pool = load_distractors(suite.distractors, tok)
+    if pool.skipped:
+        log.warning("%s: skipped %s", pool.source, ", ".join(f"{n} rows ({why})" for why, n in pool.skipped.items()))
+    sources = load_sources(suite.sources, tok) if set(suite.tasks) & set(SOURCE_TASKS) else None
+    rows: list[dict] = []
+    for task in suite.tasks:
+        if task in SYNTHETIC:
+            task_rows, short = _synthetic_task(task, suite, seed, pool)
+        else:
+            task_rows, short = _source_task(task, suite, seed, sources, pool)
+        rows += task_rows
+        for length, n in short.items():
+            if n:
+                log.warning("%s at length %d: %d of %d samples could not be built", task, length, n,
+                            suite.samples_per_length)
+    frame = pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **EXTRA_SCHEMA})
+    return check_samples(frame, f"suite longbench100 ({suite.sources})")
+
+
+def longbench100_report(samples: pl.DataFrame, suite: LongBench100Suite) -> pl.DataFrame:
+    """Per task and target length: samples ``requested`` and ``built``, ``skipped`` (could not be
+    built: sources too long or too few) and the achieved ``min_fill`` / ``mean_fill`` (context
+    tokens / target)."""
+    grid = pl.DataFrame({"task": list(suite.tasks)}).join(pl.DataFrame({"length": suite.lengths}), how="cross")
+    got = (samples.filter(pl.col("length") > 0)
+           .group_by("task", "length")
+           .agg(built=pl.len(), min_fill=(pl.col("context_tokens") / pl.col("length")).min(),
+                mean_fill=(pl.col("context_tokens") / pl.col("length")).mean()))
+    return (grid.join(got, on=["task", "length"], how="left")
+            .with_columns(requested=pl.lit(suite.samples_per_length), built=pl.col("built").fill_null(0).cast(pl.Int64))
+            .with_columns(skipped=pl.col("requested") - pl.col("built"))
+            .select("task", "length", "requested", "built", "skipped", "min_fill", "mean_fill"))
+
+
+def prior_knowledge_filter(scores: pl.DataFrame, threshold: Optional[float]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """100-LongBench's QA filter (Section 3.1, Appendix A.2): a QA sample whose no-context
+    (length-0) score exceeds ``threshold`` answers from prior knowledge and is dropped at every
+    length. ``scores``: ``task, sample_id, length, score`` (and any other columns).
+
+    Returns (the kept rows without the length-0 rows, per QA task ``probed`` / ``dropped``
+    sample counts). A null length-0 score (failed judgement) does not drop; ``threshold=None``
+    drops nothing."""
+    probe = scores.filter((pl.col("length") == 0) & pl.col("task").is_in(list(QA_TASKS)))
+    over = pl.col("score") > threshold if threshold is not None else pl.lit(False)
+    flagged = probe.group_by("task", "sample_id").agg(drop=over.fill_null(False).any())
+    bad = flagged.filter("drop").select("task", "sample_id")
+    kept = scores.filter(pl.col("length") != 0).join(bad, on=["task", "sample_id"], how="anti")
+    dropped = (flagged.group_by("task").agg(probed=pl.len(), dropped=pl.col("drop").sum().cast(pl.Int64))
+               .with_columns(pl.col("probed").cast(pl.Int64)).sort("task"))
+    return kept, dropped

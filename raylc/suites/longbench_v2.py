@@ -1,0 +1,209 @@
+"""LongBench v2 (Bai et al.): loader for the released data, the Appendix C prompts, and the
+Table 2 / Table 4 report.
+
+Data: the released ``data.json`` (a JSON list) or JSON Lines, one record per question with
+``_id, domain, sub_domain, difficulty (easy/hard), length (short/medium/long), question,
+choice_A..choice_D, answer (A-D), context``.
+
+Prompts (Appendix C.3, the official ``prompts/0shot*.txt``): zero-shot ends with 'Format
+your response as follows: "The correct answer is (insert answer here)".'; chain of thought
+is two calls, the first ending with "Let's think step by step:"; the second (``followup``)
+replaces the document by "The text is too long and omitted here.", repeats the question
+and choices, the cue and the model's reasoning, and asks for the final answer. Generation budgets
+are C.2's: 128 new tokens zero-shot, 1024 for the reasoning call and 128 for the answer
+call; C.2's temperature 0.1 is the probe's ``sampling.temperature``. Contexts are not
+length-controlled: ``length`` is the context's token count and the backend truncates from
+the middle to the model window (Section 4 "Setup").
+
+Scoring: the ``longbench_v2`` extractor reads "The correct answer is (X)"; no letter is an
+invalid output, which the compensated score credits with 0.25 (Table 4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from raylc.spec import LongBenchV2Suite
+from raylc.store import Store, StoreError
+from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
+from raylc.tokenize import get_tokenizer
+
+__all__ = ["LongBenchV2DataError", "build_longbench_v2", "load_longbench_v2", "longbench_v2_report", "prompt"]
+
+
+class LongBenchV2DataError(ValueError):
+    """Malformed LongBench v2 data; the one-line message names the file, record and field."""
+
+
+FIELDS = ("_id", "domain", "sub_domain", "difficulty", "length", "question", "choice_A", "choice_B", "choice_C",
+          "choice_D", "answer", "context")
+DIFFICULTIES = ("easy", "hard")
+LENGTH_CLASSES = ("short", "medium", "long")
+CHOICES = ("A", "B", "C", "D")
+SPLITS = ("overall", *DIFFICULTIES, *LENGTH_CLASSES)
+
+_ANSWER_FORMAT = 'Format your response as follows: "The correct answer is (insert answer here)".'
+COT_FOLLOWUP = "\n\nBased on the above, what is the single, most likely answer choice? " + _ANSWER_FORMAT
+_HEAD = "Please read the following text and answer the question below.\n\n<text>\n"
+_COT_CUE = "Let's think step by step:"
+_OMITTED = "Please read the following text and answer the questions below.\n\nThe text is too long and omitted here.\n\n"
+MAX_TOKENS = {"zero_shot": 128, "cot": 1024}
+COT_ANSWER_MAX_TOKENS = 128
+
+
+def _read_bytes(uri: str) -> bytes:
+    root, _, name = uri.rstrip("/").rpartition("/")
+    store = Store(root or ".")
+    if not store.exists(name):
+        raise LongBenchV2DataError(f"{uri}: no such file")
+    try:
+        with store.fs.open_input_file(store.path(name)) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise StoreError(f"{uri}: cannot read ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})") from None
+
+
+def _records(uri: str, data: bytes) -> list[tuple[str, Any]]:
+    """(where, record) pairs: ``record i`` of a JSON list or ``line n`` of JSON Lines."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LongBenchV2DataError(f"{uri}: not UTF-8 text (byte {exc.start})") from None
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LongBenchV2DataError(f"{uri}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        return [(f"record {i}", item) for i, item in enumerate(items)]
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"line {n}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise LongBenchV2DataError(f"{uri}: line {n}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    return out
+
+
+def _check(uri: str, where: str, rec: Any) -> dict[str, str]:
+    if not isinstance(rec, dict):
+        raise LongBenchV2DataError(f"{uri}: {where}: expected a JSON object, got {type(rec).__name__}")
+    where = f"{where} (_id={rec['_id']!r})" if isinstance(rec.get("_id"), str) else where
+    for field in FIELDS:
+        if field not in rec:
+            raise LongBenchV2DataError(f"{uri}: {where}: missing field {field!r}")
+        if not isinstance(rec[field], str):
+            raise LongBenchV2DataError(
+                f"{uri}: {where}: field {field!r} must be a string, got {type(rec[field]).__name__}")
+    for field, allowed in (("difficulty", DIFFICULTIES), ("length", LENGTH_CLASSES), ("answer", CHOICES)):
+        if rec[field] not in allowed:
+            raise LongBenchV2DataError(
+                f"{uri}: {where}: field {field!r} must be one of {', '.join(allowed)} (got {rec[field]!r})")
+    if not rec["_id"]:
+        raise LongBenchV2DataError(f"{uri}: {where}: field '_id' is empty")
+    return {f: rec[f] for f in FIELDS}
+
+
+def load_longbench_v2(uri: str) -> pl.DataFrame:
+    """The records of a LongBench v2 file (JSON list or JSON Lines; local or s3://), one row per
+    question with the :data:`FIELDS` columns (all strings). Raises
+    :class:`LongBenchV2DataError` naming the file, record and field of the first problem
+    (invalid JSON, missing or non-string field, bad difficulty/length/answer, duplicate _id)."""
+    rows = []
+    seen: dict[str, str] = {}
+    for where, rec in _records(uri, _read_bytes(uri)):
+        row = _check(uri, where, rec)
+        if row["_id"] in seen:
+            raise LongBenchV2DataError(f"{uri}: {where}: duplicate _id {row['_id']!r} (first at {seen[row['_id']]})")
+        seen[row["_id"]] = where
+        rows.append(row)
+    if not rows:
+        raise LongBenchV2DataError(f"{uri}: no records")
+    return pl.DataFrame(rows, schema={f: pl.String for f in FIELDS})
+
+
+def _question(record: dict[str, str]) -> str:
+    choices = "".join(f"\n({c}) {record[f'choice_{c}'].strip()}" for c in CHOICES)
+    return f"What is the correct answer to this question: {record['question'].strip()}\nChoices:{choices}"
+
+
+def prompt(record: dict[str, str], mode: str) -> tuple[str, str, str]:
+    """(head, context, tail) of the Appendix C prompt; ``mode`` is ``zero_shot`` or ``cot``."""
+    cue = _ANSWER_FORMAT if mode == "zero_shot" else _COT_CUE
+    return _HEAD, record["context"].strip(), f"\n</text>\n\n{_question(record)}\n\n{cue}"
+
+
+def cot_followup(record: dict[str, str]) -> str:
+    """The answer call of the chain-of-thought setting (Appendix C.3): the document omitted, the
+    reasoning of the first call in place of :data:`raylc.suites.samples.COMPLETION`."""
+    return f"{_OMITTED}{_question(record)}\n\n{_COT_CUE} {COMPLETION}{COT_FOLLOWUP}"
+
+
+def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
+    """The samples table of ``suite.data`` in ``suite.mode``: task ``longbench_v2``, sample_id the
+    record's ``_id``, metric and extractor ``longbench_v2``, extra columns ``domain,
+    sub_domain, difficulty, length_class``. ``length`` = ``context_tokens`` = the context's
+    token count (``suite.tokenizer``). Nothing is random: ``seed`` is accepted for the common
+    builder signature and does not change the table."""
+    del seed
+    data = load_longbench_v2(suite.data)
+    tok = get_tokenizer(suite.tokenizer)
+    cot = suite.mode == "cot"
+    rows = []
+    for rec in data.iter_rows(named=True):
+        head, context, tail = prompt(rec, suite.mode)
+        n = tok.count(context)
+        rows.append({
+            "task": "longbench_v2", "sample_id": rec["_id"], "length": n, "context_tokens": n, "head": head,
+            "context": context, "tail": tail, "question": rec["question"], "answers": [rec["answer"]],
+            "gold": f"The correct answer is ({rec['answer']})", "metric": "longbench_v2", "extractor": "longbench_v2",
+            "followup": cot_followup(rec) if cot else None, "max_tokens": MAX_TOKENS[suite.mode],
+            "followup_max_tokens": COT_ANSWER_MAX_TOKENS if cot else None, "domain": rec["domain"],
+            "sub_domain": rec["sub_domain"], "difficulty": rec["difficulty"], "length_class": rec["length"],
+        })
+    extra = {c: pl.String() for c in ("domain", "sub_domain", "difficulty", "length_class")}
+    return check_samples(pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **extra}), suite.data)
+
+
+def longbench_v2_report(scores: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """Table 2 and Table 4 of the paper from one row per sample.
+
+    ``scores`` has ``difficulty``, ``length_class``, ``prediction`` (the extracted letter,
+    null for an invalid output) and ``answer`` (the gold letter; else the first item of an
+    ``answers`` list). Returns one row per (``by`` groups,) split in :data:`SPLITS` (overall,
+    easy, hard, short, medium, long) with ``n``, ``accuracy`` (% correct, invalid outputs
+    wrong: Table 2), ``invalid`` (% invalid outputs) and ``compensated`` (% with each invalid
+    output counted as 0.25 correct: Table 4)."""
+    need = [c for c in ("difficulty", "length_class", "prediction") if c not in scores.columns]
+    if "answer" not in scores.columns and "answers" not in scores.columns:
+        need.append("answer")
+    if need:
+        raise ValueError(f"longbench_v2_report: scores lack column {need[0]!r}")
+    answer = pl.col("answer") if "answer" in scores.columns else pl.col("answers").list.first()
+    base = scores.select(
+        *by, "difficulty", "length_class",
+        correct=(pl.col("prediction") == answer).fill_null(False).cast(pl.Float64),
+        invalid=pl.col("prediction").is_null().cast(pl.Float64),
+    )
+    parts = [base.with_columns(split=pl.lit("overall")),
+             base.with_columns(split=pl.col("difficulty")),
+             base.with_columns(split=pl.col("length_class"))]
+    stats = pl.concat(parts).group_by(*by, "split").agg(
+        n=pl.len(),
+        accuracy=100 * pl.col("correct").mean(),
+        invalid=100 * pl.col("invalid").mean(),
+        compensated=100 * (pl.col("correct") + 0.25 * pl.col("invalid")).mean(),
+    )
+    grid = pl.DataFrame({"split": list(SPLITS), "_order": range(len(SPLITS))})
+    if by:
+        grid = base.select(*by).unique().join(grid, how="cross")
+    return (
+        grid.join(stats, on=[*by, "split"], how="left")
+        .sort(*by, "_order")
+        .select(*by, "split", pl.col("n").fill_null(0).cast(pl.Int64), "accuracy", "invalid", "compensated")
+    )
