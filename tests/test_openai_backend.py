@@ -147,9 +147,10 @@ def test_api_key_never_leaks(planted, monkeypatch, capsys, caplog):
 
 def test_concurrency_bound_is_respected(planted):
     sim, prompts = planted
-    with SimulatedOpenAIServer(sim, delay_s=0.05) as server:
-        results = OpenAIBackend(probe(server.base_url, concurrency=3)).generate(prompts[:24])
+    with SimulatedOpenAIServer(sim, delay_s=0.05) as server:  # a long timeout: no retry overlaps its timed-out try
+        results = OpenAIBackend(probe(server.base_url, concurrency=3, timeout_s=120.0)).generate(prompts[:24])
     assert all(r["error"] is None for r in results)
+    assert server.stats["requests"] == 24
     assert 2 <= server.stats["max_in_flight"] <= 3
 
 
