@@ -243,8 +243,10 @@ def plan(
         except OSError as exc:
             _fail(f"{write}: cannot write the plan ({exc.strerror or exc})")
     console = Console()
-    lengths = planned.lengths.with_columns(pl.col("stride").cast(pl.String).fill_null("-"))
-    console.print(rich_table(lengths, f"Planned observations per length ({job_file})"))
+    lengths = planned.lengths
+    if "stride" in lengths.columns:  # DOLCE sampling; a length sweep lists samples per task and length
+        lengths = lengths.with_columns(pl.col("stride").cast(pl.String).fill_null("-"))
+    console.print(rich_table(lengths, f"Planned requests per length ({job_file})"))
     console.print(rich_table(planned.summary(), "Plan"))
     if write is not None:
         typer.echo(f"wrote {write}")

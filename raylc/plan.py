@@ -393,10 +393,92 @@ def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a length-controlled run would send (:func:`plan_sweep`): per task and target length
+    the samples, prompt tokens (as sent, after fitting into the probe's window) and the
+    generated-token bound, and the cost. Two-call samples count both calls, the second with
+    a completion of at most the first call's ``max_tokens``."""
+
+    job: Job
+    lengths: pl.DataFrame  # task, length, samples, requests, prompt_tokens, generated_tokens
+    tokenizer: str
+    price_per_mtok: Optional[float] = None
+    tokens_per_s_per_gpu: Optional[float] = None
+
+    @property
+    def requests(self) -> int:
+        return int(self.lengths["requests"].sum())
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.lengths["prompt_tokens"].sum())
+
+    @property
+    def generated_tokens(self) -> int:
+        return int(self.lengths["generated_tokens"].sum())
+
+    def summary(self) -> pl.DataFrame:
+        rows = [
+            ("samples", f"{int(self.lengths['samples'].sum()):,}"),
+            ("requests", f"{self.requests:,}"),
+            ("prompt tokens (planned, no prefix reuse)", f"{self.prompt_tokens:,}"),
+            ("generated tokens (<= max_tokens each)", f"{self.generated_tokens:,}"),
+            ("tokenizer", self.tokenizer),
+        ]
+        total = self.prompt_tokens + self.generated_tokens
+        if self.tokens_per_s_per_gpu:
+            rows.append(("GPU-hours", f"{total / self.tokens_per_s_per_gpu / 3600:,.2f} at "
+                                      f"{self.tokens_per_s_per_gpu:,g} tokens/s/GPU"))
+        if self.price_per_mtok is not None:
+            rows.append(("cost", f"${self.price_per_mtok * total / 1e6:,.2f} at ${self.price_per_mtok:g} per million tokens"))
+        return pl.DataFrame(rows, schema=["item", "value"], orient="row")
+
+    def write(self, path: Union[str, Path]) -> None:
+        Plan.write(self, path)  # type: ignore[arg-type]
+
+    def to_yaml(self) -> str:
+        head = f"# Planned by `raylc plan`: {self.requests:,} requests, {self.prompt_tokens:,} prompt tokens"
+        return head + "\n" + yaml.safe_dump(self.job.resolved(), sort_keys=False, allow_unicode=True)
+
+
+def plan_sweep(job: Job, *, tokenizer: Optional[str] = None, price_per_mtok: Optional[float] = None,
+               tokens_per_s_per_gpu: Optional[float] = None, overhead_tokens: int = 0) -> SweepPlan:
+    """Plan a length-controlled job without inference: build its samples, count the tokens of
+    every request (instruction and question pieces tokenized once per distinct text; the
+    context's count from the build, recounted when ``tokenizer`` overrides the suite's)."""
+    from raylc.pipeline.length import build_samples
+
+    samples = build_samples(job)
+    spec = tokenizer or getattr(job.suite, "tokenizer", None)
+    tok = _load_tokenizer(spec)
+    default_max = getattr(job.probe, "sampling", GenerationParams()).max_tokens
+    first_max = samples["max_tokens"].fill_null(default_max).to_numpy()
+    second_max = samples["followup_max_tokens"].fill_null(default_max).to_numpy()
+    context = samples["context_tokens"].to_numpy() if tokenizer is None else _counts(samples["context"], tok)
+    first = _counts(samples["head"], tok) + context + _counts(samples["tail"], tok) + overhead_tokens
+    two = samples["followup"].is_not_null().to_numpy()
+    second = np.where(two, _counts(samples["followup"].fill_null(""), tok) + first_max + overhead_tokens, 0)
+    max_len = getattr(job.probe, "max_model_len", None)
+    if max_len:  # the backend cuts the context to fit prompt + max_tokens into the window
+        first = np.minimum(first, np.maximum(max_len - first_max, 1))
+    table = samples.select("task", "length").with_columns(
+        requests=pl.Series(1 + two.astype(np.int64)),
+        prompt_tokens=pl.Series(first + second, dtype=pl.Int64),
+        generated_tokens=pl.Series(first_max + np.where(two, second_max, 0), dtype=pl.Int64),
+    )
+    lengths = table.group_by("task", "length").agg(
+        samples=pl.len(), requests=pl.col("requests").sum(), prompt_tokens=pl.col("prompt_tokens").sum(),
+        generated_tokens=pl.col("generated_tokens").sum(),
+    ).sort("task", "length")
+    return SweepPlan(job=job, lengths=lengths, tokenizer=spec or "default", price_per_mtok=price_per_mtok,
+                     tokens_per_s_per_gpu=tokens_per_s_per_gpu)
+
+
 def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[str] = None,
          price_per_mtok: Optional[float] = None, tokens_per_s_per_gpu: Optional[float] = None,
          overhead_tokens: int = 0, block_size: int = BLOCK_SIZE, problems: Optional[pl.DataFrame] = None,
-         pieces: Optional[PromptPieces] = None) -> Plan:
+         pieces: Optional[PromptPieces] = None) -> Union[Plan, SweepPlan]:
     """Plan ``job`` without inference: build + sample, count tokens, prefix reuse and cost.
 
     With ``budget_tokens`` the sampling becomes take-every with the per-length strides of the
@@ -415,7 +497,11 @@ def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[s
     if block_size < 1 or overhead_tokens < 0:
         raise PlanError("block_size must be >= 1 and overhead_tokens >= 0")
     if job.suite.kind in LENGTH_SUITES:
-        raise PlanError(f"suite kind {job.suite.kind!r} is a length sweep: raylc plan covers suites sampled in units")
+        if budget_tokens is not None:
+            raise PlanError(f"suite kind {job.suite.kind!r} is a length sweep: --budget-tokens picks DOLCE strides; "
+                            "lower suite.lengths or samples_per_length instead")
+        return plan_sweep(job, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+                          tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     problems = stages.build(job) if problems is None else problems
     spec = tokenizer or job_tokenizer(job)
     pieces = prompt_pieces(problems, _load_tokenizer(spec)) if pieces is None else pieces

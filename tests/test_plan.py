@@ -268,8 +268,22 @@ def test_prefix_reuse_saves_on_aligned_exponential_ladder():
     assert prefill_tokens(spans, problems, lookback=1)[1] > with_reuse  # stage order: neighbours share little
 
 
-def test_length_sweeps_are_not_planned():
-    from raylc.spec import parse_job
+def test_length_sweep_plan_counts_every_request_without_inference():
+    from raylc.pipeline.length import build_samples
+    from raylc.plan import SweepPlan
+    from raylc.tokenize import get_tokenizer
 
-    with pytest.raises(PlanError, match="suite kind 'helmet_recall' is a length sweep"):
-        plan(parse_job({"name": "x", "suite": {"kind": "helmet_recall"}}))
+    job = load_job(ROOT / "jobs" / "helmet-recall.yaml", {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048],
+                                                          "suite.samples_per_length": 3})
+    planned = plan(job, price_per_mtok=1.0)
+    assert isinstance(planned, SweepPlan)
+    samples = build_samples(job)
+    tok = get_tokenizer(None)
+    sent = sum(tok.count(h + c + t) for h, c, t in samples.select("head", "context", "tail").iter_rows())
+    assert sent <= planned.prompt_tokens <= sent + samples.height  # pieces may split one merge per boundary
+    assert planned.requests == samples.height == int(planned.lengths["samples"].sum())
+    assert planned.summary().filter(pl.col("item") == "cost")["value"][0].startswith("$")
+    with pytest.raises(PlanError, match="length sweep"):
+        plan(job, budget_tokens=10**6)
+    cot = plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"))
+    assert cot.requests == 2 * int(cot.lengths["samples"].sum())  # reasoning call + answer call
