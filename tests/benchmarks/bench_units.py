@@ -8,7 +8,10 @@ time: linear time gives about 2, 4, 8. Each cell is the minimum process CPU time
 alike (run it twice anyway). Small documents fit in the CPU caches and large ones do not,
 which alone pushes the 256K ratio a little above 8.
 
-    .venv/bin/python tests/benchmarks/bench_units.py
+    .venv/bin/python tests/benchmarks/bench_units.py [--sizes 32768,...,1048576]
+
+The "per doubling" column (each size's time over the previous one's) tends to 2 past the
+cache sizes if the work is linear.
 """
 
 from __future__ import annotations
@@ -45,20 +48,28 @@ def cpu_time(fn) -> float:
     return time.process_time() - t0
 
 
-def main() -> None:
+def main(sizes: tuple[int, ...] = SIZES) -> None:
     tok = get_tokenizer()
-    docs = {n: document(n) for n in SIZES}
+    docs = {n: document(n) for n in sizes}
     print("tokens:", {n: tok.count(d) for n, d in docs.items()}, "chars:", {n: len(d) for n, d in docs.items()})
-    print(f"{'spec':>5} {'units@256K':>11} {'t32K (s)':>9} " + " ".join(f"{n // 1024}K/32K".rjust(9) for n in SIZES[1:]))
-    best = {(spec, n): float("inf") for spec in SPECS for n in SIZES}
+    head = " ".join(f"{n // 1024}K/{sizes[0] // 1024}K".rjust(10) for n in sizes[1:])
+    print(f"{'spec':>5} {'units@max':>10} {'t_min (s)':>9} {head}   per doubling")
+    best = {(spec, n): float("inf") for spec in SPECS for n in sizes}
     for _ in range(ROUNDS):
         for spec in SPECS:
-            for n in SIZES:
+            for n in sizes:
                 best[spec, n] = min(best[spec, n], cpu_time(lambda: split_units(docs[n], spec)))
     for spec in SPECS:
-        base = best[spec, SIZES[0]]
-        ratios = " ".join(f"{best[spec, n] / base:9.2f}" for n in SIZES[1:])
-        print(f"{spec:>5} {len(split_units(docs[SIZES[-1]], spec)):>11} {base:9.4f} {ratios}")
+        base = best[spec, sizes[0]]
+        ratios = " ".join(f"{best[spec, n] / base:10.2f}" for n in sizes[1:])
+        doubling = " ".join(f"{best[spec, b] / best[spec, a]:.2f}" for a, b in zip(sizes, sizes[1:]))
+        print(f"{spec:>5} {len(split_units(docs[sizes[-1]], spec)):>10} {base:9.4f} {ratios}   {doubling}")
+
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help="comma-separated document sizes in tokens, doubling (e.g. up to 1048576)")
+    main(tuple(int(x) for x in parser.parse_args().sizes.split(",")))
