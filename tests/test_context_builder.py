@@ -140,7 +140,7 @@ def test_never_over_target_and_count_is_exact(target, seed, n_req):
     assert kinds.count("required") == n_req and ctx.n_unique == ctx.n_passages
 
 
-@pytest.mark.parametrize("target", [8192, 16384, 32768, 65536])
+@pytest.mark.parametrize("target", [8192, 16384, 32768, 65536, 131072, 262144])
 def test_fills_at_least_95_percent_when_the_pool_allows(target):
     fills = [build_context(target, BIG, np.random.default_rng(s), required=["The gold passage."]).fill
              for s in range(4)]
