@@ -4,10 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
-from raylc.pipeline import checkpoint
+from raylc.pipeline import checkpoint, stages
 from raylc.pipeline.runner import OUTPUTS, Run, RunError, run_job
 from raylc.report import load_report
 from raylc.spec import load_job
@@ -137,3 +138,19 @@ def test_write_parts_streams_one_parquet_file(tmp_path):
     assert pl.concat(run.iter_rows("t/x.parquet", 4)).equals(whole)
     assert run.write_parts(iter([]), "t/empty.parquet", parts[0].clear()) == 0
     assert run.read("t/empty.parquet").equals(parts[0].clear())
+
+
+def test_merge_observations_sorts_and_keeps_the_last_score_of_a_span():
+    rng = np.random.default_rng(3)
+    n = 400
+    part = pl.DataFrame({
+        "task": rng.choice(["b", "a"], n), "problem_id": rng.choice(["p10", "p2", "p1"], n),
+        "L": np.full(n, 50), "C": rng.integers(0, 6, n), "start": rng.integers(0, 40, n),
+        "score": rng.random(n), "metric": ["exact_match"] * n,
+    })
+    parts = [part.slice(0, 150), part.slice(150, 150), part.slice(300, 100), part.slice(0, 50)]
+    keys = ["task", "problem_id", "C", "start"]
+    expected = pl.concat(parts).sort(keys, maintain_order=True).unique(keys, keep="last", maintain_order=True)
+    merged = stages.merge_observations(parts)
+    assert merged.equals(expected) and merged.select(keys).is_duplicated().sum() == 0
+    assert stages.merge_observations([]).height == 0

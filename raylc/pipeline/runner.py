@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 from raylc import __version__
 from raylc.backends import make_backend
 from raylc.pipeline import checkpoint, ray_exec, stages
-from raylc.scoring.observations import OBSERVATION_SCHEMA
 from raylc.plan import prefix_order
 from raylc.spec import LENGTH_SUITES, Job
 from raylc.store import Store, _io
@@ -322,14 +321,11 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
     def do_score() -> dict[str, int]:
         # shard by shard: a run's shards hold only its own spans' requests (the run is tied to
         # the job's fingerprint); a request stored twice counts once, as in load_completions
-        keys = ["task", "problem_id", "C", "start"]
         problems = run.read("build/problems.parquet")
-        scored = [
+        obs = stages.merge_observations([
             stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
             for shard in checkpoint.iter_shards(run.store, run.run_id)
-        ]
-        obs = (pl.concat(scored).sort(keys, maintain_order=True).unique(keys, keep="last", maintain_order=True)
-               if scored else pl.DataFrame(schema=OBSERVATION_SCHEMA))
+        ])
         run.write(obs, "score/observations.parquet")
         return {"observations": obs.height}
 

@@ -15,7 +15,7 @@ from raylc.backends.base import generations_frame
 from raylc.dolce import CATEGORIES, assign_categories, fit_observations
 from raylc.prompts import render_prompt_parts
 from raylc.sampling import sample_spans
-from raylc.scoring import score_spans
+from raylc.scoring import OBSERVATION_SCHEMA, score_spans
 from raylc.spec import Job
 from raylc.suites.planted import build_planted
 
@@ -49,6 +49,26 @@ def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """The observation table (``task, problem_id, L, C, start, score, metric``), sorted."""
     return score_spans(completions, problems, job.scoring.metric, job.scoring.idk_patterns).sort("task", "problem_id", "C", "start")
+
+
+def merge_observations(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Per-shard observation tables as one, sorted by (task, problem_id, C, start); a span
+    scored more than once (its request stored by two attempts) keeps its last score.
+
+    Sorts integer codes with a stable ``numpy.lexsort`` and drops duplicates by comparing
+    neighbours: the driver's memory stays near the table's own size (a Polars multi-column
+    sort and unique over the string keys allocate several times that)."""
+    if not parts:
+        return pl.DataFrame(schema=OBSERVATION_SCHEMA)
+    obs = pl.concat(parts, how="vertical_relaxed")
+    ids = obs.select(pl.concat_str("task", pl.lit("\x1f"), "problem_id").alias("k"))["k"]
+    names = ids.unique().sort()
+    code = ids.replace_strict(names, pl.int_range(names.len(), eager=True), return_dtype=pl.Int64).to_numpy()
+    C, start = obs["C"].to_numpy(), obs["start"].to_numpy()
+    order = np.lexsort((start, C, code))  # stable: equal keys stay in input order
+    code, C, start = code[order], C[order], start[order]
+    last = np.r_[(code[1:] != code[:-1]) | (C[1:] != C[:-1]) | (start[1:] != start[:-1]), True]
+    return obs[pl.Series(order[last])]
 
 
 def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame, pl.DataFrame]:
