@@ -67,7 +67,7 @@ def read_input(uri: str) -> pl.DataFrame:
         raise StoreError(f"{uri}: no such file")
     if name.endswith(".parquet") or store.fs.get_file_info(store.path(name)).type == pafs.FileType.Directory:
         return store.read_table(name)
-    with _io(uri), store.fs.open_input_file(store.path(name)) as fh:
+    with store.open_input(name) as fh:
         data = fh.read()
     try:
         if name.endswith(".csv"):
@@ -224,6 +224,12 @@ class Store:
                 self.fs.delete_dir(self.path(*parts))
             elif info.type != pafs.FileType.NotFound:
                 self.fs.delete_file(self.path(*parts))
+
+    @contextlib.contextmanager
+    def open_input(self, *parts: str) -> Iterator[Any]:
+        """A stored file opened for random-access reading; errors as :class:`StoreUnavailable`."""
+        with _io(self.uri(*parts)), self.fs.open_input_file(self.path(*parts)) as fh:
+            yield fh
 
     def read_text(self, *parts: str) -> Optional[str]:
         if not self.exists(*parts):

@@ -24,7 +24,7 @@ from raylc.backends import make_backend
 from raylc.pipeline import checkpoint, ray_exec, stages
 from raylc.plan import prefix_order
 from raylc.spec import LENGTH_SUITES, Job
-from raylc.store import Store, _io
+from raylc.store import Store
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
@@ -129,24 +129,18 @@ class Run:
 
     def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:
         """A Parquet file in frames of at most ``rows`` rows, read one row group at a time."""
-        parts = rel.split("/")
-        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
-                self.store.path(self.run_id, *parts)) as fh:
+        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=rows):
                 yield pl.from_arrow(batch)  # type: ignore[misc]
 
     def read_bytes(self, rel: str) -> bytes:
         """A stored file's bytes, as written (a Parquet table stays compressed)."""
-        parts = rel.split("/")
-        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
-                self.store.path(self.run_id, *parts)) as fh:
+        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
             return fh.read()
 
     def num_rows(self, rel: str) -> int:
         """Rows of a Parquet file, from its footer."""
-        parts = rel.split("/")
-        with _io(self.store.uri(self.run_id, *parts)), self.store.fs.open_input_file(
-                self.store.path(self.run_id, *parts)) as fh:
+        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
             return pq.read_metadata(fh).num_rows
 
 
