@@ -99,32 +99,32 @@ def pool_options(job: Job) -> dict[str, Any]:
     return {"compute": ray.data.ActorPoolStrategy(size=job.ray.actors), "num_cpus": job.ray.actor_num_cpus}
 
 
-def infer_on_ray(spans: pl.DataFrame | Iterable[pl.DataFrame], problems: pl.DataFrame,
-                 job: Job) -> Iterator[pl.DataFrame]:
-    """Stream completions from the backend's actor pool, in batches.
-
-    ``spans`` is a frame or an iterable of frames (e.g. chunks read from the spans table):
-    each chunk is cut into blocks that go to Ray's object store as it is read, so the driver
-    never holds more than one chunk.
-    """
+def _stream(chunks: Iterable[pl.DataFrame], actor: type, kwargs: dict[str, Any], job: Job) -> Iterator[pl.DataFrame]:
+    """Rows of ``chunks`` through an actor pool of ``actor(**kwargs)`` (``job.probe``'s backend
+    resources), streamed back in batches as they finish (any order). Each chunk is cut into
+    blocks that go to Ray's object store as it is read, so the driver holds one chunk at a time."""
     import ray
     import ray.data
 
     _configure_data(job)
     size = max(job.ray.batch_size * 4, 1)
-    refs = [ray.put(chunk.slice(i, size).to_arrow())
-            for chunk in ([spans] if isinstance(spans, pl.DataFrame) else spans) for i in range(0, chunk.height, size)]
+    refs = [ray.put(chunk.slice(i, size).to_arrow()) for chunk in chunks for i in range(0, chunk.height, size)]
     if not refs:
         return
     ds = ray.data.from_arrow_refs(refs).map_batches(
-        _InferActor,
-        fn_constructor_kwargs={"job": job, "problems": problems},
-        batch_size=job.ray.batch_size,
-        batch_format="pyarrow",
+        actor, fn_constructor_kwargs=kwargs, batch_size=job.ray.batch_size, batch_format="pyarrow",
         **pool_options(job),
     )
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield pl.from_arrow(batch)  # type: ignore[misc]
+
+
+def infer_on_ray(spans: pl.DataFrame | Iterable[pl.DataFrame], problems: pl.DataFrame,
+                 job: Job) -> Iterator[pl.DataFrame]:
+    """Completions of the spans (a frame, or an iterable of frames such as chunks read from
+    the spans table) from the backend's actor pool, streamed in batches."""
+    chunks = [spans] if isinstance(spans, pl.DataFrame) else spans
+    return _stream(chunks, _InferActor, {"job": job, "problems": problems}, job)
 
 
 PROMPT_COLUMNS = ("prompt", "head", "context", "tail", "max_tokens")
@@ -157,24 +157,13 @@ class _GenerateActor:
 def stream_generate(frame: pl.DataFrame, job: Job, knowledge: Optional[pl.DataFrame] = None) -> Iterator[pl.DataFrame]:
     """Generations for the prompt rows of ``frame`` (see :class:`_GenerateActor`) from
     ``job.probe``'s backend in its actor pool, streamed in batches as they finish (any order)."""
-    import ray.data
-
-    _configure_data(job)
-    table = frame.to_arrow()
-    size = max(job.ray.batch_size * 4, 1)
-    blocks = [table.slice(i, size) for i in range(0, table.num_rows, size)] or [table]
-    ds = ray.data.from_arrow(blocks).map_batches(
-        _GenerateActor, fn_constructor_kwargs={"job": job, "knowledge": knowledge}, batch_size=job.ray.batch_size,
-        batch_format="pyarrow", **pool_options(job),
-    )
-    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        yield pl.from_arrow(batch)  # type: ignore[misc]
+    return _stream([frame], _GenerateActor, {"job": job, "knowledge": knowledge}, job)
 
 
-def generate_on_ray(prompts: pl.Series, job: Job, knowledge: Optional[pl.DataFrame] = None) -> pl.DataFrame:
+def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
     """Generations for ``prompts`` (in order) from ``job.probe``'s backend in its actor pool."""
     frame = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "prompt": prompts})
-    parts = list(stream_generate(frame, job, knowledge))
+    parts = list(stream_generate(frame, job))
     return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()
 
 
