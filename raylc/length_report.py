@@ -65,7 +65,7 @@ def write_length_report(run, job, scores: pl.DataFrame, n_boot: int = 200) -> di
     """The report of a length-controlled run under ``<run>/report/``: mean score per task and
     length, LongScore tables and figures (when the suite has base and long lengths; bootstrap
     CIs over samples), the LongBench v2 splits, the QA prior-knowledge drops, ``summary.md``."""
-    from raylc.pipeline.length import base_lengths, length_axis, model_name, scores_for_longscore
+    from raylc.pipeline.length import base_lengths, dropped_samples, length_axis, model_name, scores_for_longscore
     from raylc.report import _markdown_table, print_length_report
 
     store = Store(run.store.uri(run.run_id, "report"))
@@ -98,8 +98,8 @@ def write_length_report(run, job, scores: pl.DataFrame, n_boot: int = 200) -> di
         tables["longbench_v2"] = longbench_v2_report(scores).with_columns(pl.col(pl.Float64).round(2))
         md += ["", "## LongBench v2 (accuracy %, compensated: invalid outputs count 0.25)", "",
                _markdown_table(tables["longbench_v2"])]
-    dropped = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
     if getattr(job.suite, "prior_knowledge_threshold", None) is not None:
+        dropped = dropped_samples(scores)
         probed = scores.filter(pl.col("length") == 0).select("task").unique()  # the QA tasks
         total = (scores.filter(pl.col("length") > 0).join(probed, on="task", how="semi")
                  .select("task", "sample_id").unique().group_by("task").len("samples"))

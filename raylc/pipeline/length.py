@@ -163,13 +163,6 @@ def score_samples(
     return pl.concat(parts, how="vertical_relaxed").drop(drop).sort("task", "length", "sample_id")
 
 
-def judge_frame(frame: pl.DataFrame, generate: Callable[[pl.Series], pl.DataFrame]) -> pl.Series:
-    """Scores of judge-metric rows through ``generate(prompts)`` (the judge backend)."""
-    from raylc.scoring.judge import judge_sample_scores
-
-    return judge_sample_scores(frame, generate)
-
-
 def length_axis(job: Job) -> str:
     """The column scores are reported over: ``n_pieces`` for the thesis's unit tasks (whose
     difficulty axis is the number of candidate pieces), LongBench v2's ``length_class``
@@ -188,6 +181,11 @@ def base_lengths(job: Job) -> list[int]:
     """LongScore's base: ``suite.base_lengths`` (tokens) or the thesis's ``base_pieces``; none for LongBench v2."""
     suite = job.suite
     return list(getattr(suite, "base_lengths", None) or getattr(suite, "base_pieces", None) or [])
+
+
+def dropped_samples(scores: pl.DataFrame) -> pl.DataFrame:
+    """``task, sample_id`` of the samples the prior-knowledge filter took out of the statistics."""
+    return scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
 
 
 def apply_prior_filter(scores: pl.DataFrame, job: Job) -> pl.DataFrame:

@@ -10,6 +10,7 @@ import polars as pl
 
 from raylc.pipeline import checkpoint, length, ray_exec
 from raylc.pipeline.runner import Run, RunError, check_errors, run_stages, write_shards
+from raylc.scoring.judge import judge_sample_scores
 from raylc.spec import Job
 
 
@@ -38,10 +39,12 @@ def _run_round(job: Job, run: Run, reqs: pl.DataFrame, knowledge: Optional[pl.Da
     return reused
 
 
-def _rounds(job: Job, run: Run, samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Both rounds' request rows joined with their stored generations (from the shards)."""
+def _rounds(job: Job, run: Run, samples: pl.DataFrame,
+            first: Optional[pl.DataFrame] = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Both rounds' request rows joined with their stored generations (from the shards);
+    ``first``: the first round's request rows when already made (their ids hash whole prompts)."""
     stored = checkpoint.load_completions(run.store, run.run_id)
-    first = _with_generations(length.requests(samples, job), stored)
+    first = _with_generations(length.requests(samples, job) if first is None else first, stored)
     second = _with_generations(length.requests(samples, job, first), stored)
     return first, second
 
@@ -62,7 +65,7 @@ def run_length_stages(job: Job, run: Run, log: Callable[[str], None], samples: O
         knowledge = _knowledge(job, samples)
         first = length.requests(samples, job)
         reused = _run_round(job, run, first, knowledge, log)
-        second = _rounds(job, run, samples)[1]
+        second = _rounds(job, run, samples, first)[1]
         if second.height:
             reused += _run_round(job, run, second, knowledge, log)
         rows, first_error = checkpoint.stored_accounting(run.store, run.run_id, reused)
@@ -82,15 +85,15 @@ def run_length_stages(job: Job, run: Run, log: Callable[[str], None], samples: O
             judge_job = job.as_judge()
 
             def judge(frame: pl.DataFrame) -> pl.Series:
-                return length.judge_frame(frame, lambda prompts: ray_exec.generate_on_ray(prompts, judge_job))
+                return judge_sample_scores(frame, lambda prompts: ray_exec.generate_on_ray(prompts, judge_job))
 
         try:
             scores = length.apply_prior_filter(length.score_samples(answered, judge), job)
         except ValueError as exc:
             raise RunError(f"{run.store.uri(run.run_id, 'build', 'samples.parquet')}: {exc}") from None
         run.write(scores, "score/scores.parquet")
-        dropped = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
-        return {"scores": scores.height, "failed": final.height - answered.height, "prior_known": dropped.height}
+        return {"scores": scores.height, "failed": final.height - answered.height,
+                "prior_known": length.dropped_samples(scores).height}
 
     def do_report() -> dict[str, int]:
         from raylc.length_report import write_length_report
