@@ -367,13 +367,18 @@ class Plan:
 
     def write(self, path: Union[str, Path]) -> None:
         """Write :meth:`to_yaml` to ``path`` (whole or not at all)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            tmp.write_text(self.to_yaml(), encoding="utf-8")
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        _write_whole(self.to_yaml(), path)
+
+
+def _write_whole(text: str, path: Union[str, Path]) -> None:
+    """``text`` to ``path`` through a temporary file and a rename: whole or not at all."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
@@ -435,7 +440,8 @@ class SweepPlan:
         return pl.DataFrame(rows, schema=["item", "value"], orient="row")
 
     def write(self, path: Union[str, Path]) -> None:
-        Plan.write(self, path)  # type: ignore[arg-type]
+        """Write :meth:`to_yaml` to ``path`` (whole or not at all)."""
+        _write_whole(self.to_yaml(), path)
 
     def to_yaml(self) -> str:
         head = f"# Planned by `raylc plan`: {self.requests:,} requests, {self.prompt_tokens:,} prompt tokens"
