@@ -111,26 +111,34 @@ class Store:
         return isinstance(self.fs, pafs.S3FileSystem)
 
     def _write_bytes(self, data: bytes, *parts: str) -> None:
-        """Atomic write: an S3 PUT is atomic by itself; locally, write a temp file and rename."""
-        with _io(self.uri(*parts)):
-            self._put(data, self.path(*parts))
-
-    def _put(self, data: bytes, final: str) -> None:
+        """Atomic write: an S3 PUT is atomic by itself; locally through :meth:`open_output`."""
         if self.is_s3:
-            with self.fs.open_output_stream(final) as out:
+            with _io(self.uri(*parts)), self.fs.open_output_stream(self.path(*parts)) as out:
                 out.write(data)
             return
-        parent = final.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[1]}"
-        try:
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
-            self.fs.move(tmp, final)
-        except BaseException:
-            if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-                self.fs.delete_file(tmp)
-            raise
+        with self.open_output(*parts) as out:
+            out.write(data)
+
+    @contextlib.contextmanager
+    def open_output(self, *parts: str) -> Iterator[Any]:
+        """A stream to a new file at ``parts`` that appears whole or not at all: written under a
+        temporary dot-name beside it (which readers skip), renamed into place when the block
+        ends (on S3 a server-side copy), removed if the block raises. For files written piece by
+        piece, so that memory never holds the whole file."""
+        final = self.path(*parts)
+        parent, name = final.rsplit("/", 1)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
+        with _io(self.uri(*parts)):
+            if not self.is_s3:
+                self.fs.create_dir(parent, recursive=True)
+            try:
+                with self.fs.open_output_stream(tmp) as out:
+                    yield out
+                self.fs.move(tmp, final)
+            except BaseException:
+                if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+                    self.fs.delete_file(tmp)
+                raise
 
     def write_table(self, df: pl.DataFrame, *parts: str) -> str:
         """Write ``df`` as one Parquet file at ``parts`` atomically; return its URI."""
@@ -139,10 +147,11 @@ class Store:
         self._write_bytes(buf.getvalue(), *parts)
         return self.uri(*parts)
 
-    def read_table(self, *parts: str) -> pl.DataFrame:
-        """Read one Parquet file, or every ``*.parquet`` file of a folder in name order."""
+    def read_table(self, *parts: str, columns: Optional[list[str]] = None) -> pl.DataFrame:
+        """Read one Parquet file, or every ``*.parquet`` file of a folder in name order
+        (``columns``: only these)."""
         with _io(self.uri(*parts)):
-            return self._read_table(self.path(*parts), self.uri(*parts))
+            return self._read_table(self.path(*parts), self.uri(*parts), columns)
 
     def parquet_files(self, *parts: str) -> list[str]:
         """Parquet files of a table: the file itself, or every ``*.parquet`` below a folder
@@ -163,7 +172,7 @@ class Store:
             and not any(seg.startswith(".") for seg in f.path[len(target):].split("/"))
         )
 
-    def _read_table(self, target: str, uri: str) -> pl.DataFrame:
+    def _read_table(self, target: str, uri: str, columns: Optional[list[str]] = None) -> pl.DataFrame:
         info = self.fs.get_file_info(target)
         if info.type == pafs.FileType.NotFound:
             raise StoreError(f"{uri}: no such table")
@@ -171,8 +180,8 @@ class Store:
         frames = []
         for f in files:
             try:
-                with self.fs.open_input_file(f) as fh:
-                    frame = pl.from_arrow(pq.read_table(fh))
+                with self.fs.open_input_file(f) as fh:  # Polars' own reader: a fraction of
+                    frame = pl.read_parquet(fh, columns=columns)  # pyarrow's transient memory
             except Exception as exc:  # corrupt or truncated file: never read silently
                 if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
                     raise

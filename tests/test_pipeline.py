@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from raylc.pipeline import checkpoint, stages
@@ -118,7 +119,10 @@ def test_shard_by_shard_accounting_matches_the_loaded_table(tmp_path):
     writer.add(_completion(["a", "b"], ["timeout", None], [5, 7]))
     writer.add(_completion(["a", "c"], [None, "refused"], [5, 3]))
     assert len(store.parquet_files("r", "infer")) == 2
-    assert sorted(checkpoint.completed_ids(store, "r").to_list()) == ["a", "b"]
+    done = checkpoint.completed_keys(store, "r")
+    assert done.size == 2 and checkpoint.is_completed(pl.Series(["a", "b", "c", "d"]), done).to_list() == [
+        True, True, False, False]
+    assert not checkpoint.is_completed(pl.Series(["a"]), checkpoint.completed_keys(store, "empty")).any()
     rows, first = checkpoint.stored_accounting(store, "r", reused=1)
     assert rows == checkpoint.accounting(checkpoint.load_completions(store, "r"), reused=1)
     assert (rows["requests"], rows["errors"], rows["prompt_tokens"], first) == (3, 1, 12, "refused")
@@ -154,3 +158,37 @@ def test_merge_observations_sorts_and_keeps_the_last_score_of_a_span():
     merged = stages.merge_observations(parts)
     assert merged.equals(expected) and merged.select(keys).is_duplicated().sum() == 0
     assert stages.merge_observations([]).height == 0
+
+
+def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch):
+    """Many buckets, shards spanning several of them and a span stored by two attempts (the
+    later with another completion): the streamed two-pass merge equals one sort of every
+    shard's observations keeping each span's last score, and leaves no temporary parts."""
+    from raylc.pipeline import runner
+
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"suite.problems_per_task": 6, "store.path": str(tmp_path)})
+    problems = stages.build(job)
+    spans = checkpoint.with_request_ids(stages.sample(problems, job), problems, job).sample(fraction=0.3, seed=1)
+    done = stages.infer(spans, problems, job)
+    run = Run(Store(str(tmp_path)), "r")
+    run.write(problems, "build/problems.parquet")
+    run.write(spans.drop("request_id"), "sample/spans.parquet")
+    writer = checkpoint.ShardWriter(run.store, "r", max_rows=700, max_seconds=60.0)
+    for batch in done.sample(fraction=1.0, shuffle=True, seed=2).iter_slices(350):
+        writer.add(batch)
+    writer.flush()
+    again = done.head(500).with_columns(completion=pl.lit("no idea"))  # stored again, in later shards
+    writer.add(again)
+    writer.flush()
+    monkeypatch.setattr(runner, "OBS_BUCKET_ROWS", 400)
+    n = runner.score_observations(run, job)
+
+    shards = list(checkpoint.iter_shards(run.store, "r"))
+    assert len(shards) > 3
+    expected = stages.merge_observations([stages.score(s, problems, job) for s in shards])
+    got = run.read("score/observations.parquet")
+    assert n == got.height == spans.height and got.equals(expected)
+    assert pq.ParquetFile(tmp_path / "r" / "score" / "observations.parquet").num_row_groups > 3
+    assert not (tmp_path / "r" / "score" / ".parts").exists()
+    changed = got.join(stages.score(again, problems, job), on=["task", "problem_id", "C", "start"])
+    assert changed.height == 500 and changed["score"].equals(changed["score_right"], check_names=False)

@@ -18,6 +18,7 @@ import uuid
 from collections import Counter
 from typing import Callable, Iterator, Optional
 
+import numpy as np
 import polars as pl
 
 from raylc.spec import Job
@@ -85,18 +86,36 @@ def _shard_parts(store: Store, run_id: str) -> list[list[str]]:
     return good
 
 
-def iter_shards(store: Store, run_id: str) -> Iterator[pl.DataFrame]:
+def iter_shards(store: Store, run_id: str, columns: Optional[list[str]] = None) -> Iterator[pl.DataFrame]:
     """Each stored shard, one at a time, with its hive columns (``task``): memory holds one
-    shard, never the whole stage."""
+    shard, never the whole stage. ``columns``: read only these (hive columns are always added)."""
     for rel in _shard_parts(store, run_id):
         hive = [seg.split("=", 1) for seg in rel[1:-1] if "=" in seg]
-        yield store.read_table(run_id, *rel).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+        table = store.read_table(run_id, *rel) if columns is None else store.read_table(run_id, *rel, columns=columns)
+        yield table.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
 
 
-def completed_ids(store: Store, run_id: str) -> pl.Series:
-    """Request ids with a stored success (the requests a resumed run skips), read shard by shard."""
-    ids = [shard.filter(pl.col("error").is_null())["request_id"] for shard in iter_shards(store, run_id)]
-    return pl.concat(ids).unique() if ids else pl.Series("request_id", [], pl.String)
+def request_keys(ids: pl.Series) -> np.ndarray:
+    """64-bit keys of request ids (Polars' hash, the same for equal ids within a process):
+    the resume check and the accounting hold 8 bytes per stored request, not the id strings.
+    Two ids share a key with probability about n^2 / 2^65 (5e-8 for a million requests)."""
+    return ids.hash(seed=0).to_numpy()
+
+
+def completed_keys(store: Store, run_id: str) -> np.ndarray:
+    """Sorted unique :func:`request_keys` of the requests with a stored success (the requests a
+    resumed run skips), read shard by shard."""
+    keys = [request_keys(shard.filter(pl.col("error").is_null())["request_id"])
+            for shard in iter_shards(store, run_id, ["request_id", "error"])]
+    return np.unique(np.concatenate(keys)) if keys else np.empty(0, dtype=np.uint64)
+
+
+def is_completed(ids: pl.Series, keys: np.ndarray) -> pl.Series:
+    """Which of ``ids`` are among the sorted unique ``keys`` (of :func:`completed_keys`)."""
+    k = request_keys(ids)
+    if not keys.size:
+        return pl.Series(np.zeros(k.size, dtype=bool))
+    return pl.Series(keys[np.minimum(np.searchsorted(keys, k), keys.size - 1)] == k)
 
 
 def load_completions(store: Store, run_id: str) -> pl.DataFrame:
@@ -159,23 +178,25 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, int]:
 
 
 def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str, int], Optional[str]]:
-    """:func:`accounting` of the stored completions, computed shard by shard (memory holds the
-    request ids, not the completions), and the error of one request that never succeeded (None
-    when none failed). Falls back to :func:`load_completions` if a success was stored twice."""
+    """:func:`accounting` of the stored completions, computed shard by shard (memory holds an
+    8-byte key per request, not the completions), and the error of one request that never
+    succeeded (None when none failed). Falls back to :func:`load_completions` if a success was
+    stored twice."""
     totals: Counter[str] = Counter()
-    ok_ids, failed = [], []
-    for shard in iter_shards(store, run_id):
+    ok_keys, failed = [], []
+    for shard in iter_shards(store, run_id, ["request_id", "error", *TOKEN_COLUMNS]):
         ok = shard.filter(pl.col("error").is_null())
         totals.update(accounting(ok, 0))
-        ok_ids.append(ok["request_id"])
+        ok_keys.append(request_keys(ok["request_id"]))
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
-    ids = pl.concat(ok_ids) if ok_ids else pl.Series("request_id", [], pl.String)
-    if ids.n_unique() != ids.len():
+    keys = np.concatenate(ok_keys) if ok_keys else np.empty(0, dtype=np.uint64)
+    done = np.unique(keys)
+    if done.size != keys.size:
         completions = load_completions(store, run_id)
         errors = completions.filter(pl.col("error").is_not_null())["error"]
         return accounting(completions, reused), (errors[0] if errors.len() else None)
-    errors = (pl.concat(failed).unique("request_id", keep="first", maintain_order=True)
-              .filter(~pl.col("request_id").is_in(ids.implode())) if failed else pl.DataFrame({"error": []}))
-    rows = {"requests": ids.len() + errors.height, "reused": reused, "errors": errors.height,
+    errors = pl.concat(failed).unique("request_id", keep="first", maintain_order=True) if failed else None
+    errors = errors.filter(~is_completed(errors["request_id"], done)) if errors is not None else pl.DataFrame({"error": []})
+    rows = {"requests": done.size + errors.height, "reused": reused, "errors": errors.height,
             **{c: totals[c] for c in TOKEN_COLUMNS}}
     return rows, (errors["error"][0] if errors.height else None)

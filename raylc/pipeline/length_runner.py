@@ -29,8 +29,8 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
 def _run_round(job: Job, run: Run, reqs: pl.DataFrame, knowledge: Optional[pl.DataFrame],
                log: Callable[[str], None]) -> int:
     """Run the requests without a stored success; returns how many were reused."""
-    done = checkpoint.completed_ids(run.store, run.run_id).implode()
-    pending = reqs.select(length.REQUEST_COLUMNS).filter(~pl.col("request_id").is_in(done))
+    done = checkpoint.completed_keys(run.store, run.run_id)
+    pending = reqs.select(length.REQUEST_COLUMNS).filter(~checkpoint.is_completed(reqs["request_id"], done))
     reused = reqs.height - pending.height
     log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
         f"attempts, {pending.height} to run")

@@ -31,6 +31,7 @@ LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
 SAMPLE_PROBLEMS = 8  # problems sampled at a time
 SPAN_CHUNK_ROWS = 10_000  # spans read at a time (request ids, skip set, feeding the actor pool)
+OBS_BUCKET_ROWS = 100_000  # observations merged at a time by the score stage (about)
 OUTPUTS = {
     "build": ["build/problems.parquet"],
     "sample": ["sample/spans.parquet"],
@@ -111,20 +112,21 @@ class Run:
         self.store.write_table(df, self.run_id, *rel.split("/"))
 
     def write_parts(self, parts: Iterable[pl.DataFrame], rel: str, empty: pl.DataFrame) -> int:
-        """Write frames of one schema as one Parquet file, a row group each, as they come
-        (memory holds one frame and the compressed file); ``empty`` is written when there are
-        none. Returns the number of rows."""
-        buf, writer, rows = io.BytesIO(), None, 0
-        for part in parts:
-            table = part.to_arrow()
-            writer = writer or pq.ParquetWriter(buf, table.schema, compression="zstd")
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            rows += part.height
-        if writer is None:
-            self.write(empty, rel)
-            return 0
-        writer.close()
-        self.store.write_bytes(buf.getvalue(), self.run_id, *rel.split("/"))
+        """Write frames of one schema as one Parquet file, a row group each, streamed to the
+        store as they come (memory holds one frame; the file appears when complete); ``empty``
+        is written when there are none. Returns the number of rows."""
+        rows = 0
+        with self.store.open_output(self.run_id, *rel.split("/")) as out:
+            writer = None
+            for part in parts:
+                table = part.to_arrow()
+                writer = writer or pq.ParquetWriter(out, table.schema, compression="zstd")
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                rows += part.height
+            if writer is None:
+                writer = pq.ParquetWriter(out, empty.to_arrow().schema, compression="zstd")
+                writer.write_table(empty.to_arrow())
+            writer.close()
         return rows
 
     def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:
@@ -208,6 +210,36 @@ def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[
 def _fit_parquet(data: bytes, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The fit stage on an observation table given as Parquet bytes (run as a Ray task)."""
     return stages.fit(pl.read_parquet(io.BytesIO(data)), job, mapper=ray_exec.map_tasks)
+
+
+def score_observations(run: Run, job: Job) -> int:
+    """The score stage: every stored completion scored, as ``score/observations.parquet``
+    sorted by (task, problem_id, C, start), a span stored twice keeping its last score (as in
+    :func:`checkpoint.load_completions`; a run's shards hold only its own spans' requests, as
+    the run is tied to the job's fingerprint). Returns the number of observations.
+
+    Two passes bound the driver's memory by a shard and a bucket, not by the run: the
+    problems, in (task, problem_id) order, are cut into buckets of about
+    :data:`OBS_BUCKET_ROWS` spans; pass 1 scores each shard and writes its observations of
+    each bucket as a temporary part ``score/.parts/b<bucket>/part-<shard>.parquet``; pass 2
+    merges each bucket's parts (:func:`stages.merge_observations`, in shard order) and streams
+    the buckets, in order, into the table."""
+    problems = run.read("build/problems.parquet").sort("task", "problem_id")
+    per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.num_rows("sample/spans.parquet"), 1))
+    buckets = problems.select("problem_id", _bucket=pl.int_range(pl.len(), dtype=pl.Int64) // per_bucket)
+    run.store.delete(run.run_id, "score", ".parts")  # left by an interrupted attempt
+    seen: set[int] = set()
+    for i, shard in enumerate(checkpoint.iter_shards(run.store, run.run_id)):
+        obs = stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
+        groups = obs.join(buckets, on="problem_id", how="left", maintain_order="left").partition_by(
+            "_bucket", as_dict=True, maintain_order=True)
+        for (b,), part in groups.items():
+            run.write(part.drop("_bucket"), f"score/.parts/b{b:06d}/part-{i:06d}.parquet")
+            seen.add(int(b))  # type: ignore[arg-type]
+    merged = (stages.merge_observations([run.read(f"score/.parts/b{b:06d}")]) for b in sorted(seen))
+    n = run.write_parts(merged, "score/observations.parquet", stages.merge_observations([]))
+    run.store.delete(run.run_id, "score", ".parts")
+    return n
 
 
 def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None],
@@ -300,12 +332,13 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
     def do_infer() -> dict[str, int]:
         problems = run.read("build/problems.parquet")
         total = run.num_rows("sample/spans.parquet")
-        done = checkpoint.completed_ids(run.store, run.run_id).implode()
-        reused = sum(int(chunk["request_id"].is_in(done).sum()) for chunk in span_chunks(problems))
+        done = checkpoint.completed_keys(run.store, run.run_id)
+        reused = sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks(problems))
         log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
         if total > reused:
             # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
-            pending = (prefix_order(chunk.filter(~pl.col("request_id").is_in(done))) for chunk in span_chunks(problems))
+            pending = (prefix_order(chunk.filter(~checkpoint.is_completed(chunk["request_id"], done)))
+                       for chunk in span_chunks(problems))
             write_shards(job, run, ray_exec.infer_on_ray(pending, problems, job), log, problems)
         del done
         rows, first = checkpoint.stored_accounting(run.store, run.run_id, reused)
@@ -313,15 +346,7 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
         return rows
 
     def do_score() -> dict[str, int]:
-        # shard by shard: a run's shards hold only its own spans' requests (the run is tied to
-        # the job's fingerprint); a request stored twice counts once, as in load_completions
-        problems = run.read("build/problems.parquet")
-        obs = stages.merge_observations([
-            stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
-            for shard in checkpoint.iter_shards(run.store, run.run_id)
-        ])
-        run.write(obs, "score/observations.parquet")
-        return {"observations": obs.height}
+        return {"observations": score_observations(run, job)}
 
     def do_fit() -> dict[str, int]:
         ray_exec.ensure_ray(job)
@@ -338,7 +363,11 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
         from raylc.report import write_report
 
         fits = run.read("fits/problems.parquet"), run.read("fits/tasks.parquet")
-        tables = stages.report(*fits, run.read("build/problems.parquet"), run.read("score/observations.parquet"))
+        # lambda_q per chunk, then over the chunks: memory holds one chunk of the observations
+        lam_q = stages.partial_lengths(pl.concat(
+            [stages.partial_lengths(chunk) for chunk in run.iter_rows("score/observations.parquet", OBS_BUCKET_ROWS)]
+            or [pl.DataFrame(schema={"problem_id": pl.String, "lam_q": pl.Int64})]))
+        tables = stages.report(*fits, run.read("build/problems.parquet"), lam_q)
         write_report(run, tables, fits)
         return {name: t.height for name, t in tables.items()}
 

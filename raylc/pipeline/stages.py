@@ -83,14 +83,21 @@ def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame
     )
 
 
-def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, observations: pl.DataFrame,
+def partial_lengths(observations: pl.DataFrame) -> pl.DataFrame:
+    """lambda_q per problem: its largest partial observation length (C < L), as ``problem_id,
+    lam_q``; also of its own output (so it can run chunk by chunk, then over the chunks)."""
+    lam_q = pl.col("lam_q") if "lam_q" in observations.columns else pl.col("C").filter(pl.col("C") < pl.col("L"))
+    return observations.group_by("problem_id").agg(lam_q=lam_q.max()).drop_nulls("lam_q")
+
+
+def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame,
                        tasks: pl.DataFrame) -> pl.DataFrame:
     """Category each planted (lambda, k) belongs to, with the thresholds the fit used.
 
     lambda_p, k_p come from the problem's fitted subset (``tasks``); lambda_q is the
-    problem's largest partial observation length, exactly as for the fitted values.
+    problem's largest partial observation length (``lam_q``, of :func:`partial_lengths`;
+    0 for a problem without one), exactly as for the fitted values.
     """
-    lam_q = observations.filter(pl.col("C") < pl.col("L")).group_by("problem_id").agg(lam_q=pl.col("C").max())
     df = (
         problem_fits.select("task", "subset", "problem_id")
         .join(problems.select("problem_id", "planted_lam", "planted_k"), on="problem_id", how="left")
@@ -108,11 +115,11 @@ def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, obser
 
 
 def report(
-    problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, observations: pl.DataFrame
+    problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame
 ) -> dict[str, pl.DataFrame]:
     """Report tables: ``categories`` (share per task/subset and category) and, for planted
     suites, ``recovery`` (per task: share of problems whose planted category was recovered)
-    and ``problems`` (fitted next to planted values)."""
+    and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`partial_lengths`."""
     keys = ["task", "subset", "scenario"]
     counts = (
         problem_fits.group_by(*keys, "category").len("n")
@@ -127,7 +134,7 @@ def report(
     )
     out = {"categories": categories}
     if "planted_lam" in problems.columns:
-        planted = planted_categories(problem_fits, problems, observations, task_fits)
+        planted = planted_categories(problem_fits, problems, lam_q, task_fits)
         joined = problem_fits.select("task", "subset", "problem_id", "scenario", "lam", "k", "category").join(
             planted, on="problem_id", how="left"
         ).with_columns(recovered=pl.col("category") == pl.col("planted_category"))
