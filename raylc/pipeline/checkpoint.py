@@ -40,13 +40,12 @@ def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> p
 
 def request_ids(problems: pl.DataFrame, job: Job) -> Callable[[pl.DataFrame], pl.DataFrame]:
     """:func:`with_request_ids` for many chunks of spans: the problems' content is hashed once."""
+    # one joined string per problem (never a Python object per unit)
+    text = problems.select(pl.col("units").list.join("\x1f") + "\x1e" + pl.col("question"))[:, 0]
     content = pl.DataFrame(
         {
             "problem_id": problems["problem_id"],
-            "_content": [
-                hashlib.blake2b(("\x1f".join(units) + "\x1e" + question).encode(), digest_size=16).hexdigest()
-                for units, question in zip(problems["units"].to_list(), problems["question"].to_list())
-            ],
+            "_content": [hashlib.blake2b(t.encode(), digest_size=16).hexdigest() for t in text],
         },
         schema={"problem_id": pl.String, "_content": pl.String},
     )
@@ -107,7 +106,13 @@ def completed_keys(store: Store, run_id: str) -> np.ndarray:
     resumed run skips), read shard by shard."""
     keys = [request_keys(shard.filter(pl.col("error").is_null())["request_id"])
             for shard in iter_shards(store, run_id, ["request_id", "error"])]
-    return np.unique(np.concatenate(keys)) if keys else np.empty(0, dtype=np.uint64)
+    return _sorted_unique(np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64))
+
+
+def _sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """``numpy.unique`` of a fresh array, sorted in place (a fraction of its transient memory)."""
+    keys.sort()
+    return keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
 
 
 def is_completed(ids: pl.Series, keys: np.ndarray) -> pl.Series:
@@ -189,9 +194,8 @@ def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str,
         totals.update(accounting(ok, 0))
         ok_keys.append(request_keys(ok["request_id"]))
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
-    keys = np.concatenate(ok_keys) if ok_keys else np.empty(0, dtype=np.uint64)
-    done = np.unique(keys)
-    if done.size != keys.size:
+    done = _sorted_unique(np.concatenate(ok_keys) if ok_keys else np.empty(0, dtype=np.uint64))
+    if done.size != sum(k.size for k in ok_keys):
         completions = load_completions(store, run_id)
         errors = completions.filter(pl.col("error").is_not_null())["error"]
         return accounting(completions, reused), (errors[0] if errors.len() else None)

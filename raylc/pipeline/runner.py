@@ -30,8 +30,8 @@ MANIFEST = "manifest.json"
 LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
 SAMPLE_PROBLEMS = 8  # problems sampled at a time
-SPAN_CHUNK_ROWS = 10_000  # spans read at a time (request ids, skip set, feeding the actor pool)
-OBS_BUCKET_ROWS = 100_000  # observations merged at a time by the score stage (about)
+SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
+OBS_BUCKET_ROWS = 10_000  # observations merged at a time by the score stage (about)
 OUTPUTS = {
     "build": ["build/problems.parquet"],
     "sample": ["sample/spans.parquet"],
@@ -324,21 +324,22 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
                   for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
         return {"spans": run.write_parts(chunks, "sample/spans.parquet", stages.sample(problems.clear(), job))}
 
-    def span_chunks(problems: pl.DataFrame) -> Iterator[pl.DataFrame]:
-        """The spans table with request ids, chunk by chunk."""
-        add_ids = checkpoint.request_ids(problems, job)
-        return (add_ids(chunk) for chunk in run.iter_rows("sample/spans.parquet", SPAN_CHUNK_ROWS))
-
     def do_infer() -> dict[str, int]:
         problems = run.read("build/problems.parquet")
         total = run.num_rows("sample/spans.parquet")
         done = checkpoint.completed_keys(run.store, run.run_id)
-        reused = sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks(problems))
+        add_ids = checkpoint.request_ids(problems, job)
+
+        def span_chunks() -> Iterator[pl.DataFrame]:
+            """The spans table with request ids, chunk by chunk."""
+            return (add_ids(chunk) for chunk in run.iter_rows("sample/spans.parquet", SPAN_CHUNK_ROWS))
+
+        reused = sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks())
         log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
         if total > reused:
             # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
             pending = (prefix_order(chunk.filter(~checkpoint.is_completed(chunk["request_id"], done)))
-                       for chunk in span_chunks(problems))
+                       for chunk in span_chunks())
             write_shards(job, run, ray_exec.infer_on_ray(pending, problems, job), log, problems)
         del done
         rows, first = checkpoint.stored_accounting(run.store, run.run_id, reused)

@@ -3,18 +3,25 @@
 Prints, measured in one run on this machine:
   * rows/s through the Ray Data actor pool with 1 and with 2 actors (10,000 requests);
   * the pipeline overhead ratio: Ray Data path time / the same stage functions in-process;
-  * the driver's peak memory for a whole `raylc run` at ~10,000 and ~100,000 requests
-    (results stream to shards, so it should not grow with the number of requests): peak
+  * the driver's peak memory for a whole `raylc run` of the quickstart (results stream to
+    shards, so it should not grow with the number of requests), in two series: more problems
+    (5 / 45 / 450 per task: ~10,000 / ~100,000 / ~1,000,000 requests; the problems table, an
+    input, grows too) and more requests for the same 200 problems (take-every 20 / 2 / 1 with
+    no stride widening: ~17,000 / ~156,000 / ~310,000 requests). The figure is the peak
     private memory of the driver process (Private_* pages from /proc/self/smaps, sampled
     every 0.1 s) without the pages of Ray's shared-memory object store (/dev/shm/plasma*,
     which the kernel counts as private to whichever process touched them first; it is Ray's
     memory, capped by the object store size), and peak RSS (which counts those pages too).
+    The problems series runs again with Polars' jemalloc returning freed pages at once
+    (``_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0``; by default it keeps them ~10 s
+    for reuse), which shows the memory actually in use.
 
-Run: .venv/bin/python tests/benchmarks/bench_infer.py
+Run: .venv/bin/python tests/benchmarks/bench_infer.py [--problems-per-task 5,45,450]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -67,13 +74,19 @@ def ray_rows_per_s(job, spans, problems) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def peak_rss_mb(problems_per_task: int, store: Path) -> tuple[int, float, float]:
+DECAY_NOW = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+
+
+def peak_rss_mb(overrides: dict, store: Path, env_extra: dict[str, str]) -> tuple[int, float, float]:
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
-    spec["suite"]["problems_per_task"] = problems_per_task
-    spec["store"] = {"path": str(store / f"p{problems_per_task}")}
-    job_file = store / f"p{problems_per_task}.yaml"
+    for key, value in overrides.items():
+        section, field = key.split(".")
+        spec[section][field] = value
+    tag = f"run{len(list(store.iterdir()))}"
+    spec["store"] = {"path": str(store / tag)}
+    job_file = store / f"{tag}.yaml"
     job_file.write_text(yaml.safe_dump(spec))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | env_extra
     out = subprocess.run([sys.executable, "-c", PEAK, str(job_file)], capture_output=True, text=True, env=env, check=True)
     job = load_job(job_file)
     n = stages.sample(stages.build(job), job).height
@@ -81,7 +94,21 @@ def peak_rss_mb(problems_per_task: int, store: Path) -> tuple[int, float, float]
     return n, int(rss) / 1024, int(private) / 1024
 
 
+def memory_series(label: str, runs: list[dict], env_extra: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        peaks = [peak_rss_mb(overrides, Path(tmp), env_extra) for overrides in runs]
+    print(f"driver peak, whole run, {label}:")
+    for n, rss, private in peaks:
+        print(f"  {n:>9,} requests: private {private:,.0f} MiB (RSS {rss:,.0f} MiB)")
+    for (n, _, private) in peaks[1:]:
+        print(f"  private memory, {n:,} / {peaks[0][0]:,} requests: {private / peaks[0][2]:.2f}")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problems-per-task", default="5,45,450",
+                    help="problems per task of the first memory series (5 / 45 / 450: ~10K / ~100K / ~1M requests)")
+    args = ap.parse_args()
     job = load_job(ROOT / "jobs" / "quickstart.yaml")
     problems = stages.build(job)
     spans = with_request_ids(stages.sample(problems, job), problems, job).sample(n=N, seed=0).sort("problem_id", "C", "start")
@@ -103,11 +130,11 @@ def main() -> None:
     print(f"pipeline overhead ratio (Ray Data 1 actor / in-process time): {(N / rates[1]) / in_process:.2f}")
     print(f"speed-up 2 actors / 1 actor: {rates[2] / rates[1]:.2f}")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        peaks = [peak_rss_mb(per_task, Path(tmp)) for per_task in (5, 45)]
-    for n, rss, private in peaks:
-        print(f"driver peak, whole run with {n:,} requests: private {private:,.0f} MiB (RSS {rss:,.0f} MiB)")
-    print(f"driver private memory, {peaks[1][0]:,} / {peaks[0][0]:,} requests: {peaks[1][2] / peaks[0][2]:.2f}")
+    problems = [{"suite.problems_per_task": int(x)} for x in args.problems_per_task.split(",")]
+    memory_series("more problems", problems, {})
+    memory_series("more problems, jemalloc returning freed pages at once", problems, DECAY_NOW)
+    memory_series("more requests for the same 200 problems",
+                  [{"sampling.every": every, "sampling.stride_fraction": 0.0} for every in (20, 2, 1)], {})
 
 
 if __name__ == "__main__":
