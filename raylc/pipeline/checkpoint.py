@@ -90,8 +90,7 @@ def iter_shards(store: Store, run_id: str, columns: Optional[list[str]] = None) 
     shard, never the whole stage. ``columns``: read only these (hive columns are always added)."""
     for rel in _shard_parts(store, run_id):
         hive = [seg.split("=", 1) for seg in rel[1:-1] if "=" in seg]
-        table = store.read_table(run_id, *rel) if columns is None else store.read_table(run_id, *rel, columns=columns)
-        yield table.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+        yield store.read_table(run_id, *rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
 
 
 def request_keys(ids: pl.Series) -> np.ndarray:
@@ -106,11 +105,13 @@ def completed_keys(store: Store, run_id: str) -> np.ndarray:
     resumed run skips), read shard by shard."""
     keys = [request_keys(shard.filter(pl.col("error").is_null())["request_id"])
             for shard in iter_shards(store, run_id, ["request_id", "error"])]
-    return _sorted_unique(np.concatenate(keys) if keys else np.empty(0, dtype=np.uint64))
+    return _sorted_unique(keys)
 
 
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """``numpy.unique`` of a fresh array, sorted in place (a fraction of its transient memory)."""
+def _sorted_unique(parts: list[np.ndarray]) -> np.ndarray:
+    """``numpy.unique`` of the concatenated key arrays, sorted in place (a fraction of its
+    transient memory)."""
+    keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
     keys.sort()
     return keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
 
@@ -194,13 +195,14 @@ def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str,
         totals.update(accounting(ok, 0))
         ok_keys.append(request_keys(ok["request_id"]))
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
-    done = _sorted_unique(np.concatenate(ok_keys) if ok_keys else np.empty(0, dtype=np.uint64))
+    done = _sorted_unique(ok_keys)
     if done.size != sum(k.size for k in ok_keys):
         completions = load_completions(store, run_id)
         errors = completions.filter(pl.col("error").is_not_null())["error"]
         return accounting(completions, reused), (errors[0] if errors.len() else None)
-    errors = pl.concat(failed).unique("request_id", keep="first", maintain_order=True) if failed else None
-    errors = errors.filter(~is_completed(errors["request_id"], done)) if errors is not None else pl.DataFrame({"error": []})
+    errors = (pl.concat(failed).unique("request_id", keep="first", maintain_order=True) if failed
+              else pl.DataFrame(schema={"request_id": pl.String, "error": pl.String}))
+    errors = errors.filter(~is_completed(errors["request_id"], done))
     rows = {"requests": done.size + errors.height, "reused": reused, "errors": errors.height,
             **{c: totals[c] for c in TOKEN_COLUMNS}}
     return rows, (errors["error"][0] if errors.height else None)

@@ -334,7 +334,9 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
             """The spans table with request ids, chunk by chunk."""
             return (add_ids(chunk) for chunk in run.iter_rows("sample/spans.parquet", SPAN_CHUNK_ROWS))
 
-        reused = sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks())
+        # a fresh run has nothing to skip: no pass over the spans just to count
+        reused = (sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks())
+                  if done.size else 0)
         log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
         if total > reused:
             # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
