@@ -11,6 +11,7 @@ from scipy.stats import spearmanr
 
 from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 from raylc.dolce import COWFit, assign_categories, category_thresholds, fit_cow_task
+from raylc.dolce.cow import _add_rows, _by_entry, _jagged_layout
 
 
 # --------------------------------------------------------------------------- vs literal Algorithm 1
@@ -133,6 +134,28 @@ def test_invariant_to_row_order_duplicates_and_empty_cells():
         assert other.lam_.tolist() == base.lam_.tolist() and other.k_.tolist() == base.k_.tolist()
         np.testing.assert_allclose(other.loglik_, base.loglik_, rtol=1e-12)
         np.testing.assert_allclose(other.noise_, base.noise_, rtol=1e-12)
+
+
+def test_jagged_rows_add_each_group_sequentially():
+    """The objective's sums (row by row of a jagged layout) equal a sequential loop per
+    group bitwise, so that exact ties stay exact."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 7, 300)
+    terms = [rng.normal(size=s) * 10.0 ** rng.integers(-12, 12, s) for s in sizes]
+    order, rank, ends = _jagged_layout(sizes)
+    assert order.tolist() == sorted(range(sizes.size), key=lambda g: -sizes[g])  # largest first, stable
+    assert np.array_equal(rank[order], np.arange(sizes.size))
+    rows = [[g for g in order if sizes[g] > j] for j in range(sizes.max())]  # row j: groups with > j terms
+    assert ends.tolist() == np.cumsum([len(r) for r in rows]).tolist()
+    assert _by_entry(order, ends).tolist() == [g for r in rows for g in r]
+    assert _by_entry(order, ends, plus_row=True).tolist() == [g + j for j, r in enumerate(rows) for g in r]
+    acc = np.zeros(sizes.size)
+    _add_rows(acc, np.array([terms[g][j] for j, r in enumerate(rows) for g in r]), ends)
+    expected = np.zeros(sizes.size)
+    for g, t in enumerate(terms):
+        for x in t:
+            expected[g] += x
+    assert acc[rank].tobytes() == expected.tobytes()
 
 
 def test_scaling_counts_scales_loglik_only():

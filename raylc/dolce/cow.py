@@ -19,7 +19,7 @@ __all__ = ["COWFit", "fit_cow_task", "OUTCOMES", "OBS_COLUMNS"]
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
 
-#: Entries per chunk of the general terms (work arrays that stay in cache).
+#: Entries per piece of the general terms (work arrays that stay in cache).
 _CHUNK = 1 << 15
 
 
@@ -35,6 +35,50 @@ def _cell_term(n1, n0, ni, l1, l0, li) -> np.ndarray:
     if np.isnan(t.sum()):
         t = np.where(n1 > 0, n1 * l1, 0.0) + np.where(n0 > 0, n0 * l0, 0.0) + np.where(ni > 0, ni * li, 0.0)
     return t
+
+
+def _jagged_layout(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Jagged row-major layout of groups of terms, for sequential per-group sums.
+
+    Groups are ranked by ``sizes`` (their numbers of terms), largest first, ties in group
+    order; row j of the layout holds the j-th term of every group with more than j terms, in
+    rank order, so that row j belongs to ranks 0 .. (its length - 1). Returns ``order`` (rank
+    -> group), ``rank`` (group -> rank) and ``ends`` (where each row ends in the layout)."""
+    n_rows = int(sizes.max(initial=0))
+    key = (n_rows - sizes).astype(np.int16 if n_rows < 2**15 else np.int64)  # small keys: radix sort
+    order = np.argsort(key, kind="stable")
+    rank = np.empty(sizes.size, dtype=np.int64)
+    rank[order] = np.arange(sizes.size)
+    row_len = sizes.size - np.cumsum(np.bincount(sizes, minlength=n_rows + 1))[:n_rows]
+    return order, rank, np.cumsum(row_len)
+
+
+def _row_spans(ends: np.ndarray, chunk: int = 0):
+    """(lo, hi, a): the rows of a :func:`_jagged_layout` (cut into pieces of at most ``chunk``
+    entries if ``chunk``); entries lo .. hi - 1 belong to ranks a .. a + hi - lo - 1."""
+    start = 0
+    for end in ends.tolist():
+        for lo in range(start, end, chunk or max(end - start, 1)):
+            yield lo, min(lo + chunk, end) if chunk else end, lo - start
+        start = end
+
+
+def _by_entry(by_rank: np.ndarray, ends: np.ndarray, plus_row: bool = False) -> np.ndarray:
+    """Every entry of a :func:`_jagged_layout` from a per-group value indexed by rank (plus the
+    entry's row j, the position of the term in its group, if ``plus_row``)."""
+    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=by_rank.dtype)
+    for j, (lo, hi, _) in enumerate(_row_spans(ends)):
+        out[lo:hi] = by_rank[: hi - lo]
+        if plus_row:
+            out[lo:hi] += j
+    return out
+
+
+def _add_rows(acc: np.ndarray, terms: np.ndarray, ends: np.ndarray) -> None:
+    """acc[rank] += each term of a :func:`_jagged_layout`, row after row: every group's terms
+    are added one at a time, in order, as by a sequential loop over the group."""
+    for lo, hi, a in _row_spans(ends):
+        acc[a : a + hi - lo] += terms[lo:hi]
 
 
 class COWFit:
@@ -84,7 +128,10 @@ class COWFit:
     first one wins as in a per-observation loop; of the k for a lambda whose cells above all
     have C = L only the first is scored. The other entries take log P_i(O) +
     log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step, their log P_i(O) and
-    outcome-0 parts summed per pair. Cost O(P |Lambda|^2 |cells|) time and memory per step.
+    outcome-0 parts summed per pair. Every sum adds its terms one at a time in C order, as the
+    per-observation loop does, with the terms stored in jagged rows (:func:`_jagged_layout`:
+    row j holds the j-th term of every sum with more than j terms). Cost
+    O(P |Lambda|^2 |cells|) time and memory per step.
 
     ``fit(problem, L, C, n1, n0, nidk)`` takes aligned 1-D arrays, one row per (problem, C)
     cell (duplicate cells are summed; cells with zero counts are no observations): the
@@ -115,8 +162,10 @@ class COWFit:
         n_cells = cellmask.sum(axis=1)
         n_partial = (cellmask & (Cpad < Lp[:, None])).sum(axis=1)
         n_below = (cellmask[:, None, :] & (Cpad[:, None, :] < cand[:, :, None])).sum(axis=2)  # (P, M)
-        b_pl = np.repeat(np.arange(P * M), n_below.reshape(-1))  # below entries (p, lambda, c < n_below)
-        b_cell = b_pl // M * Mc + segment_positions(b_pl, P * M)[0]
+        # the terms below lambda: cell c < n_below of (problem, lambda) in row c
+        b_order, b_rank, b_ends = _jagged_layout(n_below.reshape(-1))
+        b_cell = _by_entry(b_order // M * Mc, b_ends, plus_row=True)
+        b_p = b_order[: b_ends[0] if b_ends.size else 0] // M  # problems of the ranks with cells below
 
         # valid pairs v = (p, lambda, k) in (p, lambda, k) order. When every cell at or above
         # lambda has C = L or lambda = 0, pi = 1 there for every k: all k tie exactly and only
@@ -128,6 +177,7 @@ class COWFit:
         tied = ((cand == 0) | (n_below >= n_partial[:, None])).reshape(-1)[vpl]
         keep = ~tied | np.r_[True, vpl[1:] != vpl[:-1]]
         valid_idx, vp, vl, vpl = valid_idx[keep], vp[keep], vl[keep], vpl[keep]
+        V = vp.size
         lam_v, k_v = cand.reshape(-1)[vpl], cand.reshape(-1)[vp * M + valid_idx % M]
 
         # a pair's cells at or above lambda, by C: the partial ones (C < L; none when lambda = 0)
@@ -135,98 +185,115 @@ class COWFit:
         nb_v = n_below.reshape(-1)[vpl]
         n_part = np.where(lam_v > 0, np.maximum(n_partial[vp] - nb_v, 0), 0)
         start_part = np.cumsum(n_part) - n_part
-        seg = np.repeat(np.arange(vp.size), n_part)
-        e_cell = np.repeat(vp * Mc + nb_v - start_part, n_part) + np.arange(seg.size)
-        grp = n_part > 0
+        first_cell = vp * Mc + nb_v  # flat index of a pair's first cell at or above lambda
+        e_cell = np.repeat(first_cell - start_part, n_part) + np.arange(n_part.sum())
+        grp = np.flatnonzero(n_part)
         pi = cover_prob_partial(lam_v[grp], k_v[grp], Lp[vp[grp]], Cpad.reshape(-1)[e_cell], n_part[grp])
-        # entries whose term does not depend on pi < 1 (pi = 1, or only outcome 0 observed) after
-        # the pair's last entry that does take the per-cell term of pi = 1 ("ones"), the others
-        # the general term ("gen")
+        # the partial cells up to the pair's last one whose term depends on pi < 1 (pi < 1 and
+        # outcome 1 or IDK observed) take the general term ("gen"); the cells after it the term
+        # of pi = 1, as do the partial cells of lambda = 0 (the pair's "tail")
         n_x = cell_cnt[0] + cell_cnt[2]
         dep = (pi < 1.0) & (n_x.take(e_cell) > 0)
-        n_dep = np.cumsum(dep)
-        one = ~dep & (n_dep == np.repeat(n_dep[(start_part + n_part - 1)[grp]], n_part[grp]))
-        gen = np.flatnonzero(~one)
-        gen_cell, gen_seg = e_cell[gen], seg[gen]
-        # lambda = 0: every partial cell takes the pi = 1 term
-        zero = np.flatnonzero(lam_v == 0)
-        zero_seg = np.repeat(zero, n_partial[vp[zero]])
-        zero_cell = vp[zero_seg] * Mc + segment_positions(zero_seg, vp.size)[0]
-        # the C = L cell (if observed) is the last term of every pair's sum
-        has_full = n_cells > n_partial
+        n_gen = np.zeros(V, dtype=np.int64)
+        if grp.size:
+            last_dep = np.maximum.reduceat(np.where(dep, np.arange(dep.size), -1), start_part[grp])
+            n_gen[grp] = np.where(last_dep >= 0, last_dep - start_part[grp] + 1, 0)
+        g_order, g_rank, g_ends = _jagged_layout(n_gen)
+        g_cell = _by_entry(first_cell[g_order], g_ends, plus_row=True)
+        g_pi = pi.take(_by_entry(start_part[g_order], g_ends, plus_row=True))
+        gen_pair_cnt = []  # per pair: n_x and n_0 summed over its general cells, in C order
+        for c in (n_x, cell_cnt[1]):
+            tot = np.zeros(V)
+            _add_rows(tot, c.take(g_cell), g_ends)
+            gen_pair_cnt.append(tot.take(g_rank))
+        lam0 = lam_v == 0
+        t_order, t_rank, t_ends = _jagged_layout(np.where(lam0, n_partial[vp], n_part - n_gen))
+        t_first = np.where(lam0, vp * Mc, first_cell + n_gen)[t_order]
         # pairs per problem, padded with index V (an appended -inf score)
         pos, n_pairs = segment_positions(vp, P)
-        pair_pad = np.full((P, n_pairs.max()), vp.size)
-        pair_pad[vp, pos] = np.arange(vp.size)
+        pair_pad = np.full((P, n_pairs.max()), V)
+        pair_pad[vp, pos] = np.arange(V)
         return dict(
             problems=g["problems"], P=P, M=M, Mc=Mc, maxC=g["maxC"], cellmask=cellmask, cand=cand,
             totals=cntpad.sum(axis=(1, 2)), n_below=n_below, has_n0=cntpad[:, :, 1].sum(axis=1) > 0,
-            cell_cnt=cell_cnt, b_pl=b_pl, b_reps=n_below.reshape(-1), b_cnt=[c.take(b_cell) for c in cell_cnt],
-            vpl=vpl, l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, nb_v=nb_v, n_part=n_part, start_part=start_part,
-            pi=pi, w_seg=np.concatenate([np.arange(vp.size), gen_seg, zero_seg, seg[one]]),
-            one_cell=np.concatenate([zero_cell, e_cell[one]]), has_full=has_full,
-            last_cell=np.arange(P) * Mc + n_cells - 1, pair_reps=n_pairs,
-            gen_reps=np.bincount(vp[gen_seg], minlength=P), gen_pi=pi[gen], gen_npi=1.0 - pi[gen],
-            gen_n1=cell_cnt[0].take(gen_cell), gen_nidk=cell_cnt[2].take(gen_cell),
-            gen_pair_cnt=[np.bincount(gen_seg, c.take(gen_cell), minlength=vp.size) for c in (n_x, cell_cnt[1])],
+            cell_cnt=cell_cnt,
+            # below lambda, (problem, lambda) ranked by n_below: rows of cell counts
+            b_rank=b_rank, b_order=b_order, b_p=b_p, b_ends=b_ends, b_cnt=[c.take(b_cell) for c in cell_cnt],
+            # kept pairs in (p, lambda, k) order, their partial cells at or above lambda, pi (flat)
+            l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, pair_reps=n_pairs, nb_v=nb_v, n_part=n_part,
+            start_part=start_part, pi=pi, has_full=n_cells > n_partial, last_cell=np.arange(P) * Mc + n_cells - 1,
+            gen_pair_cnt=gen_pair_cnt,
+            # general terms, pairs ranked by their number (g_init: the below sum, g_p: the problem)
+            g_init=b_rank[vpl[g_order]], g_p=vp[g_order], g_pi=g_pi,
+            g_n1=cell_cnt[0].take(g_cell), g_nidk=cell_cnt[2].take(g_cell), g_ends=g_ends,
+            # pi = 1 terms, pairs ranked by their number (t_init: from the general ranks)
+            t_init=g_rank[t_order], t_cell=_by_entry(t_first, t_ends, plus_row=True), t_ends=t_ends, t_rank=t_rank,
         )
 
     @staticmethod
     def _objective(d: dict, noise: np.ndarray, nonpar: np.ndarray, prior_N, prior_O) -> np.ndarray:
         """sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] for every kept pair (V,).
 
-        One bincount over W = [below sums of all pairs, general terms, one terms], each part in
-        (pair, C) order, so a pair without general entries sums its cells sequentially in C
-        order and exact ties stay exact; then the last (C = L) term, plus, for pairs with
-        general entries (whose sums depend on a pi in (0, 1) of their own), their per-pair parts."""
-        P, M = d["P"], d["M"]
-        V, n_gen = d["vpl"].size, d["gen_pi"].size
+        A pair's per-cell terms are added one at a time in C order, as a per-observation loop
+        would (so exact ties stay exact), row by row of jagged layouts (:func:`_jagged_layout`):
+        the sum below lambda per (problem, lambda), then per pair its general terms, then its
+        pi = 1 terms; then the last (C = L) term plus, for pairs with general entries (whose
+        sums depend on a pi in (0, 1) of their own), their per-pair parts."""
         a_noise = noise[None, :] * prior_N[:, None]  # (P, 3)
-        W = np.empty(d["w_seg"].size)
         with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf; 0 * log 0 is masked
-            # C < lambda: P_nonpar, shared by the cells below lambda
-            log_below = nonpar * np.repeat(prior_O, M)
-            log_below += np.repeat(a_noise.T, M, axis=1)
-            lb = np.repeat(np.log(log_below, out=log_below), d["b_reps"], axis=1)
-            below = np.bincount(d["b_pl"], _cell_term(*d["b_cnt"], *lb), minlength=P * M)
-            W[:V] = below[d["vpl"]]
+            # C < lambda: P_nonpar (columns: (problem, lambda) by rank), shared by the cells below
+            # lambda; row c of the layout holds cell c of the first ranks (problems b_p)
+            bp = d["b_p"]
+            log_below = nonpar[:, : bp.size] * prior_O.take(bp)
+            log_below += a_noise.T.take(bp, axis=1)
+            np.log(log_below, out=log_below)
+            below = np.zeros(nonpar.shape[1])
+            b1, b0, bi = d["b_cnt"]
+            for lo, hi, _ in _row_spans(d["b_ends"]):
+                below[: hi - lo] += _cell_term(b1[lo:hi], b0[lo:hi], bi[lo:hi], *log_below[:, : hi - lo])
+            acc = below.take(d["g_init"])  # per pair, ranked by its number of general entries
             # C >= lambda: Eq. 3, P(0|O) = 0; a problem without outcome 0 never needs log P(0|N)
             log_a0 = np.where(d["has_n0"], np.log(a_noise[:, 1]), 0.0)
             log_p = np.repeat([np.log(prior_O + a_noise[:, 0]), log_a0, np.log(a_noise[:, 2])], d["Mc"], axis=1)
             log_one = _cell_term(*d["cell_cnt"], *log_p)  # pi = 1, per flat cell
-            np.take(log_one, d["one_cell"], out=W[V + n_gen :])
 
             # general entries: n_1 log(pi P_i(O) + P(1|N) P_i(N)) + n_IDK log((1 - pi) P_i(O) + P(IDK|N) P_i(N)),
-            # in place, as log P_i(O) + log(pi + P(1|N) P_i(N) / P_i(O)) when P_i(O) > 0; the
+            # as log P_i(O) + log(pi + P(1|N) P_i(N) / P_i(O)) when P_i(O) > 0; the
             # n_x log P_i(O) and n_0 log P(0|N) P_i(N) parts are summed per pair
-            reps, n1, ni = d["gen_reps"], d["gen_n1"], d["gen_nidk"]
-            gen = W[V : V + n_gen]
+            p, n1, ni, pi, ends = d["g_p"], d["g_n1"], d["g_nidk"], d["g_pi"], d["g_ends"]
             if np.all(prior_O > 0):
-                r1, ri = np.repeat(a_noise[:, 0] / prior_O, reps), np.repeat(a_noise[:, 2] / prior_O, reps)
+                r1, ri = (a_noise[:, 0] / prior_O).take(p), (a_noise[:, 2] / prior_O).take(p)  # by rank
                 log_pO = np.log(prior_O)
-                # in chunks that stay in cache
-                x, y = np.empty(min(n_gen, _CHUNK)), np.empty(min(n_gen, _CHUNK))
-                for lo in range(0, n_gen, _CHUNK):
-                    hi = min(lo + _CHUNK, n_gen)
-                    l1 = np.log(np.add(r1[lo:hi], d["gen_pi"][lo:hi], out=x[: hi - lo]), out=x[: hi - lo])
-                    li = np.log(np.add(ri[lo:hi], d["gen_npi"][lo:hi], out=y[: hi - lo]), out=y[: hi - lo])
-                    np.multiply(n1[lo:hi], l1, out=gen[lo:hi])
-                    gen[lo:hi] += np.multiply(ni[lo:hi], li, out=li)
-                if np.isnan(gen.sum()):  # some 0 * log 0: the masked expression
-                    l1, li = np.log(r1 + d["gen_pi"]), np.log(ri + d["gen_npi"])
-                    gen[:] = np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0)
+                width = min(int(ends[0]) if ends.size else 0, _CHUNK)  # row 0 is the longest
+                x, y = np.empty(width), np.empty(width)
+                for lo, hi, r in _row_spans(ends, _CHUNK):  # in pieces that stay in cache
+                    n = hi - lo  # entries lo .. hi - 1 belong to ranks r .. r + n - 1
+                    l1 = np.log(np.add(r1[r : r + n], pi[lo:hi], out=x[:n]), out=x[:n])
+                    li = np.subtract(1.0, pi[lo:hi], out=y[:n])
+                    np.log(np.add(ri[r : r + n], li, out=li), out=li)
+                    l1 *= n1[lo:hi]
+                    l1 += np.multiply(li, ni[lo:hi], out=li)
+                    acc[r : r + n] += l1
+                masked = np.isnan(acc).any()  # a nan term (0 * log 0) makes its sum nan; masking changes no other
+                if masked:
+                    l1, li = np.log(_by_entry(r1, ends) + pi), np.log(_by_entry(ri, ends) + (1.0 - pi))
             else:
-                pO = np.repeat(prior_O, reps)
-                l1 = np.log(d["gen_pi"] * pO + np.repeat(a_noise[:, 0], reps))
-                li = np.log(d["gen_npi"] * pO + np.repeat(a_noise[:, 2], reps))
-                log_pO = np.zeros(P)
-                gen[:] = np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0)
+                pO = _by_entry(prior_O.take(p), ends)
+                l1 = np.log(pi * pO + _by_entry(a_noise[:, 0].take(p), ends))
+                li = np.log((1.0 - pi) * pO + _by_entry(a_noise[:, 2].take(p), ends))
+                log_pO = np.zeros(d["P"])
+                masked = True
+            if masked:  # the masked expression
+                acc = below.take(d["g_init"])
+                _add_rows(acc, np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0), ends)
+            acc = acc.take(d["t_init"])  # per pair, ranked by its number of pi = 1 terms
+            _add_rows(acc, log_one.take(d["t_cell"]), d["t_ends"])
             # per pair: the C = L term, the last of the sum, plus the parts above (0 for pairs
             # without general entries, whose sums so stay sequential)
             reps = d["pair_reps"]
             last = _cell_term(*d["gen_pair_cnt"], 0.0, np.repeat(log_pO, reps), np.repeat(log_a0, reps), 0.0)
             last += np.repeat(np.where(d["has_full"], log_one[d["last_cell"]], 0.0), reps)
-        ll = np.bincount(d["w_seg"], W, minlength=V)
+        ll = acc.take(d["t_rank"])
         ll += last
         return ll
 
@@ -240,8 +307,10 @@ class COWFit:
         cnt, cellmask, pad = d["cell_cnt"].reshape(3, P, Mc), d["cellmask"], d["pair_pad"]
         ar = np.arange(P)
         cells = np.arange(Mc)
-        below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)  # (p, lambda) -> prefix end
+        below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)[d["b_order"]]  # prefix ends by rank
 
+        cum = np.zeros((3, P, Mc + 1))
+        pi_one = np.append(d["pi"], 1.0)
         qN = np.full(cnt.shape, 0.5)
         prior_N = np.full(P, 0.5)
         prior_O = np.full(P, 0.5)
@@ -254,16 +323,16 @@ class COWFit:
 
             # (b) P_nonpar,i(x|O; lambda) by cumulative sums over cells sorted by C
             wO = cnt * (1.0 - qN)
-            cum = np.zeros((3, P, Mc + 1))
-            np.cumsum(wO, axis=2, out=cum[:, :, 1:])
-            num = cum.reshape(3, -1)[:, below_idx]  # (3, P * M)
+            for c in range(Mc):  # cum[..., c + 1] = wO[..., 0] + ... + wO[..., c], in order
+                np.add(cum[:, :, c], wO[:, :, c], out=cum[:, :, c + 1])
+            num = cum.reshape(3, -1).take(below_idx, axis=1)  # (3, P * M), by rank
             nden = num[0] + num[1] + num[2]
-            nonpar = np.divide(num, nden, out=np.zeros_like(num), where=nden > 0)
+            nonpar = num / np.where(nden > 0, nden, 1.0)  # 0 / 0 -> 0
 
             # argmax per problem over its pairs in (lambda, k) order: the first maximum wins
             # (all -inf: the first valid pair)
             ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
-            v_star = pad[ar, np.argmax(ll[pad], axis=1)]
+            v_star = pad[ar, np.argmax(ll.take(pad), axis=1)]
             loglik = ll[v_star]
             l_star = d["l_v"][v_star]
 
@@ -272,10 +341,10 @@ class COWFit:
             above_star = cellmask & (cells[None, :] >= nb_star[:, None])
             e_star = d["start_part"][v_star][:, None] + cells[None, :] - nb_star[:, None]
             part_star = above_star & (e_star < (d["start_part"] + d["n_part"])[v_star][:, None])
-            pi_star = np.ones(cellmask.shape)  # (P, Mc)
-            pi_star[part_star] = d["pi"][e_star[part_star]]
+            pi_star = pi_one.take(np.where(part_star, e_star, pi_one.size - 1))  # (P, Mc), 1 outside
             par = np.stack([pi_star, np.zeros_like(pi_star), 1.0 - pi_star])
-            p_oracle = np.where(above_star, par, nonpar[:, ar * d["M"] + l_star][:, :, None])  # (3, P, Mc)
+            below_star = nonpar.take(d["b_rank"][ar * d["M"] + l_star], axis=1)  # (3, P)
+            p_oracle = np.where(above_star, par, below_star[:, :, None])  # (3, P, Mc)
 
             # (c) M-step: priors P_i(z) = mean responsibility over the problem's observations
             prior_N = wN.sum(axis=(0, 2)) / d["totals"]
@@ -316,17 +385,20 @@ def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -
     if not np.isfinite(threshold):
         raise ValueError("threshold must be finite")
     score = pl.col("score").cast(pl.Float64)
-    cells = obs.group_by("problem_id", "L", "C").agg(
-        n1=(score >= threshold).sum(), n0=(score < threshold).sum(), nidk=score.is_null().sum()
+    cells = (  # a lazy query: polars optimizes it (DataFrame.group_by runs without optimizations)
+        obs.lazy()
+        .group_by("problem_id", "L", "C")
+        .agg(n=pl.len(), n1=(score >= threshold).sum(), nidk=score.null_count())
+        .collect()
     )
     L = cells["L"].to_numpy()
     C = cells["C"].to_numpy()
     lam_p, k_p = task_thresholds(L, C)
+    n1, nidk = cells["n1"].to_numpy(), cells["nidk"].to_numpy()
+    n0 = cells["n"].to_numpy() - n1 - nidk  # score < threshold: the checked scores are null or in [0, 1]
 
     # fit on dense integer codes of the problem ids (ranked in the sorted order of ``names``)
     ids = cells["problem_id"].cast(pl.String)
-    model = COWFit(n_steps=n_steps).fit(
-        ids.rank("dense").to_numpy(), L, C, cells["n1"].to_numpy(), cells["n0"].to_numpy(), cells["nidk"].to_numpy()
-    )
+    model = COWFit(n_steps=n_steps).fit(ids.rank("dense").to_numpy(), L, C, n1, n0, nidk)
     model.problems_ = ids.unique().sort().to_numpy()
     return fit_frames(model, obs["task"][0], "COW", lam_p, k_p)
