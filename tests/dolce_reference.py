@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from raylc.dolce.cells import LL_TIE_RTOL
 from raylc.dolce.cover import cow_cover_prob
 
 IDK = None
@@ -51,7 +52,8 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
     ``observations``: iterable of (problem, L, C, x) with x in {1, 0, None (IDK)}. Typo
     resolutions (same as COWFit): priors P_i(z) = sum_j q_ij(z|x_ij) / |J_i|; the duplicated
     q(z = IDK) lines are dropped and q(O) = 1 - q(N); 0/0 in P_nonpar -> 0, in the noise
-    M-step -> 1/3, in the E-step -> q(N) = P_i(N). Candidate sets: {C_ij} U {0, maxC+1, L_i}.
+    M-step -> 1/3, in the E-step -> q(N) = P_i(N). Candidate sets: {C_ij} U {0, maxC+1, L_i};
+    ties within LL_TIE_RTOL (1 + |max|) -> first pair in (lambda, k) order.
     """
     problems = sorted({o[0] for o in observations})
     L, J = {}, {i: [] for i in problems}
@@ -92,7 +94,7 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
             P_N[x] = num / den if den > 0 else 1.0 / 3.0
         P_O_star = {}
         for i in problems:
-            best = None
+            scored = []
             for lam in Lam[i]:
                 # M-step: P_nonpar,i(x | z = O; lambda)
                 den = sum(
@@ -122,8 +124,11 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
                     objective = 0.0
                     for j, (_C, x_ij) in enumerate(J[i]):
                         objective += log(P_ij[j][x_ij] * P_z[i]["O"] + P_N[x_ij] * P_z[i]["N"])
-                    if best is None or objective > best[0]:
-                        best = (objective, lam, k, P_ij)
+                    scored.append((objective, lam, k, P_ij))
+            # argmax: the first pair within LL_TIE_RTOL (1 + |max|) of the maximum
+            best_val = max(t[0] for t in scored)
+            tol = LL_TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
+            best = next(t for t in scored if t[0] >= best_val - tol)
             out_ll[i], out_lam[i], out_k[i], P_O_star[i] = best
         # M-step: P_i(z)
         for i in problems:

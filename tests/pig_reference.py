@@ -13,6 +13,8 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from raylc.dolce.cells import LL_TIE_RTOL
+
 IDK = None
 Y_VALUES = (1, 0, IDK)  # the order of PIGFit.noise_
 
@@ -173,8 +175,8 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode") -> 
                         objective += log(p_O * P_z[i]["O"] + p_N * P_z[i]["N"])  # line 1112
                     scored.append((objective, lam, k))
             best_val = max(v for v, _, _ in scored)
-            tol = 1e-10 * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
-            best = next(t for t in scored if t[0] >= best_val - tol or (t[0] == best_val))
+            tol = LL_TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
+            best = next(t for t in scored if t[0] >= best_val - tol)
             out["loglik"][i], out["lam"][i], out["k"][i] = best
             lam_s, k_s = out["lam"][i], out["k"][i]
             for c in cs:  # lines 1113-1118

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
@@ -42,6 +42,10 @@ def small_task(draw):
 
 @settings(max_examples=60, deadline=None)
 @given(small_task(), st.integers(1, 10))
+# problem 2 ties lambda = 0 (pi = 1) with lambda = 1, k = 1 (pi = 1/2) in exact arithmetic at
+# step 1, through terms computed differently by the fit and the reference (1 ulp apart)
+@example([(0, 1, 0, None), (1, 1, 0, None), (2, 2, 1, None), (2, 2, 1, 1)], 1)
+@example([(0, 1, 0, None), (1, 1, 0, None), (2, 2, 1, None), (2, 2, 1, 1)], 2)
 def test_matches_literal_algorithm_1(observations, n_steps):
     assert_matches_reference(observations, n_steps)
 

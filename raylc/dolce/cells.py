@@ -16,6 +16,16 @@ from raylc.dolce.categories import assign_categories, category_thresholds
 #: Columns of the observation table the fitters consume.
 OBS_COLUMNS = ("task", "problem_id", "L", "C", "start", "score", "metric")
 
+#: Numerical-tie tolerance of the EM's argmax over (lambda, k): objectives within
+#: LL_TIE_RTOL (1 + |max|) of a problem's maximum tie, and the first pair in (lambda
+#: ascending, k ascending) order wins. Two pairs can tie in exact arithmetic through terms
+#: computed by different expressions (COW: lambda = 0, pi = 1 against pi = 1/2 when
+#: (P_i(O) + a_1) a_IDK = (P_i(O)/2 + a_1)(P_i(O)/2 + a_IDK)), whose rounding then decides
+#: the winner; the tolerance (far above rounding, ~1e-16 |max| per term, far below any
+#: likelihood difference that carries information) makes the choice independent of how the
+#: objective is evaluated.
+LL_TIE_RTOL = 1e-10
+
 
 def int_vector(x, name: str) -> np.ndarray:
     """``x`` as int64, accepting integral floats; ValueError naming ``name`` otherwise."""
@@ -25,6 +35,16 @@ def int_vector(x, name: str) -> np.ndarray:
     if a.dtype.kind not in "iu":
         raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
     return a.astype(np.int64)
+
+
+def first_near_max(score: np.ndarray, allowed: np.ndarray, rtol: float = LL_TIE_RTOL) -> np.ndarray:
+    """Row-wise index of the first allowed entry within rtol (1 + |max|) of the row maximum
+    (the first allowed entry when every allowed entry is -inf)."""
+    s = np.where(allowed, score, -np.inf)
+    mx = s.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        thr = np.where(np.isfinite(mx), mx - rtol * (1.0 + np.abs(mx)), -np.inf)
+    return np.argmax(allowed & (s >= thr), axis=1)
 
 
 def segment_positions(owner: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:

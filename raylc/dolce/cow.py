@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from raylc.dolce.cells import (
-    OBS_COLUMNS, cell_grid, check_task_table, fit_frames, segment_positions, task_thresholds,
+    OBS_COLUMNS, cell_grid, check_task_table, first_near_max, fit_frames, segment_positions, task_thresholds,
 )
 from raylc.dolce.cover import cover_prob_partial
 
@@ -100,8 +100,9 @@ class COWFit:
           sum_j q_ij(O) 1[x_ij = x, C_ij < lambda] / sum_j q_ij(O) 1[C_ij < lambda]; then
           (lambda_i*, k_i*) = argmax over valid pairs of
           sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] by brute force, with
-          P_i(z) from the previous iteration (0.5 at t = 1); ties go to the first pair in
-          (lambda ascending, k ascending) order;
+          P_i(z) from the previous iteration (0.5 at t = 1); ties within 1e-10 (1 + |max|)
+          (:data:`~raylc.dolce.cells.LL_TIE_RTOL`) go to the first pair in (lambda ascending,
+          k ascending) order;
       (c) M-step priors: P_i(z) = sum_j q_ij(z) / |J_i| (Algorithm 1's extra 1[x_ij = x] in
           this line is a typo: the prior is the mean responsibility);
       (d) E-step: q_ij(N) = P(x_ij|N) P_i(N) / [P(x_ij|N) P_i(N) + P_ij(x_ij|O) P_i(O)] and
@@ -124,9 +125,9 @@ class COWFit:
     (Appendix A.1); the cell with C = L has pi = 1 and comes last. Entries whose term does not
     depend on pi (pi = 1, or only outcome 0 observed) take the per-cell term of pi = 1, so
     mathematically tied pairs (e.g. lambda = 0 and lambda = maxC_i + 1 when every answer below
-    maxC_i + 1 is correct) add bitwise equal terms in the same order, tie exactly, and the
-    first one wins as in a per-observation loop; of the k for a lambda whose cells above all
-    have C = L only the first is scored. The other entries take log P_i(O) +
+    maxC_i + 1 is correct) add bitwise equal terms in the same order and tie exactly; of the k
+    for a lambda whose cells above all have C = L only the first is scored. (Pairs tied
+    through differently computed terms are caught by the tie tolerance of step (b).) The other entries take log P_i(O) +
     log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step, their log P_i(O) and
     outcome-0 parts summed per pair. Every sum adds its terms one at a time in C order, as the
     per-observation loop does, with the terms stored in jagged rows (:func:`_jagged_layout`:
@@ -329,10 +330,10 @@ class COWFit:
             nden = num[0] + num[1] + num[2]
             nonpar = num / np.where(nden > 0, nden, 1.0)  # 0 / 0 -> 0
 
-            # argmax per problem over its pairs in (lambda, k) order: the first maximum wins
-            # (all -inf: the first valid pair)
+            # argmax per problem over its pairs in (lambda, k) order: the first pair within
+            # LL_TIE_RTOL of the maximum wins (all -inf: the first valid pair)
             ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
-            v_star = pad[ar, np.argmax(ll.take(pad), axis=1)]
+            v_star = pad[ar, first_near_max(ll.take(pad), pad < ll.size - 1)]
             loglik = ll[v_star]
             l_star = d["l_v"][v_star]
 

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 from scipy.special import expit, gammaln, logsumexp
 
-from raylc.dolce.cells import cell_grid, check_task_table, fit_frames, task_thresholds
+from raylc.dolce.cells import cell_grid, check_task_table, first_near_max, fit_frames, task_thresholds
 
 __all__ = [
     "PIG_OUTCOMES",
@@ -36,10 +36,8 @@ PIG_OUTCOMES = ("1", "0", "IDK")
 _MAX_CANCELLATION = 1e3
 #: ... and when its estimated relative rounding error stays below this.
 _LSE_RTOL = 1e-10
-#: Numerical-tie tolerances: candidates whose log-likelihood is within
-#: _LL_TIE_RTOL * (1 + |max|) of the maximum tie (first in (lambda, k) order wins); pmf values
-#: within a relative _MODE_TIE_RTOL of the maximum tie (smallest m wins).
-_LL_TIE_RTOL = 1e-10
+#: Numerical-tie tolerance of the pmf: values within a relative _MODE_TIE_RTOL of the maximum
+#: tie (smallest m wins). Log-likelihood ties: :data:`raylc.dolce.cells.LL_TIE_RTOL`.
 _MODE_TIE_RTOL = 1e-9
 _CHUNK = 1 << 21  # max elements of the (entries x terms) work arrays
 
@@ -478,15 +476,6 @@ def pig_density(s, lam, k, L, C):
 
 
 # =============================================================================== EM (Algorithm 2)
-def _first_near_max(score: np.ndarray, allowed: np.ndarray, rtol: float) -> np.ndarray:
-    """Row-wise index of the first allowed entry within rtol (1 + |max|) of the row maximum."""
-    s = np.where(allowed, score, -np.inf)
-    mx = s.max(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        thr = np.where(np.isfinite(mx), mx - rtol * (1.0 + np.abs(mx)), -np.inf)
-    return np.argmax(allowed & (s >= thr), axis=1)
-
-
 class PIGFit:
     r"""Per-problem (lambda_i, k_i) of one task by EM over the PIG mixture (Algorithm 2).
 
@@ -682,7 +671,7 @@ class PIGFit:
                 contrib = np.where(e_w > 0, e_w * np.log(rho * prior_O[e_p] + prior_N[e_p]), 0.0)
             ll = np.bincount(e_flat, weights=contrib, minlength=P * M * M).reshape(P, M * M)
             ll = np.where(valid_flat, ll, -np.inf)
-            best = _first_near_max(ll, valid_flat, _LL_TIE_RTOL)
+            best = first_near_max(ll, valid_flat)
             loglik = ll[ar, best]
             lam_star = d["cand"][ar, best // M]
             k_star = d["cand"][ar, best % M]
