@@ -201,11 +201,11 @@ def test_fit_validation(change, message):
 
 
 # --------------------------------------------------------------------------- parameter recovery
-def _recovery(seeds, n_problems, **kw):
+def _recovery(seeds, n_problems, n_steps=10, **kw):
     fitted = []
     for seed in seeds:
         obs, planted, _ = simulate_cow_task(n_problems, seed=seed, **kw)
-        problems, info = fit_cow_task(obs)
+        problems, info = fit_cow_task(obs, n_steps=n_steps)
         lam_q = obs.filter(pl.col("C") < pl.col("L")).group_by("problem_id").agg(lam_q=pl.col("C").max())
         df = problems.join(planted, on="problem_id").join(lam_q, on="problem_id")
         planted_cat = assign_categories(
@@ -219,13 +219,13 @@ def _recovery(seeds, n_problems, **kw):
 
 
 def test_parameter_recovery_planted_copies():
-    """Copies planted once per problem, every span start enumerated (the realistic design).
+    """Copies planted once per problem, every span start enumerated (the realistic design; the
+    data then depart from Eq. 3, which averages over placements).
 
-    Measured on 4 groups of 6 seeds x 80 problems: category recovery 0.89-0.91 and
-    Spearman(lambda) 0.94-0.96. The shortfall has two sources: copies sitting near an edge,
-    so one placement's realized coverage is far below pi (an average over placements), and
-    the task-shared noise component absorbing IDK mass within T = 10 steps, which inflates k
-    for sparse Category III problems (k = 2 fitted as 5). The asserted floors sit below that.
+    Measured on 5 groups of 6 seeds x 80 problems with the paper's T = 10: category recovery
+    0.89-0.91 and Spearman(lambda) 0.94-0.96; with T = 100: 0.91-0.92 and 0.92-0.94 (the
+    realized coverage of one placement is not pi, so more EM steps fit it more closely, not
+    the planted lambda). The asserted floors sit below the T = 10 figures.
     """
     recovered, rho, df = _recovery(range(6), 80)
     print(f"planted copies: category recovery {recovered:.3f}, Spearman(lambda) {rho:.3f}, n={df.height}")
@@ -234,13 +234,26 @@ def test_parameter_recovery_planted_copies():
     assert rho >= 0.90
 
 
-def test_parameter_recovery_iid_placements():
-    """Copies re-placed for every span, so P(1 | O) is exactly pi as Eq. 3 assumes: lambda is
-    ranked well (Spearman 0.97-0.98 measured); categories 0.84-0.88 (k inflation remains)."""
-    recovered, rho, df = _recovery(range(3), 80, replant_each_observation=True)
-    print(f"i.i.d. placements: category recovery {recovered:.3f}, Spearman(lambda) {rho:.3f}, n={df.height}")
-    assert recovered >= 0.82
-    assert rho >= 0.95
+@pytest.mark.parametrize(
+    "n_steps,min_recovered,min_rho",
+    [
+        # the paper's T = 10: measured 0.844-0.904 / 0.970-0.984 on 5 groups of 6 seeds; the
+        # EM has not converged (k exact for 0.46-0.51 of the problems; k of sparse category
+        # III still inflated, e.g. 2 fitted as 5), so the 0.90 category target is missed
+        (10, 0.82, 0.95),
+        # the off-by-default option, more EM steps (raylc fit --em-steps-cow 100): measured
+        # 0.912-0.958 / 0.985-0.991 (k exact for 0.83-0.93): the issue's 0.90 / 0.95 targets
+        (100, 0.90, 0.95),
+    ],
+)
+def test_parameter_recovery_on_model_data(n_steps, min_recovered, min_rho):
+    """Data drawn from the model itself: copies re-placed for every span, so P(1 | O) is
+    exactly pi as Eq. 3 assumes (seeds 0-5 x 80 problems, every span, noise prior <= 0.2)."""
+    recovered, rho, df = _recovery(range(6), 80, n_steps=n_steps, replant_each_observation=True)
+    print(f"model data, T = {n_steps}: category recovery {recovered:.3f}, Spearman(lambda) {rho:.3f}, n={df.height}")
+    assert df.height == 480
+    assert recovered >= min_recovered
+    assert rho >= min_rho
 
 
 # --------------------------------------------------------------------------- fit_cow_task

@@ -139,8 +139,8 @@ def main() -> None:
         f"-> scaled x{scale:g}: {t_ref * scale:9.1f} s   (fit_cow_task on the same subsample: "
         f"{t_sub_fit * 1e3:.1f} ms; identical lambda, k: {same})"
     )
-    print(f"ratio fit / group_by:             {t_fit / t_group:9.1f}")
-    print(f"ratio fit / lazy group_by:        {t_fit2 / t_lazy:9.1f}")
+    print(f"ratio fit / group_by:             {t_fit / t_group:9.2f}")
+    print(f"ratio fit / lazy group_by:        {t_fit2 / t_lazy:9.2f}")
     print(f"ratio reference (scaled) / fit:   {t_ref * scale / t_fit:9.0f}")
     print(f"ratio reference / fit (same subsample): {t_ref / t_sub_fit:9.0f}")
 
