@@ -126,6 +126,8 @@ def fit(
     scenario: str = typer.Option("auto", "--scenario", help="auto (dip test), cow or pig."),
     em_steps_cow: int = typer.Option(10, "--em-steps-cow", min=1, help="EM steps, COW (Algorithm 1)."),
     em_steps_pig: int = typer.Option(5, "--em-steps-pig", min=1, help="EM steps, PIG (Algorithm 2)."),
+    pig_likelihood: str = typer.Option("hit_rate", "--pig-likelihood", help="PIG: hit_rate (Algorithm 2) or score (option: rho at each observed score)."),
+    pig_hit_rate: str = typer.Option("mode", "--pig-hit-rate", help="PIG: mode (Algorithm 2) or mean (option: expected covered fraction)."),
     compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),
 ) -> None:
@@ -137,9 +139,16 @@ def fit(
 
     if scenario not in ("auto", "cow", "pig"):
         _fail(f"--scenario {scenario!r}: expected auto, cow or pig")
+    from raylc.dolce.fit import PIG_HIT_RATES, PIG_LIKELIHOODS
+
+    if pig_likelihood not in PIG_LIKELIHOODS:
+        _fail(f"--pig-likelihood {pig_likelihood!r}: expected one of {', '.join(PIG_LIKELIHOODS)}")
+    if pig_hit_rate not in PIG_HIT_RATES:
+        _fail(f"--pig-hit-rate {pig_hit_rate!r}: expected one of {', '.join(PIG_HIT_RATES)}")
     try:
         out_frames = run_fit(observations, out, scenario=scenario, threshold=threshold, em_steps_cow=em_steps_cow,
-                             em_steps_pig=em_steps_pig, compare_uri=compare, use_ray=ray)
+                             em_steps_pig=em_steps_pig, pig_likelihood=pig_likelihood, pig_hit_rate=pig_hit_rate,
+                             compare_uri=compare, use_ray=ray)
     except StoreUnavailable as exc:
         _fail(str(exc), 1)
     except StoreError as exc:

@@ -42,6 +42,8 @@ def run_fit(
     threshold: float = 0.5,
     em_steps_cow: int = 10,
     em_steps_pig: int = 5,
+    pig_likelihood: str = "hit_rate",
+    pig_hit_rate: str = "mode",
     compare_uri: Optional[str] = None,
     use_ray: Optional[bool] = None,
 ) -> dict[str, pl.DataFrame]:
@@ -54,7 +56,7 @@ def run_fit(
         ref = ref_store.read_table("problems.parquet"), ref_store.read_table("tasks.parquet")
     problems, tasks = fit_observations(
         obs, scenario=scenario, threshold=threshold, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig,
-        mapper=_mapper(use_ray),
+        mapper=_mapper(use_ray), pig_likelihood=pig_likelihood, pig_hit_rate=pig_hit_rate,
     )
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:

@@ -64,6 +64,14 @@ def _label(task: str, subset: str) -> str:
     return subset if subset and subset != task else task
 
 
+def category_bar_order(tasks: pl.DataFrame, scenario: str) -> pl.DataFrame:
+    """The (task, subset) rows of one scenario in Figure 2's order, bottom bar first: by the
+    share of Categories III-V (``focus``) ascending, so the largest is drawn at the top."""
+    focus = pl.sum_horizontal(*(pl.col(f"share_{c}").fill_null(0.0) for c in ("III", "IV", "V")))
+    return (tasks.filter(pl.col("scenario") == scenario).with_columns(focus=focus)
+            .sort(["focus", "task", "subset"], descending=[False, True, True]))
+
+
 def plot_categories(tasks: pl.DataFrame, path) -> Path:
     """Stacked horizontal bars of the category shares I-V per (task, subset) (Figure 2).
 
@@ -72,7 +80,6 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
     are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages.
     """
     df = _checked(tasks, "tasks", ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)])
-    df = df.with_columns(focus=pl.sum_horizontal(*(pl.col(f"share_{c}") for c in ("III", "IV", "V"))))
     scenarios = [s for s in ("COW", "PIG") if s in set(df["scenario"].to_list())] or sorted(set(df["scenario"]))
     heights = [max(1, df.filter(pl.col("scenario") == s).height) for s in scenarios]
     fig, axes = plt.subplots(
@@ -80,7 +87,7 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
         gridspec_kw={"height_ratios": heights}, squeeze=False, layout="constrained",
     )
     for ax, scen in zip(axes[:, 0], scenarios):
-        part = df.filter(pl.col("scenario") == scen).sort(["focus", "task", "subset"], descending=[False, True, True])
+        part = category_bar_order(df, scen)
         labels = [_label(t, s) for t, s in zip(part["task"], part["subset"])]
         y = np.arange(part.height)
         left = np.zeros(part.height)

@@ -408,13 +408,17 @@ class Fit(_Strict):
 
     ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
     Appendix H; accuracy-scored problems are COW); ``cow`` / ``pig`` force one.
-    ``threshold`` binarizes continuous scores for COW.
+    ``threshold`` binarizes continuous scores for COW. ``em_steps_cow`` / ``em_steps_pig``:
+    the paper's 10 / 5 by default. ``pig_likelihood`` / ``pig_hit_rate``: options of
+    :class:`raylc.dolce.pig.PIGFit`, off by default (``hit_rate`` / ``mode`` = Algorithm 2).
     """
 
     scenario: Literal["auto", "cow", "pig"] = "auto"
     em_steps_cow: int = Field(default=10, ge=1)
     em_steps_pig: int = Field(default=5, ge=1)
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    pig_likelihood: Literal["hit_rate", "score"] = "hit_rate"
+    pig_hit_rate: Literal["mode", "mean"] = "mode"
 
 
 class Inference(_Strict):

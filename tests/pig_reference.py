@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from raylc.dolce import pig_cover_pmf
 from raylc.dolce.cells import LL_TIE_RTOL
 
 IDK = None
@@ -233,6 +234,7 @@ def simulate_pig_task(
     p_noise_idk: float = 0.3,
     ladder=LADDER,
     task: str = "sim",
+    redraw_each_observation: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Observation table drawn from the PIG model with planted (lambda, k) per problem.
 
@@ -243,6 +245,9 @@ def simulate_pig_task(
     IDK with p_noise_idk, else U(0, 1) (``noise_kind="uniform"``) or a task-level
     Beta(a, b) (``"task"``) - otherwise the oracle's exact covered fraction m / lambda, with
     IDK instead of 0 with probability p_idk_uncovered when m = 0.
+    ``redraw_each_observation``: m drawn afresh for every span from rho~(m; lambda, k, L, C)
+    (:func:`raylc.dolce.pig_cover_pmf`, members re-placed per span), which is the PIG model
+    itself (Eq. 6), instead of from one placement per problem.
     Returns (obs, planted) with planted = problem_id, L, planted_lam, planted_k, rho.
     """
     rng = np.random.default_rng(seed)
@@ -263,8 +268,12 @@ def simulate_pig_task(
         pid = f"p{n:04d}"
         for C in [c for c in ladder if c < L] + [L]:
             starts = np.zeros(1, dtype=np.int64) if C == 0 else np.arange(0, L - C + 1)
-            cnt = prefix[starts + C] - prefix[starts]
-            m = (cnt > 0).sum(axis=1)
+            if redraw_each_observation:
+                pmf = pig_cover_pmf(np.arange(lam + 1), lam, k, L, C)
+                m = rng.choice(lam + 1, size=starts.size, p=pmf / pmf.sum())
+            else:
+                cnt = prefix[starts + C] - prefix[starts]
+                m = (cnt > 0).sum(axis=1)
             score = m / lam
             idk = (m == 0) & (rng.random(starts.size) < p_idk_uncovered)
             noisy = rng.random(starts.size) < rho

@@ -13,6 +13,7 @@ from polars.testing import assert_frame_equal
 from raylc.dolce.compare import (
     COMPARE_SCHEMA,
     SENSITIVITY_SCHEMA,
+    check_full_enumeration,
     compare_fits,
     kl_divergence,
     relative_change,
@@ -52,7 +53,7 @@ def test_kl_direction_and_edge_cases():
 # ------------------------------------------------------------------------------ compare_fits
 @pytest.fixture(scope="module")
 def mixed():
-    obs = pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4)])
+    obs = pl.concat([synth_task("mix", 11, 11, seed=1, stride=1), synth_task("pig", 0, 6, seed=4, stride=1)])
     return obs, *fit_observations(obs)
 
 
@@ -106,12 +107,10 @@ def test_take_every_subsample():
 
 @pytest.fixture(scope="module")
 def planted_enumeration():
-    """Planted suite (quickstart job, 30 problems per task, L <= 200), every span observed."""
+    """The quickstart suite (jobs/quickstart.yaml as shipped: 2 tasks x 100 problems), every
+    span observed (strategy ``enumerate``) by the simulated probe."""
     job = load_job(Path(__file__).resolve().parents[1] / "jobs" / "quickstart.yaml")
-    job = job.model_copy(update={
-        "suite": job.suite.model_copy(update={"problems_per_task": 30, "max_units": 200}),
-        "sampling": job.sampling.model_copy(update={"strategy": "enumerate"}),
-    })
+    job = job.model_copy(update={"sampling": job.sampling.model_copy(update={"strategy": "enumerate"})})
     problems = stages.build(job)
     spans = stages.sample(problems, job)
     return stages.score(stages.infer(spans, problems, job), problems, job)
@@ -127,11 +126,12 @@ def test_take_every_5_vs_full_enumeration_on_planted_suite(planted_enumeration):
     res = run_sensitivity(planted_enumeration, experiments=("take_every",), every=(5,))
     assert res.schema == pl.Schema(SENSITIVITY_SCHEMA)
     assert res["task"].to_list() == ["planted-a", "planted-b"] and (res["setting"] == 5.0).all()
-    assert (res["n_problems"] == 30).all()
+    assert (res["n_problems"] == 100).all()
     kept = (res["n_obs_test"] / res["n_obs_ref"]).to_numpy()
     assert np.all((kept > 0.19) & (kept < 0.23))  # an ~80% smaller budget
-    # the ranking of lambda and k survives the 5x cheaper sampling (paper: 0.93 / 0.99 on SFiction)
-    assert (res["rho_lam"] >= 0.85).all(), res
+    # the ranking of lambda and k survives the 5x cheaper sampling (paper: 0.93 / 0.99 on
+    # SFiction; issue target 0.9; measured 0.964 / 0.955 and 0.969 / 0.968)
+    assert (res["rho_lam"] >= 0.9).all(), res
     assert (res["rho_k"] >= 0.9).all(), res
     assert (res["kl_noise"] < 0.01).all() and (res["delta_lam"] <= 0.1).all()
 
@@ -169,3 +169,12 @@ def test_run_sensitivity_with_fake_mapper_matches_in_process(mixed):
     assert a.group_by("experiment").len().sort("experiment").rows() == [("take_every", 6), ("threshold", 2)]
     with pytest.raises(ValueError, match="unknown experiment"):
         run_sensitivity(obs, experiments=("granularity",))
+
+
+def test_take_every_needs_a_full_enumeration():
+    obs = synth_task("t", 2, 0, L=30, stride=1)
+    check_full_enumeration(obs)  # complete: no error
+    gap = obs.filter(~((pl.col("problem_id") == obs["problem_id"][0]) & (pl.col("C") == 5) & (pl.col("start") == 3)))
+    with pytest.raises(ValueError, match=r"problem_id 't-b000', C = 5: 25 of 26 starts"):
+        run_sensitivity(gap, experiments=("take_every",), every=(5,))
+    run_sensitivity(gap, experiments=("threshold",))  # the threshold experiment does not need one

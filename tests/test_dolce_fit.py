@@ -22,10 +22,12 @@ OBS_SCHEMA = {"task": pl.String, "problem_id": pl.String, "L": pl.Int64, "C": pl
               "score": pl.Float64, "metric": pl.String}
 
 
-def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: int = 60, metric: str = "f1"):
+def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: int = 60, metric: str = "f1",
+               stride: int = 2):
     """A continuous-metric task: ``n_bimodal`` COW-like problems (score ~U(.85, 1) when a span of
     C >= lambda hits, else ~U(0, .12) or IDK) then ``n_unimodal`` PIG-like problems (score
-    ~N(0.1 + 0.6 C / L, 0.08) clipped to [.01, .99]). Ladder 0, 1, 2, 5, 10, 20, L; stride 2."""
+    ~N(0.1 + 0.6 C / L, 0.08) clipped to [.01, .99]). Ladder 0, 1, 2, 5, 10, 20, L; starts every
+    ``stride`` (1: a full enumeration)."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n_bimodal + n_unimodal):
@@ -33,7 +35,7 @@ def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: 
         pid = f"{task}-{'b' if bimodal else 'u'}{i:03d}"
         lam = int(rng.choice([1, 2, 5, 10, 20]))
         for C in (0, 1, 2, 5, 10, 20, L):
-            for start in ([0] if C in (0, L) else range(0, L - C + 1, 2)):
+            for start in ([0] if C in (0, L) else range(0, L - C + 1, stride)):
                 if bimodal:
                     hit = C >= lam and rng.random() < 0.6
                     s = rng.uniform(0.85, 1.0) if hit else rng.uniform(0.0, 0.12)

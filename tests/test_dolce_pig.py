@@ -363,34 +363,48 @@ def _recovery(obs: pl.DataFrame, planted: pl.DataFrame, **options) -> tuple[floa
 
 @pytest.fixture(scope="module")
 def recovery_data():
+    """Data drawn from the PIG model itself (Eq. 6): m ~ rho~(m; lambda, k, L, C) afresh for
+    every span, noise scores uniform on [0, 1] (p(x|N) = 1); seeds 1, 2 x 40 problems."""
+    return [simulate_pig_task(40, seed=seed, redraw_each_observation=True, noise_kind="uniform") for seed in (1, 2)]
+
+
+@pytest.fixture(scope="module")
+def placement_data():
+    """The realistic design: members placed once per problem, task-level Beta noise."""
     return [simulate_pig_task(40, seed=seed) for seed in (1, 2)]
 
 
+# PAPER-LEVEL TARGETS (issue): category share >= 0.75 and Spearman(lambda planted, lambda
+# fitted) >= 0.95, not met by the faithful Algorithm 2 nor by the options. Figures per seed
+# (seeds 1, 2 here; seeds 1-6 and T = 50 in the README); asserted with a small margin.
 @pytest.mark.parametrize(
-    "options,min_share,min_rho",
+    "data,options,min_share,min_rho",
     [
-        # Paper defaults (Algorithm 2 as printed). PAPER-LEVEL TARGETS (brief): category share
-        # >= 0.75 and Spearman(lambda planted, lambda fitted) >= 0.95. Measured on these two
-        # seeded 40-problem sets: share 0.450 / 0.625 (mean 0.537), Spearman 0.400 / 0.356
-        # (mean 0.378); asserted with a small margin. Reason: line 1108 evaluates rho at the
-        # cell-level hit rate P_{i,C}(y = 1|O), whose model value E[m]/lambda =
-        # 1 - binom(L - k, C)/binom(L, C) depends on k only; lambda is identified only through
-        # how concentrated rho~ is at that rate, which the (lambda + 1) factor rewards, so small
-        # lambda (1, 2: nearly binary scores, COW-like problems the paper's Dip Test would route
-        # to COW) is fitted as lambda in the tens (category IV) and lambda = L as ~maxC.
-        ({}, 0.50, 0.33),
+        # Model data, paper defaults (Algorithm 2 as printed): share 0.475 / 0.550, Spearman
+        # 0.411 / 0.400. Reason: line 1108 evaluates rho at the cell-level hit rate
+        # P_{i,C}(y = 1|O), whose model value E[m]/lambda = 1 - binom(L - k, C)/binom(L, C)
+        # depends on k only; lambda is identified only through how concentrated rho~ is at that
+        # rate, which the (lambda + 1) factor rewards, so small lambda (1, 2: nearly binary
+        # scores, COW-like problems the Dip Test would route to COW) is fitted as lambda in the
+        # tens (category IV) and lambda = L as ~maxC. More EM steps do not help (README).
+        ("recovery_data", {}, 0.46, 0.36),
         # Options (off by default), measured side by side. Hit rate = expected covered
-        # fraction instead of the mode: 0.425 / 0.525 (0.475), Spearman 0.442 / 0.284 (0.363).
-        ({"hit_rate": "mean"}, 0.44, 0.31),
-        # rho at each observed score (plain mixture of Eq. 5): 0.600 / 0.650 (0.625), Spearman
-        # 0.360 / 0.453 (0.407); lambda >= 5 is recovered well, lambda in {1, 2} still is not
+        # fraction instead of the mode: 0.450 / 0.500, Spearman 0.546 / 0.504.
+        ("recovery_data", {"hit_rate": "mean"}, 0.43, 0.46),
+        # rho at each observed score (plain mixture of Eq. 5): 0.800 / 0.675, Spearman
+        # 0.754 / 0.729; lambda >= 5 is recovered well, lambda in {1, 2} still is not
         # (exact-zero scores get density (lambda + 1) rho~(0), which favours large lambda).
-        ({"likelihood": "score"}, 0.58, 0.36),
+        ("recovery_data", {"likelihood": "score"}, 0.70, 0.70),
+        # members placed once per problem, Beta noise: 0.450 / 0.625, Spearman 0.400 / 0.356
+        ("placement_data", {}, 0.50, 0.33),
+        # 0.600 / 0.650, Spearman 0.360 / 0.453
+        ("placement_data", {"likelihood": "score"}, 0.58, 0.36),
     ],
 )
-def test_parameter_recovery_on_pig_model_data(recovery_data, options, min_share, min_rho):
-    shares, rhos = zip(*(_recovery(obs, planted, **options) for obs, planted in recovery_data))
+def test_parameter_recovery(request, data, options, min_share, min_rho):
+    shares, rhos = zip(*(_recovery(obs, planted, **options) for obs, planted in request.getfixturevalue(data)))
     share, rho = float(np.mean(shares)), float(np.mean(rhos))
-    print(f"PIG recovery {options or 'paper'}: category share {shares} -> {share:.3f}; Spearman {rhos} -> {rho:.3f}")
+    print(f"PIG recovery, {data}, {options or 'paper'}: category share {shares} -> {share:.3f}; "
+          f"Spearman {rhos} -> {rho:.3f}")
     assert share >= min_share
     assert rho >= min_rho

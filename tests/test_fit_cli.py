@@ -74,3 +74,34 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: column {expected}"), proc.stderr
     assert "row" in lines[0] and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args, options",
+    [
+        (["--scenario", "cow", "--threshold", "0.75", "--em-steps-cow", "3"],
+         {"scenario": "cow", "threshold": 0.75, "em_steps_cow": 3}),
+        (["--scenario", "pig", "--em-steps-pig", "2", "--pig-likelihood", "score", "--pig-hit-rate", "mean"],
+         {"scenario": "pig", "em_steps_pig": 2, "pig_likelihood": "score", "pig_hit_rate": "mean"}),
+    ],
+)
+def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
+    from raylc.dolce import fit_observations
+
+    proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
+    assert proc.returncode == 0, proc.stderr
+    obs = pl.read_parquet(obs_path)
+    expected, tasks = fit_observations(obs, **options)
+    assert pl.read_parquet(tmp_path / "problems.parquet").equals(expected)
+    assert pl.read_parquet(tmp_path / "tasks.parquet").equals(tasks)
+    assert set(expected["scenario"]) == {options["scenario"].upper()}
+    # the options matter: the same scenario with the default settings fits differently
+    default, _ = fit_observations(obs, scenario=options["scenario"])
+    assert not default.equals(expected)
+
+
+def test_fit_rejects_unknown_pig_option(obs_path, tmp_path):
+    proc = _raylc("fit", obs_path, "--out", tmp_path / "out", "--no-ray", "--pig-likelihood", "exact")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --pig-likelihood 'exact': expected one of hit_rate, score"]
+    assert not (tmp_path / "out").exists()

@@ -9,7 +9,7 @@ import pytest
 
 from raylc.dolce.compare import run_sensitivity
 from raylc.dolce.fit import fit_observations
-from raylc.plots import exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
+from raylc.plots import category_bar_order, exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
 from test_dolce_fit import synth_task
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -31,7 +31,8 @@ def assert_png(path, min_bytes=8_000, min_px=200):
 
 @pytest.fixture(scope="module")
 def fitted():
-    obs = pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4), synth_task("cow", 5, 0, seed=3)])
+    obs = pl.concat([synth_task("mix", 11, 11, seed=1, stride=1), synth_task("pig", 0, 6, seed=4, stride=1),
+                    synth_task("cow", 5, 0, seed=3, stride=1)])
     problems, tasks = fit_observations(obs)
     sens = run_sensitivity(obs, every=(2, 5), thresholds=(0.25, 0.5, 0.75))
     return problems, tasks, sens
@@ -46,6 +47,22 @@ def test_category_bars(fitted, tmp_path):
     out = plot_categories(fitted[1], tmp_path / "sub" / "categories.png")
     assert out == tmp_path / "sub" / "categories.png"
     assert_png(out)
+
+
+def test_category_bar_order_is_figure_2s():
+    shares = {"share_I": 0.0, "share_II": 0.0, "share_IV": 0.0, "share_V": 0.0}
+    tasks = pl.DataFrame([
+        {"task": "a", "subset": "a", "scenario": "COW", **shares, "share_III": 0.2},
+        {"task": "b", "subset": "b", "scenario": "COW", **shares, "share_III": 0.9},
+        {"task": "c", "subset": "c/COW", "scenario": "COW", **shares, "share_III": 0.5},
+        {"task": "c", "subset": "c/PIG", "scenario": "PIG", **shares, "share_III": 1.0},
+        {"task": "d", "subset": "d", "scenario": "COW", **{**shares, "share_V": 0.3}, "share_III": 0.2},
+    ])
+    # bottom to top: ascending share of III-V; among equal shares the first task is drawn on top
+    order = category_bar_order(tasks, "COW")
+    assert order["subset"].to_list() == ["a", "d", "c/COW", "b"]
+    assert order["focus"].to_list() == pytest.approx([0.2, 0.5, 0.5, 0.9])
+    assert category_bar_order(tasks, "PIG")["subset"].to_list() == ["c/PIG"]
 
 
 def test_lambda_k_plane(fitted, tmp_path):

@@ -171,3 +171,18 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_pat
     assert "[build] done already, skipped" in err
     for rel in TABLES:
         assert pl.read_parquet(f"{store}/o1/{rel}").equals(pl.read_parquet(f"s3://{BUCKET}/runs/qs/{rel}")), rel
+
+
+def test_fit_command_reads_and_writes_s3(s3, runs):
+    from raylc.dolce import fit_observations
+
+    local, _ = runs
+    out = f"s3://{BUCKET}/fit-out"
+    proc = subprocess.run([sys.executable, "-m", "raylc", "fit", f"s3://{BUCKET}/runs/qs/score/observations.parquet",
+                           "--out", out, "--no-ray"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    problems, tasks = fit_observations(pl.read_parquet(local / "qs" / "score" / "observations.parquet"))
+    assert pl.read_parquet(f"{out}/problems.parquet").equals(problems)
+    assert pl.read_parquet(f"{out}/tasks.parquet").equals(tasks)
+    keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="fit-out/")["Contents"]}
+    assert {"fit-out/categories.png", "fit-out/lambda_k.png"} <= keys

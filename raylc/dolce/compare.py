@@ -172,6 +172,24 @@ def take_every(obs: pl.DataFrame, n: int) -> pl.DataFrame:
     return obs.filter(keep)
 
 
+def check_full_enumeration(obs: pl.DataFrame) -> None:
+    """ValueError unless every observed (problem, 0 < C < L) has all L - C + 1 starts, as a
+    take-every-N comparison needs (otherwise the subsample is not what its N says)."""
+    partial = obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))
+    short = (
+        partial.group_by("task", "problem_id", "L", "C").agg(starts=pl.col("start").n_unique())
+        .filter(pl.col("starts") < pl.col("L") - pl.col("C") + 1)
+        .sort("task", "problem_id", "C")
+    )
+    if short.height:
+        r = short.row(0, named=True)
+        raise ValueError(
+            f"take_every needs a full enumeration (every start of every span length): {short.height} "
+            f"(problem, C) cell(s) are incomplete, e.g. task {r['task']!r}, problem_id {r['problem_id']!r}, "
+            f"C = {r['C']}: {r['starts']} of {r['L'] - r['C'] + 1} starts (sampling strategy 'enumerate' observes all)"
+        )
+
+
 def sensitivity_cell(
     frame: pl.DataFrame,
     ref_problems: pl.DataFrame,
@@ -249,6 +267,8 @@ def run_sensitivity(
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; use 'take_every' and/or 'threshold'")
     obs = validate_observations(obs)
+    if "take_every" in experiments:
+        check_full_enumeration(obs)
     mapper = mapper or in_process
     ref_p, ref_t = fit_observations(
         obs, scenario=scenario, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig, mapper=mapper

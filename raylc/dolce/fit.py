@@ -175,15 +175,22 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
 
 
 # ------------------------------------------------------------------------------ fitting
-def _cow_or_pig(frame: pl.DataFrame, scenario: str, threshold: float, em_steps_cow: int, em_steps_pig: int):
+def _cow_or_pig(frame: pl.DataFrame, scenario: str, threshold: float, em_steps_cow: int, em_steps_pig: int,
+                pig_likelihood: str, pig_hit_rate: str):
     obs = frame.select(OBS_COLUMNS)
     if scenario == "COW":
         return fit_cow_task(binarize_scores(obs, threshold), n_steps=em_steps_cow, threshold=0.5)
-    return fit_pig_task(obs, n_steps=em_steps_pig)
+    return fit_pig_task(obs, n_steps=em_steps_pig, likelihood=pig_likelihood, hit_rate=pig_hit_rate)
+
+
+#: PIGFit options (off by default = the paper's Algorithm 2): likelihood, hit_rate.
+PIG_LIKELIHOODS = ("hit_rate", "score")
+PIG_HIT_RATES = ("mode", "mean")
 
 
 def fit_subset(
-    frame: pl.DataFrame, threshold: float = 0.5, em_steps_cow: int = 10, em_steps_pig: int = 5
+    frame: pl.DataFrame, threshold: float = 0.5, em_steps_cow: int = 10, em_steps_pig: int = 5,
+    pig_likelihood: str = "hit_rate", pig_hit_rate: str = "mode",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Fit one (task, subset): a plain function of one frame, so it can run as a Ray task.
 
@@ -193,12 +200,13 @@ def fit_subset(
     scores are binarized (:func:`raylc.dolce.scenario.binarize_scores`, ``threshold`` for
     continuous metrics) and :func:`raylc.dolce.cow.fit_cow_task` runs ``em_steps_cow`` EM steps
     (Algorithm 1); PIG: :func:`raylc.dolce.pig.fit_pig_task` on the raw scores with
-    ``em_steps_pig`` steps (Algorithm 2). Returns (problems, one-row task summary) with the
+    ``em_steps_pig`` steps (Algorithm 2) and the :class:`~raylc.dolce.pig.PIGFit` options
+    ``pig_likelihood`` / ``pig_hit_rate``. Returns (problems, one-row task summary) with the
     columns :data:`PROBLEM_COLUMNS` and :data:`TASK_COLUMNS`.
     """
     head = frame.row(0, named=True)
     task, subset, scenario = head["task"], head["subset"], head["scenario"]
-    fitted, info = _cow_or_pig(frame, scenario, threshold, em_steps_cow, em_steps_pig)
+    fitted, info = _cow_or_pig(frame, scenario, threshold, em_steps_cow, em_steps_pig, pig_likelihood, pig_hit_rate)
     pvals = frame.group_by("problem_id").agg(pl.col("dip_pvalue").first())
     problems = (
         fitted.with_columns(
@@ -235,6 +243,8 @@ def fit_observations(
     em_steps_pig: int = 5,
     mapper: Optional[Mapper] = None,
     selection: Optional[pl.DataFrame] = None,
+    pig_likelihood: str = "hit_rate",
+    pig_hit_rate: str = "mode",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Fit DOLCE to an observation table with any number of tasks (Sections 3-4).
 
@@ -247,7 +257,8 @@ def fit_observations(
        does when comparing setups on "the same COW and PIG splits" (Section 6); problems
        missing from ``selection`` raise :class:`ObservationError`;
     3. one fit per (task, subset) with :func:`fit_subset` (COW: binarization at
-       ``threshold`` and ``em_steps_cow`` EM steps; PIG: ``em_steps_pig`` steps), mapped by
+       ``threshold`` and ``em_steps_cow`` EM steps; PIG: ``em_steps_pig`` steps and the
+       off-by-default options ``pig_likelihood="score"``, ``pig_hit_rate="mean"``), mapped by
        ``mapper(fn, frames, *args)`` (e.g. :func:`raylc.pipeline.ray_exec.map_tasks`; default
        :func:`in_process`).
 
@@ -260,12 +271,16 @@ def fit_observations(
     obs = validate_observations(obs)
     if not np.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must lie in [0, 1], got {threshold!r}")
+    if pig_likelihood not in PIG_LIKELIHOODS or pig_hit_rate not in PIG_HIT_RATES:
+        raise ValueError(f"pig_likelihood must be one of {PIG_LIKELIHOODS} and pig_hit_rate one of {PIG_HIT_RATES}, "
+                         f"got {pig_likelihood!r}, {pig_hit_rate!r}")
     if selection is None:
         sel = select_scenarios(obs, scenario)
     else:
         sel = _normalize_selection(selection, obs)
     frames = _subset_frames(obs, sel)
-    results = (mapper or in_process)(fit_subset, frames, float(threshold), int(em_steps_cow), int(em_steps_pig))
+    results = (mapper or in_process)(fit_subset, frames, float(threshold), int(em_steps_cow), int(em_steps_pig),
+                                     pig_likelihood, pig_hit_rate)
     problems = pl.concat([p for p, _ in results]).sort("task", "subset", "problem_id")
     tasks = pl.concat([t for _, t in results]).sort("task", "subset")
     return problems, tasks

@@ -80,6 +80,8 @@ def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame
         em_steps_cow=job.fit.em_steps_cow,
         em_steps_pig=job.fit.em_steps_pig,
         mapper=mapper,
+        pig_likelihood=job.fit.pig_likelihood,
+        pig_hit_rate=job.fit.pig_hit_rate,
     )
 
 
