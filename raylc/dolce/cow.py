@@ -126,10 +126,10 @@ class COWFit:
     depend on pi (pi = 1, or only outcome 0 observed) take the per-cell term of pi = 1, so
     mathematically tied pairs (e.g. lambda = 0 and lambda = maxC_i + 1 when every answer below
     maxC_i + 1 is correct) add bitwise equal terms in the same order and tie exactly; of the k
-    for a lambda whose cells above all have C = L only the first is scored. (Pairs tied
-    through differently computed terms are caught by the tie tolerance of step (b).) The other entries take log P_i(O) +
-    log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step, their log P_i(O) and
-    outcome-0 parts summed per pair. Every sum adds its terms one at a time in C order, as the
+    for a lambda whose cells above all have C = L only the first is scored (pairs tied through
+    differently computed terms are caught by the tie tolerance of step (b)). The other
+    entries take log P_i(O) + log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step,
+    their log P_i(O) and outcome-0 parts summed per pair. Every sum adds its terms one at a time in C order, as the
     per-observation loop does, with the terms stored in jagged rows (:func:`_jagged_layout`:
     row j holds the j-th term of every sum with more than j terms). Cost
     O(P |Lambda|^2 |cells|) time and memory per step.
