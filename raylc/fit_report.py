@@ -81,6 +81,9 @@ def run_sensitivity_grid(
         sens = run_sensitivity(obs, experiments, _mapper(use_ray), every=every, thresholds=thresholds)
     except ValueError as exc:
         raise StoreError(f"{obs_uri}: {exc}") from None
+    if sens.height == 0:  # before anything is written
+        raise StoreError(f"{obs_uri}: no sensitivity cell to compute: the threshold experiment refits only COW "
+                         "problems scored with a continuous metric (F1, ROUGE, ...), and this table has none")
     store = Store(out_uri)
     store.write_table(sens, "sensitivity.parquet")
     with tempfile.TemporaryDirectory() as tmp:

@@ -110,7 +110,13 @@ def _one_span(problems: pl.DataFrame, C: int) -> pl.DataFrame:
 
 
 def prompt_pieces(problems: pl.DataFrame, tokenizer: Tokenizer) -> PromptPieces:
-    """Tokenize head, separator + unit and tail once per problem (not once per prompt)."""
+    """Tokenize head, separator + unit and tail once per problem (not once per prompt).
+
+    Document suites render a context as the document's own text between the first and last
+    unit (:func:`raylc.prompts.render_prompts`); the plan counts it as the units joined by the
+    template's separator, which differs from the document only in the whitespace between
+    units."""
+    problems = problems.drop("document", "unit_starts", "unit_ends", strict=False)
     missing = {"problem_id", "L", "units", "question"} - set(problems.columns)
     if missing:
         raise PlanError(f"problems table lacks column(s) {sorted(missing)}: plan needs unit-sampled problems")

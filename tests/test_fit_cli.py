@@ -55,6 +55,15 @@ def test_sensitivity_command(obs_path, tmp_path):
     assert (tmp_path / "sensitivity.png").exists()
 
 
+def test_sensitivity_with_nothing_to_refit_is_one_line(obs_path, tmp_path):
+    # exact-match scores: no continuous-metric COW problem for the threshold experiment
+    proc = _raylc("sensitivity", obs_path, "--out", tmp_path / "out", "--experiments", "threshold", "--no-ray")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {obs_path}: no sensitivity cell"), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     "case, mutate, expected",
     [

@@ -287,3 +287,16 @@ def test_length_sweep_plan_counts_every_request_without_inference():
         plan(job, budget_tokens=10**6)
     cot = plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"))
     assert cot.requests == 2 * int(cot.lengths["samples"].sum())  # reasoning call + answer call
+
+
+def test_plan_of_a_documents_job_counts_its_prompts():
+    """Document suites render contexts from the document text; the plan counts units joined by
+    the separator, which differs only in whitespace between units."""
+    job = load_job(ROOT / "jobs" / "dolce-documents.yaml")
+    problems = stages.build(job)
+    planned = plan(job, problems=problems)
+    tok = get_tokenizer(None)
+    exact = np.array([tok.count(p) for p in render_prompts(planned.spans, problems).to_list()])
+    estimate = planned.spans["prompt_tokens"].to_numpy()
+    assert planned.requests == planned.spans.height > 0
+    assert np.all(np.abs(estimate - exact) <= 0.02 * exact + 2), (estimate - exact)
