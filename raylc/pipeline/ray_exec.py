@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import polars as pl
@@ -168,8 +169,21 @@ def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
 
 
 def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:
-    """Run ``fn(frame, *args)`` as one Ray task per frame; results in input order."""
+    """Run ``fn(frame, *args)`` as one Ray task per frame; results in input order. The shared
+    ``args`` go to the object store once (not once per task); on a terminal a progress bar
+    counts the finished tasks."""
     import ray
 
     remote = ray.remote(fn)
-    return ray.get([remote.remote(frame, *args) for frame in frames])
+    shared = [ray.put(a) for a in args]
+    refs = [remote.remote(frame, *shared) for frame in frames]
+    if len(refs) > 1 and sys.stderr.isatty():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"{getattr(fn, '__name__', 'task')}: {len(refs)} Ray tasks", total=len(refs))
+            pending = refs
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                bar.advance(task, len(done))
+    return ray.get(refs)
