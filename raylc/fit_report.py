@@ -48,7 +48,8 @@ def run_fit(
     use_ray: Optional[bool] = None,
 ) -> dict[str, pl.DataFrame]:
     """Fit ``obs_uri``; write ``problems.parquet``, ``tasks.parquet``, figures (and ``compare.parquet``
-    against the fit in ``compare_uri``) under ``out_uri``. Local paths or s3:// throughout."""
+    against the fit in ``compare_uri``) and ``fit.json`` (the input and the settings, last)
+    under ``out_uri``. Local paths or s3:// throughout."""
     obs = _observations(obs_uri)
     ref = None
     if compare_uri is not None:
@@ -66,6 +67,11 @@ def run_fit(
         store.write_table(frame, f"{name}.parquet")
     for name, data in figures(problems, tasks).items():
         store.write_bytes(data, name)
+    from raylc import __version__
+
+    store.write_json({"observations": obs_uri, "scenario": scenario, "threshold": threshold,
+                      "em_steps_cow": em_steps_cow, "em_steps_pig": em_steps_pig, "pig_likelihood": pig_likelihood,
+                      "pig_hit_rate": pig_hit_rate, "compare": compare_uri, "raylc": __version__}, "fit.json")
     return out
 
 

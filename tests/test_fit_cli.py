@@ -1,5 +1,6 @@
 """`raylc fit` and `raylc sensitivity` on observation tables: outputs, Ray vs in-process, bad tables."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,8 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
 
     proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
     assert proc.returncode == 0, proc.stderr
+    settings = json.loads((tmp_path / "fit.json").read_text())
+    assert settings["observations"] == str(obs_path) and {k: settings[k] for k in options} == options
     obs = pl.read_parquet(obs_path)
     expected, tasks = fit_observations(obs, **options)
     assert pl.read_parquet(tmp_path / "problems.parquet").equals(expected)
