@@ -126,7 +126,7 @@ def fit(
     scenario: str = typer.Option("auto", "--scenario", help="auto (dip test), cow or pig."),
     em_steps_cow: int = typer.Option(10, "--em-steps-cow", min=1, help="EM steps, COW (Algorithm 1)."),
     em_steps_pig: int = typer.Option(5, "--em-steps-pig", min=1, help="EM steps, PIG (Algorithm 2)."),
-    pig_likelihood: str = typer.Option("hit_rate", "--pig-likelihood", help="PIG: hit_rate (Algorithm 2) or score (option: rho at each observed score)."),
+    pig_likelihood: str = typer.Option("hit_rate", "--pig-likelihood", help="PIG: hit_rate (Algorithm 2), score (option: rho at each observed score) or binned (option: oracle mass per 0.1 score bin)."),
     pig_hit_rate: str = typer.Option("mode", "--pig-hit-rate", help="PIG: mode (Algorithm 2) or mean (option: expected covered fraction)."),
     compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),

@@ -417,7 +417,7 @@ class Fit(_Strict):
     em_steps_cow: int = Field(default=10, ge=1)
     em_steps_pig: int = Field(default=5, ge=1)
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    pig_likelihood: Literal["hit_rate", "score"] = "hit_rate"
+    pig_likelihood: Literal["hit_rate", "score", "binned"] = "hit_rate"
     pig_hit_rate: Literal["mode", "mean"] = "mode"
 
 

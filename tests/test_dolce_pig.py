@@ -29,11 +29,13 @@ from raylc.dolce.categories import assign_categories, category_thresholds  # noq
 from raylc.dolce.pig import (  # noqa: E402
     PIGFit,
     fit_pig_task,
+    pig_bin_density,
     pig_cover_logpmf,
     pig_cover_pmf,
     pig_density,
     pig_pmf_mode,
 )
+from raylc.dolce.scenario import N_BINS, bucketize_scores  # noqa: E402
 
 METHODS = ("auto", "lse", "fourier")
 
@@ -296,6 +298,36 @@ def test_fit_stats_equals_fit_and_merges_duplicates():
         np.testing.assert_allclose(getattr(a, attr), getattr(b, attr), rtol=1e-12)
 
 
+def test_bin_density_matches_brute_force_every_small_case():
+    """pig_bin_density = N_BINS * P(m / lambda in bin b) from the enumeration (bins of
+    bucketize_scores applied to m / lambda), every L <= 8; the bin masses sum to 1."""
+    rows, want = [], []
+    for lam, k, L, table in _small_cases():
+        valid = k >= 1 and k * lam <= L
+        for C in range(L + 1):
+            for b in range(N_BINS):
+                if not valid:
+                    p = 0.0
+                elif lam == 0:
+                    p = 1.0
+                else:
+                    bins = bucketize_scores(np.arange(lam + 1) / lam)
+                    p = N_BINS * float(sum(table[(C, m)] for m in range(lam + 1) if bins[m] == b))
+                rows.append((b, lam, k, L, C))
+                want.append(p)
+    b, lam, k, L, C = (np.array(c) for c in zip(*rows))
+    got = pig_bin_density(b, lam, k, L, C)
+    np.testing.assert_allclose(got, np.array(want), rtol=0, atol=1e-9)
+    per_case = {}
+    for row, v in zip(rows, got):
+        if row[1] > 0 and row[2] >= 1 and row[2] * row[1] <= row[3]:
+            per_case[row[1:]] = per_case.get(row[1:], 0.0) + v / N_BINS
+    assert per_case and all(abs(t - 1.0) < 1e-9 for t in per_case.values())
+    assert pig_bin_density(3, 0, 1, 5, 2) == 1.0 and pig_bin_density(0, 2, 3, 5, 2) == 0.0  # lambda = 0; k lambda > L
+    with pytest.raises(ValueError):
+        pig_bin_density(N_BINS, 1, 1, 5, 2)
+
+
 def test_fit_pig_task_frame_and_categories():
     obs, _ = simulate_pig_task(6, seed=11, L_range=(30, 80))
     problems, info = fit_pig_task(obs)
@@ -319,6 +351,14 @@ def test_fit_pig_task_frame_and_categories():
     )
     np.testing.assert_array_equal(p2["lam"].to_numpy(), fit2.lam_)
     np.testing.assert_allclose(p2["loglik"].to_numpy(), fit2.loglik_, rtol=1e-10)
+    # likewise for likelihood="binned"
+    p3, _ = fit_pig_task(obs, likelihood="binned")
+    fit3 = PIGFit(likelihood="binned").fit(
+        *(obs[c].to_numpy() for c in ("problem_id", "L", "C")), obs["score"].to_numpy().astype(float)
+    )
+    np.testing.assert_array_equal(p3["lam"].to_numpy(), fit3.lam_)
+    np.testing.assert_array_equal(p3["k"].to_numpy(), fit3.k_)
+    np.testing.assert_allclose(p3["loglik"].to_numpy(), fit3.loglik_, rtol=1e-10)
 
 
 def test_input_validation():
@@ -375,7 +415,8 @@ def placement_data():
 
 
 # PAPER-LEVEL TARGETS (issue): category share >= 0.75 and Spearman(lambda planted, lambda
-# fitted) >= 0.95, not met by the faithful Algorithm 2 nor by the options. Figures per seed
+# fitted) >= 0.95: not met by the faithful Algorithm 2, met by the off-by-default option
+# likelihood="binned" on both designs. Figures per seed
 # (seeds 1, 2 here; seeds 1-6 and T = 50 in the README); asserted with a small margin.
 @pytest.mark.parametrize(
     "data,options,min_share,min_rho",
@@ -395,10 +436,15 @@ def placement_data():
         # 0.754 / 0.729; lambda >= 5 is recovered well, lambda in {1, 2} still is not
         # (exact-zero scores get density (lambda + 1) rho~(0), which favours large lambda).
         ("recovery_data", {"likelihood": "score"}, 0.70, 0.70),
+        # oracle and noise compared per 0.1 score bin (pig_bin_density): 1.000 / 1.000,
+        # Spearman 0.998 / 1.000: the issue's 0.75 / 0.95 targets
+        ("recovery_data", {"likelihood": "binned"}, 0.75, 0.95),
         # members placed once per problem, Beta noise: 0.450 / 0.625, Spearman 0.400 / 0.356
         ("placement_data", {}, 0.50, 0.33),
         # 0.600 / 0.650, Spearman 0.360 / 0.453
         ("placement_data", {"likelihood": "score"}, 0.58, 0.36),
+        # 1.000 / 0.975, Spearman 0.991 / 0.996
+        ("placement_data", {"likelihood": "binned"}, 0.75, 0.95),
     ],
 )
 def test_parameter_recovery(request, data, options, min_share, min_rho):

@@ -93,6 +93,7 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
          {"scenario": "cow", "threshold": 0.75, "em_steps_cow": 3}),
         (["--scenario", "pig", "--em-steps-pig", "2", "--pig-likelihood", "score", "--pig-hit-rate", "mean"],
          {"scenario": "pig", "em_steps_pig": 2, "pig_likelihood": "score", "pig_hit_rate": "mean"}),
+        (["--scenario", "pig", "--pig-likelihood", "binned"], {"scenario": "pig", "pig_likelihood": "binned"}),
     ],
 )
 def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
@@ -115,5 +116,5 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
 def test_fit_rejects_unknown_pig_option(obs_path, tmp_path):
     proc = _raylc("fit", obs_path, "--out", tmp_path / "out", "--no-ray", "--pig-likelihood", "exact")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: --pig-likelihood 'exact': expected one of hit_rate, score"]
+    assert proc.stderr.strip().splitlines() == ["error: --pig-likelihood 'exact': expected one of hit_rate, score, binned"]
     assert not (tmp_path / "out").exists()

@@ -5,7 +5,7 @@ from raylc.dolce.compare import compare_fits, run_sensitivity
 from raylc.dolce.cover import cow_cover_prob
 from raylc.dolce.cow import COWFit, fit_cow_task
 from raylc.dolce.fit import ObservationError, fit_observations, validate_observations
-from raylc.dolce.pig import PIGFit, fit_pig_task, pig_cover_logpmf, pig_cover_pmf, pig_density, pig_pmf_mode
+from raylc.dolce.pig import PIGFit, fit_pig_task, pig_bin_density, pig_cover_logpmf, pig_cover_pmf, pig_density, pig_pmf_mode
 from raylc.dolce.scenario import select_scenarios
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "fit_cow_task",
     "fit_observations",
     "fit_pig_task",
+    "pig_bin_density",
     "pig_cover_logpmf",
     "pig_cover_pmf",
     "pig_density",

@@ -184,7 +184,7 @@ def _cow_or_pig(frame: pl.DataFrame, scenario: str, threshold: float, em_steps_c
 
 
 #: PIGFit options (off by default = the paper's Algorithm 2): likelihood, hit_rate.
-PIG_LIKELIHOODS = ("hit_rate", "score")
+PIG_LIKELIHOODS = ("hit_rate", "score", "binned")
 PIG_HIT_RATES = ("mode", "mean")
 
 

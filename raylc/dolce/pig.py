@@ -17,6 +17,7 @@ import polars as pl
 from scipy.special import expit, gammaln, logsumexp
 
 from raylc.dolce.cells import cell_grid, check_task_table, first_near_max, fit_frames, task_thresholds
+from raylc.dolce.scenario import N_BINS, bucketize_scores
 
 __all__ = [
     "PIG_OUTCOMES",
@@ -24,6 +25,7 @@ __all__ = [
     "fit_pig_task",
     "pig_cover_logpmf",
     "pig_cover_pmf",
+    "pig_bin_density",
     "pig_density",
     "pig_pmf_mode",
 ]
@@ -475,6 +477,56 @@ def pig_density(s, lam, k, L, C):
     return out[()] if scalar else out
 
 
+def pig_bin_density(b, lam, k, L, C):
+    r"""Oracle density of score bin b, for the ``likelihood="binned"`` option of :class:`PIGFit`.
+
+        rho_bin(b, lambda, k; L, C) = N_BINS * sum_{m : bin(m / lambda) = b} rho~(m; lambda, k, L, C)
+
+    with the bins of :func:`raylc.dolce.scenario.bucketize_scores` (width w = 1 / N_BINS =
+    0.1, Section 3.1; [b w, (b + 1) w), the last one closed), i.e. P(s in bin b | O) / w. The
+    oracle's partial point s = m / lambda is discrete while the noise is the uniform density
+    p(s|N) = 1 (Eq. 5); this compares both at the resolution of the bins, where Eq. 6's
+    (lambda + 1) rho~ (a density on lambda + 1 atoms) rewards large lambda at every score. The
+    bins partition [0, 1], so w sum_b rho_bin = sum_m rho~ = 1. m is in bin b < N_BINS - 1 iff
+    ceil(b lambda / N_BINS) <= m <= ceil((b + 1) lambda / N_BINS) - 1 (integer arithmetic, as
+    bucketize_scores bins m / lambda for lambda < 1e9); the last bin ends at m = lambda.
+
+    lambda = 0 gives 1 (uninformative, as :func:`pig_density`); invalid parameters (k < 1,
+    k lambda > L, C > L) give 0. Cost: one rho~ per m in the bin. Vectorized; all arguments
+    broadcast (non-negative integers, 0 <= b < N_BINS).
+    """
+    args = [_as_int(a, n) for a, n in zip((b, lam, k, L, C), ("b", "lam", "k", "L", "C"))]
+    scalar = all(a.ndim == 0 for a in args)
+    b_a, lam_a, k_a, L_a, C_a = (a.ravel() for a in np.broadcast_arrays(*args))
+    shape = np.broadcast_shapes(*(a.shape for a in args))
+    if np.any((b_a < 0) | (b_a >= N_BINS)):
+        raise ValueError(f"bin b must lie in 0 .. {N_BINS - 1}")
+    out = np.zeros(lam_a.shape)
+    valid = (k_a >= 1) & (lam_a >= 0) & (C_a >= 0) & (C_a <= L_a) & (k_a * lam_a <= L_a)
+    out[valid & (lam_a == 0)] = 1.0
+    g = np.flatnonzero(valid & (lam_a > 0))
+    lam_g, b_g = lam_a[g], b_a[g]
+    lo = -(-b_g * lam_g // N_BINS)
+    hi = np.where(b_g < N_BINS - 1, -(-(b_g + 1) * lam_g // N_BINS) - 1, lam_g)
+    sizes = np.maximum(hi - lo + 1, 0)
+    mass = np.zeros(g.size)
+    ends = np.cumsum(sizes)
+    step = max(1, _CHUNK)
+    start = 0
+    while start < g.size:  # pieces of about _CHUNK (entry, m) terms
+        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + step, side="right"))
+        stop = max(stop, start + 1)
+        part = np.arange(start, stop)
+        idx = np.repeat(part, sizes[part])
+        m = lo[idx] + np.arange(idx.size) - np.repeat(ends[part] - sizes[part], sizes[part])
+        gi = g[idx]
+        pmf = pig_cover_pmf(m, lam_a[gi], k_a[gi], L_a[gi], C_a[gi])
+        mass[start:stop] = np.bincount(idx - start, weights=pmf, minlength=stop - start)
+        start = stop
+    out[g] = mass * N_BINS
+    return float(out[0]) if scalar else out.reshape(shape)
+
+
 # =============================================================================== EM (Algorithm 2)
 class PIGFit:
     r"""Per-problem (lambda_i, k_i) of one task by EM over the PIG mixture (Algorithm 2).
@@ -526,6 +578,10 @@ class PIGFit:
     paper's cell-level form identifies lambda only through the concentration of rho~ at the
     mean covered fraction, which depends on k alone (E[m]/lambda = 1 - binom(L - k, C) /
     binom(L, C)), so it drifts to large lambda; the option needs counts per distinct score.
+    ``likelihood="binned"`` compares oracle and noise per score bin of width 0.1 (the bins of
+    Section 3.1): the observation's oracle density is :func:`pig_bin_density`, P(s in its bin
+    | O) / 0.1, against p(s|N) = 1. Eq. 6's (lambda + 1) rho~ is a density on lambda + 1 atoms
+    and so favours large lambda at every score (exact zeros included); the bin masses do not.
 
     All y-level quantities depend on an observation only through (problem, C), so the EM
     runs on sufficient statistics per (problem, C) cell: n (count), sum y(1) = sum s,
@@ -555,7 +611,7 @@ class PIGFit:
             raise ValueError("scores s must lie in [0, 1] (NaN = IDK)")
         idk = np.isnan(s_a)
         score_counts = None
-        if self.likelihood == "score":
+        if self.likelihood in ("score", "binned"):
             score_counts = (problem, C, s_a, np.ones(s_a.size))
         return self.fit_stats(
             problem, L, C, np.ones(s_a.size), np.where(idk, 0.0, s_a), np.where(idk, 0.0, 1.0 - s_a),
@@ -568,25 +624,26 @@ class PIGFit:
         n: number of observations; y1 = sum of s and y0 = sum of 1 - s over non-IDK ones;
         nidk: IDK count (n = y1 + y0 + nidk is checked). Float weights are allowed.
         ``score_counts`` = (problem, C, s, count) per distinct score (s NaN = IDK) is needed
-        only for the ``likelihood="score"`` option (:meth:`fit` builds it).
+        only for the ``likelihood="score"`` and ``"binned"`` options (:meth:`fit` builds it).
         """
         T = int(self.n_steps)
         if T < 1:
             raise ValueError("n_steps must be >= 1")
         if self.hit_rate not in ("mode", "mean"):
             raise ValueError("hit_rate must be 'mode' (paper) or 'mean'")
-        if self.likelihood not in ("hit_rate", "score"):
-            raise ValueError("likelihood must be 'hit_rate' (paper) or 'score'")
-        if self.likelihood == "score" and score_counts is None:
-            raise ValueError("likelihood='score' needs per-score counts: use fit() or pass score_counts")
+        if self.likelihood not in ("hit_rate", "score", "binned"):
+            raise ValueError("likelihood must be 'hit_rate' (paper), 'score' or 'binned'")
+        if self.likelihood != "hit_rate" and score_counts is None:
+            raise ValueError(f"likelihood={self.likelihood!r} needs per-score counts: use fit() or pass score_counts")
         d = self._prepare(problem, L, C, n, y1, y0, nidk)
-        if self.likelihood == "score":
+        if self.likelihood != "hit_rate":
             self._prepare_scores(d, *score_counts)
         self._em(d, T)
         return self
 
     def _prepare_scores(self, d: dict, problem, C, s, count) -> None:
-        """Density entries (problem, lambda, k, distinct (C, s)) for ``likelihood="score"``."""
+        """Density entries (problem, lambda, k, distinct (C, s)) for ``likelihood="score"``; for
+        ``"binned"`` s is replaced by its bin (:func:`raylc.dolce.scenario.bucketize_scores`)."""
         problem = np.asarray(problem)
         C_a = _as_int(C, "C")
         s_a = np.asarray(s, dtype=np.float64)
@@ -594,6 +651,8 @@ class PIGFit:
         if not (problem.shape == C_a.shape == s_a.shape == w.shape) or problem.ndim != 1:
             raise ValueError("score_counts arrays must be 1-D and aligned")
         s_a = np.where(np.isnan(s_a), 0.0, s_a)  # the oracle answers IDK when it covers no aspect
+        if self.likelihood == "binned":
+            s_a = bucketize_scores(s_a).astype(np.float64)
         pos = np.searchsorted(d["problems"], problem)
         if np.any(pos >= d["problems"].size) or np.any(d["problems"][np.minimum(pos, d["problems"].size - 1)] != problem):
             raise ValueError("score_counts holds a problem without statistics")
@@ -610,7 +669,8 @@ class PIGFit:
         offs = np.arange(e_pair.size) - np.repeat(np.cumsum(reps) - reps, reps)
         e_g = g_first[v_p[e_pair]] + offs
         e_p = v_p[e_pair]
-        rho = pig_density(g_s[e_g], d["cand"][e_p, v_l[e_pair]], d["cand"][e_p, v_k[e_pair]], d["Lp"][e_p], g_C[e_g])
+        density = pig_bin_density if self.likelihood == "binned" else pig_density
+        rho = density(g_s[e_g], d["cand"][e_p, v_l[e_pair]], d["cand"][e_p, v_k[e_pair]], d["Lp"][e_p], g_C[e_g])
         d.update(
             s_e_p=e_p, s_e_flat=(e_p * M + v_l[e_pair]) * M + v_k[e_pair], s_e_w=gw[e_g], s_e_rho=rho,
         )
@@ -734,7 +794,7 @@ def fit_pig_task(
     metric. Sufficient statistics per (problem_id, L, C) - n, sum s, sum (1 - s) over
     non-IDK, IDK count - come from one polars group_by; :class:`PIGFit` runs ``n_steps`` EM
     steps (Section 4: 5 for PIG); ``hit_rate`` and ``likelihood`` select the PIGFit options
-    (defaults = the paper; ``likelihood="score"`` groups by score instead). Categories (Figure 1) use lambda_p = k_p from
+    (defaults = the paper; ``likelihood="score"`` / ``"binned"`` group by score instead). Categories (Figure 1) use lambda_p = k_p from
     :func:`category_thresholds` over the task's distinct C with 0 < C < L, and lambda_q =
     each problem's largest partial C.
 
@@ -745,7 +805,7 @@ def fit_pig_task(
     check_task_table(obs)
     score = pl.col("score").cast(pl.Float64)
     score_counts = None
-    if likelihood == "score":  # option: counts per distinct score; cell statistics derived from them
+    if likelihood in ("score", "binned"):  # options: counts per distinct score; cell statistics derived from them
         cells = (
             obs.with_columns(score=score)
             .group_by("problem_id", "L", "C", "score")
