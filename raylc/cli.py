@@ -166,9 +166,11 @@ def fit(
 def sensitivity(
     observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
     out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet and sensitivity.png."),
-    experiments: str = typer.Option("take_every,threshold", "--experiments", help="Comma-separated: take_every, threshold."),
+    experiments: str = typer.Option("take_every,threshold", "--experiments", help="Comma-separated: take_every, take_ip_rate, sample_rate, sample_ip_rate, min_length, max_length (Appendix K.1, vs full enumeration), threshold (K.4)."),
     every: str = typer.Option("2,5,10", "--every", help="Take-every strides N to compare with full enumeration."),
     thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds", help="Binarization thresholds to compare with 0.5."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Settings of one experiment, NAME=V1,V2 (repeatable; adds NAME to --experiments), e.g. sample_rate=0.1,0.3."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random strategies (sample_rate, sample_ip_rate)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Grid cells as Ray tasks (default) or in-process."),
 ) -> None:
     """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6)."""
@@ -182,8 +184,19 @@ def sensitivity(
         th = [float(x) for x in thresholds.split(",") if x.strip()]
     except ValueError:
         _fail(f"--every {every!r} / --thresholds {thresholds!r}: expected comma-separated numbers")
+    settings = {}
+    for item in set_ or []:
+        name, _, values = item.partition("=")
+        try:
+            settings[name.strip()] = [float(x) for x in values.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
+        if not settings[name.strip()]:
+            _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
+    names = [e.strip() for e in experiments.split(",") if e.strip()]
+    names += [n for n in settings if n not in names]  # --set NAME adds the experiment
     try:
-        sens = run_sensitivity_grid(observations, out, [e.strip() for e in experiments.split(",") if e.strip()], ev, th, ray)
+        sens = run_sensitivity_grid(observations, out, names, ev, th, ray, settings=settings, seed=seed)
     except StoreUnavailable as exc:
         _fail(str(exc), 1)
     except StoreError as exc:

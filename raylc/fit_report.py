@@ -77,14 +77,15 @@ def run_fit(
 
 def run_sensitivity_grid(
     obs_uri: str, out_uri: str, experiments: Sequence[str], every: Sequence[int], thresholds: Sequence[float],
-    use_ray: Optional[bool] = None,
+    use_ray: Optional[bool] = None, settings: Optional[dict[str, Sequence[float]]] = None, seed: int = 0,
 ) -> pl.DataFrame:
     """Sensitivity grid (DOLCE Section 6, Appendix K.1/K.4) as a parallel map over (task x setting)."""
     from raylc.plots import plot_sensitivity
 
     obs = _observations(obs_uri)
     try:
-        sens = run_sensitivity(obs, experiments, _mapper(use_ray), every=every, thresholds=thresholds)
+        sens = run_sensitivity(obs, experiments, _mapper(use_ray), every=every, thresholds=thresholds,
+                               settings=settings, seed=seed)
     except ValueError as exc:
         raise StoreError(f"{obs_uri}: {exc}") from None
     if sens.height == 0:  # before anything is written

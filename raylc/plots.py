@@ -174,14 +174,18 @@ def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
     """Spearman rho(lambda) and rho(k) per setting (Section 6, Appendix K.1 / K.4).
 
     ``sensitivity`` is the frame of :func:`raylc.dolce.compare.run_sensitivity` (experiment,
-    setting, task, subset, rho_lam, rho_k). One row of panels per experiment (take-every N,
-    binarization threshold), left rho(lambda), right rho(k); one line per (task, subset).
+    setting, task, subset, rho_lam, rho_k). One row of panels per experiment (a sampling
+    strategy's setting, or the binarization threshold), left rho(lambda), right rho(k); one
+    line per (task, subset).
     NaN values (a constant side, e.g. k = 1 everywhere) are drawn as hollow markers at
     rho = 0 and leave a gap in the line.
     """
     df = _checked(sensitivity, "sensitivity", ["experiment", "setting", "task", "rho_lam", "rho_k"])
     experiments = sorted(set(df["experiment"].to_list()))
-    xlabels = {"take_every": "take every N (start % N == 0)", "threshold": "binarization threshold"}
+    xlabels = {"take_every": "take every N (start % N == 0)", "threshold": "binarization threshold",
+               "take_ip_rate": "take-ip-rate f (stride floor(f C))", "sample_rate": "sample rate r",
+               "sample_ip_rate": "sample-ip rate r (probability min(1, r / C))",
+               "min_length": "only lengths C >= setting", "max_length": "only lengths C <= setting"}
     fig, axes = plt.subplots(
         len(experiments), 2, figsize=(10, 3.4 * len(experiments)), squeeze=False, layout="constrained"
     )

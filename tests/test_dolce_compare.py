@@ -18,7 +18,9 @@ from raylc.dolce.compare import (
     kl_divergence,
     relative_change,
     run_sensitivity,
+    sampling_for,
     spearman_rho,
+    subsample,
     take_every,
 )
 from raylc.dolce.fit import fit_observations
@@ -178,3 +180,49 @@ def test_take_every_needs_a_full_enumeration():
     with pytest.raises(ValueError, match=r"problem_id 't-b000', C = 5: 25 of 26 starts"):
         run_sensitivity(gap, experiments=("take_every",), every=(5,))
     run_sensitivity(gap, experiments=("threshold",))  # the threshold experiment does not need one
+
+
+def test_subsample_strategies_on_a_full_enumeration():
+    obs = synth_task("t", 2, 1, L=60, stride=1)
+    partial = (pl.col("C") > 0) & (pl.col("C") < pl.col("L"))
+    ends = obs.filter(~partial)
+    ip = subsample(obs, sampling_for("take_ip_rate", 0.2))
+    stride = (pl.col("C") * 0.2).floor().cast(pl.Int64).clip(lower_bound=1)
+    assert (ip.filter(partial).select(pl.col("start") % stride == 0).to_series()).all()
+    full_ip = obs.filter(partial & (pl.col("start") % stride == 0))
+    assert ip.filter(partial).height == full_ip.height
+    for name, v in (("sample_rate", 0.3), ("sample_ip_rate", 3.0)):
+        a = subsample(obs, sampling_for(name, v), seed=1)
+        assert a.equals(subsample(obs, sampling_for(name, v), seed=1))  # deterministic
+        assert not a.equals(subsample(obs, sampling_for(name, v), seed=2))
+        assert a.filter(~partial).height == ends.height  # C = 0 and C = L always kept
+    rate = subsample(obs, sampling_for("sample_rate", 0.3), seed=1).filter(partial).height / obs.filter(partial).height
+    assert 0.25 < rate < 0.35
+    ipr = subsample(obs, sampling_for("sample_ip_rate", 3.0), seed=1).filter(partial)
+    kept = ipr.group_by("C").len().join(obs.filter(partial).group_by("C").len(), on="C").sort("C")
+    share = (kept["len"] / kept["len_right"]).to_numpy()
+    expect = np.minimum(1.0, 3.0 / kept["C"].to_numpy())
+    assert np.all(np.abs(share - expect) < 0.1), (share, expect)
+    assert set(subsample(obs, sampling_for("min_length", 10)).filter(partial)["C"]) == {10, 20}
+    assert set(subsample(obs, sampling_for("max_length", 10)).filter(partial)["C"]) == {1, 2, 5, 10}
+
+
+def test_sampling_experiments_on_planted_suite(planted_enumeration):
+    res = run_sensitivity(planted_enumeration, experiments=("take_ip_rate", "sample_rate", "min_length"),
+                          settings={"take_ip_rate": [0.1], "sample_rate": [0.2]})
+    assert res.schema == pl.Schema(SENSITIVITY_SCHEMA)
+    assert sorted(set(zip(res["experiment"], res["setting"]))) == [
+        ("min_length", 10.0), ("sample_rate", 0.2), ("take_ip_rate", 0.1)]
+    assert res.height == 6 and (res["n_problems"] == 100).all()
+    kept = res.with_columns(kept=pl.col("n_obs_test") / pl.col("n_obs_ref"))
+    sample = kept.filter(pl.col("experiment") == "sample_rate")["kept"].to_numpy()
+    assert np.all((sample > 0.18) & (sample < 0.23))  # ~20% of the spans (C = 0 and C = L always kept)
+    assert (kept["kept"] < 1).all() and res["rho_lam"].is_finite().all()
+
+
+def test_sensitivity_rejects_bad_experiments_and_settings():
+    obs = synth_task("t", 2, 0, L=30, stride=1)
+    with pytest.raises(ValueError, match="unknown experiment"):
+        run_sensitivity(obs, experiments=("take_every_other",))
+    with pytest.raises(ValueError, match=r"sample_rate = 0:"):
+        run_sensitivity(obs, experiments=("sample_rate",), settings={"sample_rate": [0.0]})

@@ -56,6 +56,18 @@ def test_sensitivity_command(obs_path, tmp_path):
     assert (tmp_path / "sensitivity.png").exists()
 
 
+def test_sensitivity_set_adds_a_sampling_experiment(obs_path, tmp_path):
+    proc = _raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "max_length", "--set",
+                  "sample_rate=0.5", "--seed", "3", "--no-ray")
+    assert proc.returncode == 0, proc.stderr
+    sens = pl.read_parquet(tmp_path / "sensitivity.parquet")
+    assert sorted(set(zip(sens["experiment"], sens["setting"]))) == [("max_length", 10.0), ("sample_rate", 0.5)]
+    bad = _raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "sample_rate=fast", "--no-ray")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: --set 'sample_rate=fast': expected NAME=V1,V2 with numbers"]
+    assert not (tmp_path / "bad").exists()
+
+
 def test_sensitivity_with_nothing_to_refit_is_one_line(obs_path, tmp_path):
     # exact-match scores: no continuous-metric COW problem for the threshold experiment
     proc = _raylc("sensitivity", obs_path, "--out", tmp_path / "out", "--experiments", "threshold", "--no-ray")

@@ -18,9 +18,14 @@ Two fits of the same problems - a reference (ref) and a test setup - are compare
 each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such as
 :func:`raylc.pipeline.ray_exec.map_tasks` can run the cells as Ray tasks:
 
-* ``"take_every"`` (Appendix K.1): the input must come from full enumeration (every start,
-  stride 1); the take-every-N table keeps the rows with start % N == 0 (every C = 0 and
-  C = L observation, whose only start is 0, is always kept) and is refit; N in ``every``;
+* the sampling strategies of Appendix K.1 (:data:`SAMPLING_EXPERIMENTS`): the input must
+  come from full enumeration (every start, stride 1); each setting keeps the rows the
+  strategy would have observed (:func:`subsample`, the spans of
+  :func:`raylc.sampling.sample_spans`) and refits them: ``"take_every"`` (N: starts
+  0, N, 2N, ...), ``"take_ip_rate"`` (f: stride floor(f C)), ``"sample_rate"`` (r: each start
+  with probability r), ``"sample_ip_rate"`` (r: probability min(1, r / C)),
+  ``"min_length"`` / ``"max_length"`` (only C >= / <= the setting; the paper's "only >= 10"
+  and "only <= 10"). C = 0 and C = L observations are always kept;
 * ``"threshold"`` (Appendix K.4): the COW subsets of continuous-metric tasks are refit with
   binarization thresholds in ``thresholds`` and compared with the reference threshold 0.5.
 
@@ -35,10 +40,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 import polars as pl
+from pydantic import ValidationError
 from scipy.stats import spearmanr
 
 from raylc.dolce.fit import Mapper, fit_observations, in_process, validate_observations
 from raylc.dolce.scenario import binary_metric_expr
+from raylc.sampling import sample_spans
+from raylc.spec import Sampling
 
 __all__ = [
     "COMPARE_SCHEMA",
@@ -75,6 +83,17 @@ NOISE_COLUMNS = ("p_noise_1", "p_noise_0", "p_noise_idk")
 DEFAULT_EVERY = (2, 5, 10)
 DEFAULT_THRESHOLDS = (0.0, 0.25, 0.5, 0.75, 1.0)
 REFERENCE_THRESHOLD = 0.5
+#: Appendix K.1's sampling strategies as one-parameter experiments: name -> (the Sampling
+#: fields its setting sets, default settings).
+SAMPLING_EXPERIMENTS = {
+    "take_every": (lambda v: {"strategy": "take_every", "every": int(v)}, DEFAULT_EVERY),
+    "take_ip_rate": (lambda v: {"strategy": "take_ip_rate", "stride_fraction": v}, (0.05, 0.1, 0.2)),
+    "sample_rate": (lambda v: {"strategy": "sample_rate", "rate": v}, (0.1, 0.2, 0.5)),
+    "sample_ip_rate": (lambda v: {"strategy": "sample_ip_rate", "rate": v}, (1.0, 2.0, 5.0)),
+    "min_length": (lambda v: {"strategy": "enumerate", "min_length": int(v)}, (10.0,)),
+    "max_length": (lambda v: {"strategy": "enumerate", "max_length": int(v)}, (10.0,)),
+}
+EXPERIMENTS = (*SAMPLING_EXPERIMENTS, "threshold")
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -163,13 +182,32 @@ def compare_fits(
 
 
 # ------------------------------------------------------------------------------ experiments
+def sampling_for(experiment: str, setting: float) -> Sampling:
+    """The :class:`raylc.spec.Sampling` of one sampling experiment's setting (ValueError if invalid)."""
+    fields, _ = SAMPLING_EXPERIMENTS[experiment]
+    try:
+        return Sampling(**fields(setting))
+    except ValidationError as exc:
+        raise ValueError(f"{experiment} = {setting:g}: {exc.errors()[0]['msg']}") from None
+
+
+def subsample(obs: pl.DataFrame, sampling: Sampling, seed: int = 0) -> pl.DataFrame:
+    """The rows of a full-enumeration observation table that ``sampling`` would have observed
+    (Appendix K.1): the spans :func:`raylc.sampling.sample_spans` draws (with ``seed``) over
+    the table's problems, its own partial lengths and C = L, semi-joined on (task,
+    problem_id, L, C, start)."""
+    lengths = sorted(set(obs.filter(pl.col("C") < pl.col("L"))["C"].to_list()))
+    spans = sample_spans(obs.select("task", "problem_id", "L").unique(),
+                         sampling.model_copy(update={"lengths": [*lengths, "L"]}), seed)
+    return obs.join(spans, on=list(spans.columns), how="semi")
+
+
 def take_every(obs: pl.DataFrame, n: int) -> pl.DataFrame:
     """Take-every-N subsample of a full-enumeration observation table (Appendix K.1): the
     rows with start % N == 0, plus every C = 0 or C = L row (their only start is 0)."""
     if int(n) < 1:
         raise ValueError("take-every N must be >= 1")
-    keep = (pl.col("start") % int(n) == 0) | (pl.col("C") == 0) | (pl.col("C") == pl.col("L"))
-    return obs.filter(keep)
+    return subsample(obs, sampling_for("take_every", int(n)))
 
 
 def check_full_enumeration(obs: pl.DataFrame) -> None:
@@ -184,7 +222,7 @@ def check_full_enumeration(obs: pl.DataFrame) -> None:
     if short.height:
         r = short.row(0, named=True)
         raise ValueError(
-            f"take_every needs a full enumeration (every start of every span length): {short.height} "
+            f"sampling experiments need a full enumeration (every start of every span length): {short.height} "
             f"(problem, C) cell(s) are incomplete, e.g. task {r['task']!r}, problem_id {r['problem_id']!r}, "
             f"C = {r['C']}: {r['starts']} of {r['L'] - r['C'] + 1} starts (sampling strategy 'enumerate' observes all)"
         )
@@ -196,23 +234,24 @@ def sensitivity_cell(
     ref_tasks: pl.DataFrame,
     em_steps_cow: int = 10,
     em_steps_pig: int = 5,
+    seed: int = 0,
 ) -> pl.DataFrame:
     """One (task x setting) cell of :func:`run_sensitivity`, a plain function of one frame.
 
-    ``frame`` is one task's validated observations plus constant columns ``experiment``
-    ("take_every" or "threshold") and ``setting`` (N or the threshold). The test fit reuses
-    the scenario selection of ``ref_problems`` (the reference fit of all tasks, with
-    ``ref_tasks``): take_every refits the take-every-N subsample of all subsets at threshold
-    0.5; threshold refits the task's COW subsets of continuous-metric problems at the given
-    threshold. Returns :func:`compare_fits` rows with experiment, setting, n_obs_ref and
+    ``frame`` is one task's validated observations plus constant columns ``experiment`` (one
+    of :data:`EXPERIMENTS`) and ``setting``. The test fit reuses the scenario selection of
+    ``ref_problems`` (the reference fit of all tasks, with ``ref_tasks``): a sampling
+    experiment refits the :func:`subsample` (random strategies drawn with ``seed``) of all
+    subsets at threshold 0.5; threshold refits the task's COW subsets of continuous-metric
+    problems at the given threshold. Returns :func:`compare_fits` rows with experiment, setting, n_obs_ref and
     n_obs_test (observations behind the reference and test fits of the compared subsets).
     """
     head = frame.row(0, named=True)
     experiment, setting, task = head["experiment"], float(head["setting"]), head["task"]
     obs = frame.drop("experiment", "setting")
     sel = ref_problems.filter(pl.col("task") == task).select("task", "problem_id", "subset", "scenario", "dip_pvalue")
-    if experiment == "take_every":
-        test_obs, threshold = take_every(obs, int(setting)), REFERENCE_THRESHOLD
+    if experiment in SAMPLING_EXPERIMENTS:
+        test_obs, threshold = subsample(obs, sampling_for(experiment, setting), seed), REFERENCE_THRESHOLD
     elif experiment == "threshold":
         cont = obs.group_by("problem_id").agg(pl.col("metric").first()).filter(
             ~binary_metric_expr()
@@ -221,7 +260,7 @@ def sensitivity_cell(
         obs = obs.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()))
         test_obs, threshold = obs, setting
     else:
-        raise ValueError(f"unknown experiment {experiment!r}; use 'take_every' or 'threshold'")
+        raise ValueError(f"unknown experiment {experiment!r}; use one of {', '.join(EXPERIMENTS)}")
     if sel.height == 0:
         return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
     ref_p = ref_problems.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()) & (pl.col("task") == task))
@@ -248,26 +287,36 @@ def run_sensitivity(
     *,
     every: Sequence[int] = DEFAULT_EVERY,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    settings: Optional[dict[str, Sequence[float]]] = None,
     scenario: str = "auto",
     em_steps_cow: int = 10,
     em_steps_pig: int = 5,
+    seed: int = 0,
 ) -> pl.DataFrame:
     """Sensitivity grid over (task x setting) (Section 6, Appendix K.1 and K.4).
 
     The reference is :func:`raylc.dolce.fit.fit_observations` on the full ``obs`` (scenario
     selection ``scenario``, threshold 0.5), itself mapped per subset by ``mapper``. Then every
     (task, experiment, setting) cell runs :func:`sensitivity_cell` through ``mapper(fn, frames,
-    *args)`` (default in-process): "take_every" for each N in ``every`` (``obs`` must be a full
-    enumeration), "threshold" for each value in ``thresholds`` (only tasks with continuous-metric
-    COW problems get cells). Returns one row per (experiment, setting, task, subset) with the
-    :func:`compare_fits` metrics, n_obs_ref and n_obs_test, sorted.
+    *args)`` (default in-process), for every setting of every experiment: ``settings[name]``,
+    else ``every`` (take_every), ``thresholds`` (threshold) or the defaults of
+    :data:`SAMPLING_EXPERIMENTS`. Sampling experiments need ``obs`` from full enumeration;
+    threshold cells exist only for tasks with continuous-metric COW problems. Returns one row
+    per (experiment, setting, task, subset) with the :func:`compare_fits` metrics, n_obs_ref
+    and n_obs_test, sorted.
     """
     experiments = tuple(experiments)
-    unknown = [e for e in experiments if e not in ("take_every", "threshold")]
+    unknown = [e for e in (*experiments, *(settings or {})) if e not in EXPERIMENTS]
     if unknown:
-        raise ValueError(f"unknown experiment(s) {unknown}; use 'take_every' and/or 'threshold'")
+        raise ValueError(f"unknown experiment(s) {unknown}; use {', '.join(EXPERIMENTS)}")
+    values = {name: default for name, (_, default) in SAMPLING_EXPERIMENTS.items()}
+    values.update(take_every=tuple(every), threshold=tuple(thresholds), **(settings or {}))
+    values = {name: [float(v) for v in values[name]] for name in experiments}
+    for name in experiments:  # invalid settings fail here, not in a Ray task
+        for v in values[name] if name in SAMPLING_EXPERIMENTS else ():
+            sampling_for(name, v)
     obs = validate_observations(obs)
-    if "take_every" in experiments:
+    if any(name in SAMPLING_EXPERIMENTS for name in experiments):
         check_full_enumeration(obs)
     mapper = mapper or in_process
     ref_p, ref_t = fit_observations(
@@ -279,16 +328,13 @@ def run_sensitivity(
     cont_tasks = set(cont_cow["task"].to_list())
     frames = []
     for (task,), task_obs in obs.group_by("task", maintain_order=True):
-        settings = []
-        if "take_every" in experiments:
-            settings += [("take_every", float(int(n))) for n in every]
-        if "threshold" in experiments and task in cont_tasks:
-            settings += [("threshold", float(t)) for t in thresholds]
-        for experiment, setting in settings:
+        cells = [(name, v) for name in experiments for v in values[name]
+                 if name != "threshold" or task in cont_tasks]
+        for experiment, setting in cells:
             frames.append(task_obs.with_columns(
                 experiment=pl.lit(experiment, pl.String), setting=pl.lit(setting, pl.Float64)
             ))
     if not frames:
         return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
-    parts = mapper(sensitivity_cell, frames, ref_p, ref_t, int(em_steps_cow), int(em_steps_pig))
+    parts = mapper(sensitivity_cell, frames, ref_p, ref_t, int(em_steps_cow), int(em_steps_pig), int(seed))
     return pl.concat(parts).sort("experiment", "setting", "task", "subset")

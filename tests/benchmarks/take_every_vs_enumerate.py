@@ -12,6 +12,7 @@ KL = 3.7e-5 for take-every-5 on L-Eval SFiction (Section 6); the target here is
 rho(lambda), rho(k) >= 0.9 for take-every-5 (exit status 1 when missed).
 
     .venv/bin/python tests/benchmarks/take_every_vs_enumerate.py [--every 2 5 10] [--problems 100]
+        [--strategies take_ip_rate sample_rate sample_ip_rate min_length max_length]
 """
 
 from __future__ import annotations
@@ -50,19 +51,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, nargs="+", default=[2, 5, 10])
     ap.add_argument("--problems", type=int, default=None, help="problems per task (default: the quickstart's 100)")
+    ap.add_argument("--strategies", nargs="*", default=[], metavar="NAME",
+                    help="other Appendix K.1 strategies at their default settings: take_ip_rate sample_rate "
+                         "sample_ip_rate min_length max_length")
     args = ap.parse_args()
 
     obs, t_obs = enumerate_observations(args.problems)
     print(f"full enumeration: {obs.height} observations, {obs['problem_id'].n_unique()} problems, "
           f"{obs['task'].n_unique()} tasks (build+sample+infer+score {t_obs:.1f} s)")
     t0 = time.perf_counter()
-    res = run_sensitivity(obs, experiments=("take_every",), every=args.every)
+    res = run_sensitivity(obs, experiments=("take_every", *args.strategies), every=args.every)
     print(f"reference fit + {res.height} take-every cells: {time.perf_counter() - t0:.1f} s")
     res = res.with_columns(kept=pl.col("n_obs_test") / pl.col("n_obs_ref"))
     with pl.Config(tbl_rows=100, tbl_cols=20, tbl_width_chars=200, float_precision=4):
-        print(res.select("setting", "task", "n_problems", "kept", "delta_lam", "delta_k", "rho_lam", "rho_k",
-                         "kl_noise", "category_agreement"))
-    five = res.filter(pl.col("setting") == 5.0)
+        print(res.select("experiment", "setting", "task", "n_problems", "kept", "delta_lam", "delta_k", "rho_lam",
+                         "rho_k", "kl_noise", "category_agreement"))
+    five = res.filter((pl.col("experiment") == "take_every") & (pl.col("setting") == 5.0))
     if five.height == 0:
         return 0
     ok = bool(((five["rho_lam"] >= TARGET_RHO) & (five["rho_k"] >= TARGET_RHO)).all())
