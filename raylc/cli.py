@@ -139,7 +139,7 @@ def fit(
 
     if scenario not in ("auto", "cow", "pig"):
         _fail(f"--scenario {scenario!r}: expected auto, cow or pig")
-    from raylc.dolce.fit import PIG_HIT_RATES, PIG_LIKELIHOODS
+    from raylc.dolce.pig import PIG_HIT_RATES, PIG_LIKELIHOODS
 
     if pig_likelihood not in PIG_LIKELIHOODS:
         _fail(f"--pig-likelihood {pig_likelihood!r}: expected one of {', '.join(PIG_LIKELIHOODS)}")
@@ -188,10 +188,10 @@ def sensitivity(
     for item in set_ or []:
         name, _, values = item.partition("=")
         try:
-            settings[name.strip()] = [float(x) for x in values.split(",") if x.strip()]
+            settings[name.strip()] = [float(x) for x in values.split(",") if x.strip()] or None
         except ValueError:
-            _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
-        if not settings[name.strip()]:
+            settings[name.strip()] = None
+        if settings[name.strip()] is None:
             _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
     names = [e.strip() for e in experiments.split(",") if e.strip()]
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment

@@ -60,7 +60,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from raylc.prompts import render_prompts
+from raylc.prompts import DOCUMENT_COLUMNS, render_prompts
 from raylc.sampling import sample_spans, stride_expr
 from raylc.spec import LENGTH_SUITES, GenerationParams, Job, Sampling
 from raylc.tokenize import Tokenizer, get_tokenizer
@@ -116,7 +116,7 @@ def prompt_pieces(problems: pl.DataFrame, tokenizer: Tokenizer) -> PromptPieces:
     unit (:func:`raylc.prompts.render_prompts`); the plan counts it as the units joined by the
     template's separator, which differs from the document only in the whitespace between
     units."""
-    problems = problems.drop("document", "unit_starts", "unit_ends", strict=False)
+    problems = problems.drop(DOCUMENT_COLUMNS, strict=False)
     missing = {"problem_id", "L", "units", "question"} - set(problems.columns)
     if missing:
         raise PlanError(f"problems table lacks column(s) {sorted(missing)}: plan needs unit-sampled problems")

@@ -86,11 +86,15 @@ def _render(text: str, columns: list[str]) -> pl.Expr:
     return pl.concat_str(exprs) if len(exprs) > 1 else (exprs[0] if exprs else pl.lit(""))
 
 
+#: Columns of document-suite problems that render a context from the document's own text.
+DOCUMENT_COLUMNS = ("document", "unit_starts", "unit_ends")
+
+
 def _context_expr(columns: list[str]) -> pl.Expr:
     """``units[start : start + C]``: a slice of ``document`` between the first and last unit's
     offsets when the problems carry them (separators kept as in the document), else the units
     joined by spaces; :data:`NO_CONTEXT` when C = 0."""
-    if {"document", "unit_starts", "unit_ends"} <= set(columns):
+    if set(DOCUMENT_COLUMNS) <= set(columns):
         lo = pl.col("unit_starts").list.get(pl.col("start"), null_on_oob=True)
         hi = pl.col("unit_ends").list.get(pl.col("start") + pl.col("C") - 1, null_on_oob=True)
         context = pl.col("document").str.slice(lo, hi - lo)
@@ -105,7 +109,7 @@ def render_prompt_parts(spans: pl.DataFrame, problems: pl.DataFrame) -> pl.DataF
     The template is the problem's ``template`` column when present (null or absent:
     :data:`DEFAULT_TEMPLATE`); the question (and options) are always in full in ``tail``.
     """
-    optional = [c for c in ("template", "choices", "document", "unit_starts", "unit_ends") if c in problems.columns]
+    optional = [c for c in ("template", "choices", *DOCUMENT_COLUMNS) if c in problems.columns]
     joined = spans.select("problem_id", "C", "start").join(
         problems.select("problem_id", "units", "question", *optional), on="problem_id", how="left", maintain_order="left"
     )

@@ -226,3 +226,9 @@ def test_sensitivity_rejects_bad_experiments_and_settings():
         run_sensitivity(obs, experiments=("take_every_other",))
     with pytest.raises(ValueError, match=r"sample_rate = 0:"):
         run_sensitivity(obs, experiments=("sample_rate",), settings={"sample_rate": [0.0]})
+    with pytest.raises(ValueError, match=r"^unknown experiment\(s\) \['foo'\];"):  # named once
+        run_sensitivity(obs, experiments=("foo",), settings={"foo": [1.0]})
+    with pytest.raises(ValueError, match=r"take_every = 0:"):  # settings override every=
+        run_sensitivity(obs, experiments=("take_every",), every=(2,), settings={"take_every": [0.0]})
+    res = run_sensitivity(obs, experiments=("take_every",), every=(2,), settings={"take_every": [3.0]})
+    assert set(res["setting"]) == {3.0}

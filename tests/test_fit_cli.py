@@ -65,6 +65,9 @@ def test_sensitivity_set_adds_a_sampling_experiment(obs_path, tmp_path):
     bad = _raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "sample_rate=fast", "--no-ray")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: --set 'sample_rate=fast': expected NAME=V1,V2 with numbers"]
+    zero = _raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "take_every=0", "--no-ray")
+    lines = zero.stderr.strip().splitlines()
+    assert zero.returncode == 2 and len(lines) == 1 and "take_every = 0:" in lines[0], zero.stderr
     assert not (tmp_path / "bad").exists()
 
 

@@ -204,9 +204,8 @@ def subsample(obs: pl.DataFrame, sampling: Sampling, seed: int = 0) -> pl.DataFr
 
 def take_every(obs: pl.DataFrame, n: int) -> pl.DataFrame:
     """Take-every-N subsample of a full-enumeration observation table (Appendix K.1): the
-    rows with start % N == 0, plus every C = 0 or C = L row (their only start is 0)."""
-    if int(n) < 1:
-        raise ValueError("take-every N must be >= 1")
+    rows with start % N == 0, plus every C = 0 or C = L row (their only start is 0); N >= 1
+    (ValueError otherwise, from :func:`sampling_for`)."""
     return subsample(obs, sampling_for("take_every", int(n)))
 
 
@@ -243,8 +242,9 @@ def sensitivity_cell(
     ``ref_problems`` (the reference fit of all tasks, with ``ref_tasks``): a sampling
     experiment refits the :func:`subsample` (random strategies drawn with ``seed``) of all
     subsets at threshold 0.5; threshold refits the task's COW subsets of continuous-metric
-    problems at the given threshold. Returns :func:`compare_fits` rows with experiment, setting, n_obs_ref and
-    n_obs_test (observations behind the reference and test fits of the compared subsets).
+    problems at the given threshold. Returns :func:`compare_fits` rows with experiment,
+    setting, n_obs_ref and n_obs_test (observations behind the reference and test fits of the
+    compared subsets).
     """
     head = frame.row(0, named=True)
     experiment, setting, task = head["experiment"], float(head["setting"]), head["task"]
@@ -306,14 +306,14 @@ def run_sensitivity(
     and n_obs_test, sorted.
     """
     experiments = tuple(experiments)
-    unknown = [e for e in (*experiments, *(settings or {})) if e not in EXPERIMENTS]
+    unknown = [e for e in dict.fromkeys((*experiments, *(settings or {}))) if e not in EXPERIMENTS]
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; use {', '.join(EXPERIMENTS)}")
     values = {name: default for name, (_, default) in SAMPLING_EXPERIMENTS.items()}
-    values.update(take_every=tuple(every), threshold=tuple(thresholds), **(settings or {}))
+    values.update({"take_every": tuple(every), "threshold": tuple(thresholds), **(settings or {})})
     values = {name: [float(v) for v in values[name]] for name in experiments}
-    for name in experiments:  # invalid settings fail here, not in a Ray task
-        for v in values[name] if name in SAMPLING_EXPERIMENTS else ():
+    for name in [n for n in experiments if n in SAMPLING_EXPERIMENTS]:  # invalid settings fail here, not in a Ray task
+        for v in values[name]:
             sampling_for(name, v)
     obs = validate_observations(obs)
     if any(name in SAMPLING_EXPERIMENTS for name in experiments):

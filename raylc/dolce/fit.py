@@ -23,7 +23,7 @@ import polars as pl
 from raylc.dolce.cells import OBS_COLUMNS
 from raylc.dolce.categories import CATEGORIES
 from raylc.dolce.cow import fit_cow_task
-from raylc.dolce.pig import fit_pig_task
+from raylc.dolce.pig import PIG_HIT_RATES, PIG_LIKELIHOODS, fit_pig_task
 from raylc.dolce.scenario import (
     BINARY_METRICS,
     SELECTION_SCHEMA,
@@ -183,11 +183,6 @@ def _cow_or_pig(frame: pl.DataFrame, scenario: str, threshold: float, em_steps_c
     return fit_pig_task(obs, n_steps=em_steps_pig, likelihood=pig_likelihood, hit_rate=pig_hit_rate)
 
 
-#: PIGFit options (off by default = the paper's Algorithm 2): likelihood, hit_rate.
-PIG_LIKELIHOODS = ("hit_rate", "score", "binned")
-PIG_HIT_RATES = ("mode", "mean")
-
-
 def fit_subset(
     frame: pl.DataFrame, threshold: float = 0.5, em_steps_cow: int = 10, em_steps_pig: int = 5,
     pig_likelihood: str = "hit_rate", pig_hit_rate: str = "mode",
@@ -258,7 +253,8 @@ def fit_observations(
        missing from ``selection`` raise :class:`ObservationError`;
     3. one fit per (task, subset) with :func:`fit_subset` (COW: binarization at
        ``threshold`` and ``em_steps_cow`` EM steps; PIG: ``em_steps_pig`` steps and the
-       off-by-default options ``pig_likelihood="score"``, ``pig_hit_rate="mean"``), mapped by
+       off-by-default options ``pig_likelihood="score"`` or ``"binned"`` and
+       ``pig_hit_rate="mean"``), mapped by
        ``mapper(fn, frames, *args)`` (e.g. :func:`raylc.pipeline.ray_exec.map_tasks`; default
        :func:`in_process`).
 

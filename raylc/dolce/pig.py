@@ -16,10 +16,14 @@ import numpy as np
 import polars as pl
 from scipy.special import expit, gammaln, logsumexp
 
-from raylc.dolce.cells import cell_grid, check_task_table, first_near_max, fit_frames, task_thresholds
+from raylc.dolce.cells import (
+    cell_grid, check_task_table, first_near_max, fit_frames, segment_positions, task_thresholds,
+)
 from raylc.dolce.scenario import N_BINS, bucketize_scores
 
 __all__ = [
+    "PIG_HIT_RATES",
+    "PIG_LIKELIHOODS",
     "PIG_OUTCOMES",
     "PIGFit",
     "fit_pig_task",
@@ -41,6 +45,9 @@ _LSE_RTOL = 1e-10
 #: Numerical-tie tolerance of the pmf: values within a relative _MODE_TIE_RTOL of the maximum
 #: tie (smallest m wins). Log-likelihood ties: :data:`raylc.dolce.cells.LL_TIE_RTOL`.
 _MODE_TIE_RTOL = 1e-9
+#: PIGFit options: ``likelihood`` (Algorithm 2's "hit_rate" first) and ``hit_rate`` ("mode" first).
+PIG_LIKELIHOODS = ("hit_rate", "score", "binned")
+PIG_HIT_RATES = ("mode", "mean")
 _CHUNK = 1 << 21  # max elements of the (entries x terms) work arrays
 
 
@@ -511,17 +518,15 @@ def pig_bin_density(b, lam, k, L, C):
     sizes = np.maximum(hi - lo + 1, 0)
     mass = np.zeros(g.size)
     ends = np.cumsum(sizes)
-    step = max(1, _CHUNK)
     start = 0
     while start < g.size:  # pieces of about _CHUNK (entry, m) terms
-        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + step, side="right"))
+        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _CHUNK, side="right"))
         stop = max(stop, start + 1)
-        part = np.arange(start, stop)
-        idx = np.repeat(part, sizes[part])
-        m = lo[idx] + np.arange(idx.size) - np.repeat(ends[part] - sizes[part], sizes[part])
-        gi = g[idx]
+        local = np.repeat(np.arange(stop - start), sizes[start:stop])  # entry of each term
+        m = lo[start + local] + segment_positions(local, stop - start)[0]
+        gi = g[start + local]
         pmf = pig_cover_pmf(m, lam_a[gi], k_a[gi], L_a[gi], C_a[gi])
-        mass[start:stop] = np.bincount(idx - start, weights=pmf, minlength=stop - start)
+        mass[start:stop] = np.bincount(local, weights=pmf, minlength=stop - start)
         start = stop
     out[g] = mass * N_BINS
     return float(out[0]) if scalar else out.reshape(shape)
@@ -611,7 +616,7 @@ class PIGFit:
             raise ValueError("scores s must lie in [0, 1] (NaN = IDK)")
         idk = np.isnan(s_a)
         score_counts = None
-        if self.likelihood in ("score", "binned"):
+        if self.likelihood != "hit_rate":
             score_counts = (problem, C, s_a, np.ones(s_a.size))
         return self.fit_stats(
             problem, L, C, np.ones(s_a.size), np.where(idk, 0.0, s_a), np.where(idk, 0.0, 1.0 - s_a),
@@ -629,9 +634,9 @@ class PIGFit:
         T = int(self.n_steps)
         if T < 1:
             raise ValueError("n_steps must be >= 1")
-        if self.hit_rate not in ("mode", "mean"):
+        if self.hit_rate not in PIG_HIT_RATES:
             raise ValueError("hit_rate must be 'mode' (paper) or 'mean'")
-        if self.likelihood not in ("hit_rate", "score", "binned"):
+        if self.likelihood not in PIG_LIKELIHOODS:
             raise ValueError("likelihood must be 'hit_rate' (paper), 'score' or 'binned'")
         if self.likelihood != "hit_rate" and score_counts is None:
             raise ValueError(f"likelihood={self.likelihood!r} needs per-score counts: use fit() or pass score_counts")
@@ -794,9 +799,9 @@ def fit_pig_task(
     metric. Sufficient statistics per (problem_id, L, C) - n, sum s, sum (1 - s) over
     non-IDK, IDK count - come from one polars group_by; :class:`PIGFit` runs ``n_steps`` EM
     steps (Section 4: 5 for PIG); ``hit_rate`` and ``likelihood`` select the PIGFit options
-    (defaults = the paper; ``likelihood="score"`` / ``"binned"`` group by score instead). Categories (Figure 1) use lambda_p = k_p from
-    :func:`category_thresholds` over the task's distinct C with 0 < C < L, and lambda_q =
-    each problem's largest partial C.
+    (defaults = the paper; ``likelihood="score"`` / ``"binned"`` group by score instead).
+    Categories (Figure 1) use lambda_p = k_p from :func:`category_thresholds` over the task's
+    distinct C with 0 < C < L, and lambda_q = each problem's largest partial C.
 
     Returns (problems, info): problems has columns task, problem_id, scenario ("PIG"), lam,
     k, category, loglik, prior_oracle, sorted by problem_id; info is {"p_noise_1",
@@ -805,7 +810,7 @@ def fit_pig_task(
     check_task_table(obs)
     score = pl.col("score").cast(pl.Float64)
     score_counts = None
-    if likelihood in ("score", "binned"):  # options: counts per distinct score; cell statistics derived from them
+    if likelihood != "hit_rate":  # options: counts per distinct score; cell statistics derived from them
         cells = (
             obs.with_columns(score=score)
             .group_by("problem_id", "L", "C", "score")
