@@ -26,6 +26,17 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
+    """Refuse (:class:`raylc.preflight.PreflightError`, a JobSpecError) a vLLM job that vLLM would
+    refuse at start-up; warnings go to stderr. Without ``hub`` only local configs are read, and a
+    model whose config is not found locally is not checked (a warning)."""
+    from raylc.preflight import preflight
+
+    for report in preflight(job, source=job_file, hub=hub, require_config=False):
+        for warning in report.warnings:
+            typer.echo(f"warning: {warning}", err=True)
+
+
 @app.command()
 def run(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
@@ -46,6 +57,7 @@ def run(
         job = load_job(job_file, overrides)
         if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
             raise JobSpecError(f"--run-id {run_id!r}: must be a plain name (no '/', not starting with '.')")
+        _preflight(job, job_file)  # before Ray starts and anything is written
         run_id = run_id or default_run_id(job)
         run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
     except StoreUnavailable as exc:
@@ -82,6 +94,7 @@ def submit(
     from raylc.submit import submit as do_submit
 
     try:
+        _preflight(load_job(job_file), job_file, hub=True)
         job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo)
     except (JobSpecError, SubmitError) as exc:
         _fail(str(exc), 2 if isinstance(exc, JobSpecError) else 1)
@@ -253,7 +266,9 @@ def plan(
     from raylc.report import rich_table
 
     try:
-        planned = make_plan(load_job(job_file), budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+        job = load_job(job_file)
+        _preflight(job, job_file)
+        planned = make_plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
                             tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     except StoreUnavailable as exc:
         _fail(str(exc), 1)
@@ -272,6 +287,30 @@ def plan(
     console.print(rich_table(planned.summary(), "Plan"))
     if write is not None:
         typer.echo(f"wrote {write}")
+
+
+@app.command()
+def check(
+    job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/dolce-vllm.yaml)."),
+    gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0, help="GPU memory in GiB (default: from probe.accelerator_type)."),
+) -> None:
+    """Check a vLLM job against its model before any GPU time: length limit, tensor parallelism, KV cache, prompt lengths."""
+    from raylc.preflight import preflight
+
+    try:
+        job = load_job(job_file)
+        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=True)
+    except JobSpecError as exc:  # a bad job file, or what vLLM would refuse (PreflightError)
+        _fail(str(exc))
+    if not reports:
+        backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge") if getattr(job, s) is not None}))
+        typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm probes)")
+        return
+    for report in reports:
+        for line in report.lines():
+            typer.echo(line)
+        for warning in report.warnings:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -340,7 +340,16 @@ class VLLMProbe(_Strict):
 
     ``truncation`` fits prompt + ``sampling.max_tokens`` into ``max_model_len`` by cutting the
     context only: ``middle`` (LongBench), ``end`` (HELMET), ``start``, or ``refuse`` (record an error).
+
+    Operational settings (:data:`OPERATIONAL`: they change how fast, not what is generated, so
+    a run can resume with other values): ``replicas`` engine actors; ``max_concurrent_batches``
+    batches in flight per engine (vLLM's async engine interleaves their requests);
+    ``max_engine_restarts`` restarts of an actor whose engine died; ``prepare_actors`` CPU
+    actors that render, fit and tokenize prompts for the engines.
     """
+
+    OPERATIONAL: ClassVar[tuple[str, ...]] = (
+        "replicas", "max_concurrent_batches", "max_engine_restarts", "prepare_actors", "accelerator_type", "hf_config")
 
     backend: Literal["vllm"]
     model: str = Field(min_length=1)
@@ -348,6 +357,10 @@ class VLLMProbe(_Strict):
     max_model_len: int = Field(default=131072, ge=1)
     tensor_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1)
+    max_num_seqs: Optional[int] = Field(default=None, ge=1)
+    max_concurrent_batches: int = Field(default=4, ge=1)
+    max_engine_restarts: int = Field(default=3, ge=0)
+    prepare_actors: int = Field(default=1, ge=1)
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
@@ -357,6 +370,10 @@ class VLLMProbe(_Strict):
     chat_template: bool = True
     sampling: GenerationParams = GenerationParams()
     truncation: Truncation = "middle"
+    #: the model's config.json (or a folder holding one) for ``raylc check``'s preflight, offline
+    hf_config: Optional[str] = None
+    #: Ray accelerator type of the engines' GPUs (e.g. H100, A100-80G, L4); sizes the preflight's memory estimate
+    accelerator_type: Optional[str] = None
 
 
 class OpenAIProbe(_Strict):
@@ -492,11 +509,22 @@ class Job(_Strict):
         return self.model_copy(update={"probe": self.judge})
 
     def fingerprint(self) -> str:
-        """Hash of what determines the results (everything except store, ray and inference)."""
+        """Hash of what determines the results (everything except store, ray, inference and
+        the probes' operational settings)."""
         data = self.resolved()
         for operational in ("store", "ray", "inference"):
             data.pop(operational)
+        for section in ("probe", "judge"):
+            data[section] = probe_settings(getattr(self, section))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def probe_settings(probe: Optional[BaseModel]) -> Optional[dict[str, Any]]:
+    """A probe's settings that determine its completions, as JSON data (without its
+    ``OPERATIONAL`` fields, which only change how fast requests run)."""
+    if probe is None:
+        return None
+    return probe.model_dump(mode="json", exclude=set(getattr(probe, "OPERATIONAL", ())))
 
 
 def _members(annotation: Any) -> list[type[BaseModel]]:

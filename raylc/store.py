@@ -140,10 +140,11 @@ class Store:
                     self.fs.delete_file(tmp)
                 raise
 
-    def write_table(self, df: pl.DataFrame, *parts: str) -> str:
-        """Write ``df`` as one Parquet file at ``parts`` atomically; return its URI."""
+    def write_table(self, df: pl.DataFrame, *parts: str, row_group_size: Optional[int] = None) -> str:
+        """Write ``df`` as one Parquet file at ``parts`` atomically (``row_group_size`` rows per
+        row group, else Polars' default); return its URI."""
         buf = io.BytesIO()
-        df.write_parquet(buf, compression="zstd", statistics=True)
+        df.write_parquet(buf, compression="zstd", statistics=True, row_group_size=row_group_size)
         self._write_bytes(buf.getvalue(), *parts)
         return self.uri(*parts)
 

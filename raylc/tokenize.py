@@ -20,7 +20,7 @@ import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 _PIECE_RE = re.compile(r"\s*(?:[^\W\d_]+|\d{1,3}|[^\s])|\s+")
 _MASK = (1 << 63) - 1
@@ -78,13 +78,18 @@ class DefaultTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face tokenizer (``tokenizers.Tokenizer`` or a ``transformers`` one)."""
+    """A Hugging Face tokenizer: a local ``tokenizer.json`` through ``tokenizers`` (unless
+    ``transformers_only``), anything else through ``transformers.AutoTokenizer``; or ``tok``,
+    an already loaded one (``fast``: a ``tokenizers.Tokenizer``)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, transformers_only: bool = False, tok: Any = None, fast: bool = False):
         self.name = f"hf:{name}"
+        if tok is not None:
+            self._tok, self._fast = tok, fast
+            return
         path = Path(name)
         file = path / "tokenizer.json" if path.is_dir() else path
-        if file.is_file() and file.suffix == ".json":
+        if not transformers_only and file.is_file() and file.suffix == ".json":
             try:
                 from tokenizers import Tokenizer as _Tok
             except ImportError:
@@ -96,20 +101,19 @@ class HFTokenizer:
                 from transformers import AutoTokenizer
             except ImportError:
                 raise ImportError(
-                    f"tokenizer {self.name!r} needs 'transformers' (pip install transformers), "
-                    "or pass a path to a local tokenizer.json (needs 'tokenizers')"
+                    f"tokenizer {self.name!r} needs 'transformers' (pip install transformers)"
+                    + ("" if transformers_only else ", or pass a path to a local tokenizer.json (needs 'tokenizers')")
                 ) from None
             self._tok = AutoTokenizer.from_pretrained(name)
             self._fast = False
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of ``text``; with ``special``, the tokenizer's special tokens (BOS) added."""
         if self._fast:
-            return list(self._tok.encode(text, add_special_tokens=False).ids)
-        return list(self._tok.encode(text, add_special_tokens=False))
+            return list(self._tok.encode(text, add_special_tokens=special).ids)
+        return list(self._tok.encode(text, add_special_tokens=special))
 
     def decode(self, ids: list[int]) -> str:
-        if self._fast:
-            return self._tok.decode(list(ids), skip_special_tokens=False)
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
     def count(self, text: str) -> int:

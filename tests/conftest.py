@@ -1,16 +1,44 @@
 import os
+import secrets
+import socket
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+DOUBLES = str(Path(__file__).resolve().parent / "doubles")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# S3 for the whole session is a moto server on 127.0.0.1 (started by the tests that use it):
+# set before Ray starts so that its workers, which read request tables from the store, see the
+# same endpoint and credentials; nothing ever reaches an address outside 127.0.0.0/8.
+S3_PORT = _free_port()
+S3_CREDS = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
+os.environ.update({
+    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true", **S3_CREDS,
+})
+for _var in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+    os.environ.pop(_var, None)
+
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray instance for the whole test session (ray.init takes ~10 s)."""
+    """One local Ray instance for the whole test session (ray.init takes ~10 s). Its workers
+    can import the timed vLLM double (tests/doubles) as ``vllm``, and it declares one GPU so
+    that an engine actor can be placed (the double needs none); this process cannot import
+    the double unless a test puts it on sys.path."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR",
+                 runtime_env={"env_vars": {"PYTHONPATH": DOUBLES}})
     yield ray
     ray.shutdown()

@@ -1,8 +1,6 @@
-"""Backend interface, simulated backend, and the vLLM backend against a fake ``vllm`` module."""
+"""Backend interface, simulated backend, the vLLM engine arguments and the prepare stage's tokenization."""
 
 import sys
-import types
-from dataclasses import dataclass, field
 
 import polars as pl
 import pytest
@@ -10,7 +8,9 @@ import pytest
 from raylc.backends import make_backend
 from raylc.backends.base import GENERATION_COLUMNS, GENERATION_SCHEMA, BackendUnavailable, generation, generations_frame
 from raylc.backends.simulated import SimulatedBackend
-from raylc.backends.vllm_engine import INSTALL_HINT, VLLMBackend, actor_options, engine_kwargs, sampling_kwargs
+from raylc.backends.vllm_engine import INSTALL_HINT, VLLMEngine, actor_options, engine_kwargs, sampling_kwargs
+from raylc.pipeline.inference import PromptTokenizer, tokenize
+from raylc.truncation import split_prompt
 from raylc.prompts import TEMPLATE, render_prompts
 from raylc.sampling import sample_spans
 from raylc.spec import GenerationParams, Job, SimulatedProbe, VLLMProbe
@@ -27,6 +27,7 @@ from raylc.tokenize import DefaultTokenizer, get_tokenizer
 VLLM_ENGINE_ARGS = {
     "model", "tokenizer", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "max_num_batched_tokens", "dtype", "hf_overrides", "distributed_executor_backend",
+    "disable_log_stats", "max_num_seqs",
 }
 # vllm/sampling_params.py  SamplingParams (l.271-): temperature (l.308), top_p (l.315), seed (l.325),
 #     stop (l.327), max_tokens (l.337).
@@ -71,17 +72,12 @@ def test_simulated_backend_returns_dicts_with_unchanged_answers(planted):
     assert [r["completion"] for r in again.generate(prompts)] == [r["completion"] for r in results]
 
 
-def test_make_backend_builds_every_backend_without_importing_vllm(planted, monkeypatch):
+def test_make_backend_builds_text_backends_and_vllm_needs_vllm(planted, monkeypatch):
     problems, _ = planted
     monkeypatch.setitem(sys.modules, "vllm", None)  # "not installed"
-    vjob = Job(name="v", probe={"backend": "vllm", "model": "m"})
-    backend = make_backend(vjob, problems)
-    assert isinstance(backend, VLLMBackend)
     with pytest.raises(BackendUnavailable) as err:
-        backend.generate(["x"])
+        VLLMEngine(VLLMProbe(backend="vllm", model="m"))
     assert str(err.value) == INSTALL_HINT == "vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine"
-    with pytest.raises(BackendUnavailable, match="vLLM is not installed"):
-        backend.check_endpoint()
     ojob = Job(name="o", probe={"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
     assert type(make_backend(ojob, problems)).__name__ == "OpenAIBackend"
 
@@ -101,7 +97,7 @@ def test_engine_kwargs_use_exact_vllm_names():
         "max_model_len": 65536, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85,
         "enable_prefix_caching": False, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192,
         "dtype": "bfloat16", "hf_overrides": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-        "distributed_executor_backend": "mp",
+        "distributed_executor_backend": "mp", "disable_log_stats": False,
     }
     minimal = engine_kwargs(VLLMProbe(backend="vllm", model="m"))
     assert set(minimal) <= VLLM_ENGINE_ARGS and set(engine_kwargs(probe)) <= VLLM_ENGINE_ARGS
@@ -109,6 +105,7 @@ def test_engine_kwargs_use_exact_vllm_names():
     assert minimal["max_model_len"] == 131072 and minimal["tensor_parallel_size"] == 1
     assert minimal["distributed_executor_backend"] == "uni"
     assert actor_options(probe) == {"num_gpus": 2} and actor_options(VLLMProbe(backend="vllm", model="m")) == {"num_gpus": 1}
+    assert engine_kwargs(VLLMProbe(backend="vllm", model="m", max_num_seqs=64))["max_num_seqs"] == 64
 
 
 def test_sampling_kwargs_use_exact_vllm_names():
@@ -118,7 +115,7 @@ def test_sampling_kwargs_use_exact_vllm_names():
     assert sampling_kwargs(GenerationParams()) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 32}
 
 
-# --- VLLMBackend against a fake vllm -----------------------------------------------------------
+# --- the prepare stage for vLLM: fit and tokenize with the engine's tokenizer ----------------------
 
 
 class FakeHFTokenizer:
@@ -128,14 +125,18 @@ class FakeHFTokenizer:
 
     def __init__(self, chat: bool = True):
         self.inner = DefaultTokenizer()
+        self.small: dict[int, int] = {}
+        self.big: dict[int, int] = {}
         self.chat = chat
         self.chat_calls: list[tuple] = []
 
-    def encode(self, text, add_special_tokens=True):
-        return ([self.BOS] if add_special_tokens else []) + self.inner.encode(text)
+    def encode(self, text, add_special_tokens=True):  # small ids, as a real vocabulary's
+        ids = [self.small.setdefault(i, len(self.small) + 2) for i in self.inner.encode(text)]
+        self.big.update({v: k for k, v in self.small.items()})
+        return ([self.BOS] if add_special_tokens else []) + ids
 
-    def decode(self, ids):
-        return self.inner.decode([i for i in ids if i != self.BOS])
+    def decode(self, ids, skip_special_tokens=False):
+        return self.inner.decode([self.big[i] for i in ids if i != self.BOS])
 
     def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False):
         if not self.chat:
@@ -144,152 +145,63 @@ class FakeHFTokenizer:
         return "<s>[USER] " + messages[-1]["content"] + " [ASSISTANT]"
 
 
-@dataclass
-class FakeCompletion:
-    text: str
-    token_ids: list
-    finish_reason: str = "stop"
+def _rows(prompts, max_tokens=None):
+    parts = [p if isinstance(p, tuple) else ("", p, "") for p in prompts]
+    frame = pl.DataFrame({"request_id": [f"r{i}" for i in range(len(parts))], "head": [p[0] for p in parts],
+                          "context": [p[1] for p in parts], "tail": [p[2] for p in parts]})
+    return frame if max_tokens is None else frame.with_columns(pl.Series("max_tokens", max_tokens, dtype=pl.Int64))
 
 
-@dataclass
-class FakeMetrics:
-    queued_ts: float = 10.0
-    last_token_ts: float = 12.5
-
-
-@dataclass
-class FakeRequestOutput:
-    prompt_token_ids: list
-    outputs: list
-    num_cached_tokens: int | None = None
-    metrics: FakeMetrics | None = None
-    prompt: str | None = None
-
-
-@dataclass
-class FakeEngineState:
-    constructed: list = field(default_factory=list)
-    calls: list = field(default_factory=list)
-    finish_reason: str = "stop"
-    chat: bool = True
-
-
-def fake_vllm(state: FakeEngineState) -> types.ModuleType:
-    mod = types.ModuleType("vllm")
-
-    class SamplingParams:
-        def __init__(self, **kw):
-            unknown = set(kw) - VLLM_SAMPLING_PARAMS
-            assert not unknown, unknown
-            self.kw = kw
-
-    class LLM:
-        def __init__(self, model, **kw):
-            state.constructed.append({"model": model, **kw})
-            self.tok = FakeHFTokenizer(chat=state.chat)
-
-        def get_tokenizer(self):
-            return self.tok
-
-        def generate(self, prompts, sampling_params=None, *, use_tqdm=True):
-            state.calls.append((prompts, sampling_params, use_tqdm))
-            out = []
-            for i, p in enumerate(prompts):
-                ids = p["prompt_token_ids"]
-                metrics = FakeMetrics() if i == 0 else None
-                out.append(FakeRequestOutput(ids, [FakeCompletion(f"answer {len(ids)}", [7, 8, 9], state.finish_reason)],
-                                             num_cached_tokens=16 * i, metrics=metrics))
-            return out
-
-    mod.LLM, mod.SamplingParams = LLM, SamplingParams
-    mod.TokensPrompt = dict  # vllm.TokensPrompt is a TypedDict
-    return mod
-
-
-@pytest.fixture
-def engine(monkeypatch):
-    state = FakeEngineState()
-    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(state))
-    return state
-
-
-def _probe(**kw):
-    return VLLMProbe(backend="vllm", model="org/model", **kw)
-
-
-def test_vllm_backend_builds_engine_once_and_sends_token_ids(engine):
-    probe = _probe(sampling={"max_tokens": 8, "seed": 3})
-    backend = VLLMBackend(probe)
+def test_tokenize_sends_chat_rendered_token_ids():
+    hf = FakeHFTokenizer()
+    tok = PromptTokenizer(hf, chat_template=True)
     prompts = [TEMPLATE.format(context="some context here", question=f"Q{i}?") for i in range(3)]
-    first = backend.generate(prompts)
-    backend.generate(prompts[:1])
-    assert engine.constructed == [engine_kwargs(probe)]  # one engine, exact kwargs
-    sent, params, use_tqdm = engine.calls[0]
-    assert params.kw == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "seed": 3} and use_tqdm is False
-    tok = backend.llm.get_tokenizer()
-    for p, req in zip(prompts, sent):
-        assert set(req) == {"prompt_token_ids"}
-        assert req["prompt_token_ids"] == tok.encode(f"<s>[USER] {p} [ASSISTANT]", add_special_tokens=False)
-    assert tok.chat_calls[-1] == ([{"role": "user", "content": prompts[0]}], False, True)
-    n0 = len(sent[0]["prompt_token_ids"])
-    assert first[0] == {"completion": f"answer {n0}", "prompt_tokens": n0, "generated_tokens": 3, "cached_tokens": 0,
-                        "finish_reason": "stop", "latency_s": 2.5, "error": None, "truncated_tokens": 0}
-    assert first[1]["cached_tokens"] == 16 and first[2]["cached_tokens"] == 32
-    assert 0 <= first[1]["latency_s"] < 5  # no metrics: the batch's wall time
+    out = tokenize(_rows(prompts), tok, 1000, 8, "middle")
+    assert out.columns == ["request_id", "prompt_token_ids", "prompt_tokens", "truncated_tokens", "error"]
+    for p, ids, n in zip(prompts, out["prompt_token_ids"].to_list(), out["prompt_tokens"]):
+        assert ids == hf.encode(f"<s>[USER] {p} [ASSISTANT]", add_special_tokens=False) and n == len(ids)
+    assert hf.chat_calls[-1] == ([{"role": "user", "content": prompts[-1]}], False, True)
+    assert out["truncated_tokens"].to_list() == [0, 0, 0] and out["error"].null_count() == 3
 
 
-def test_vllm_backend_without_chat_template_encodes_with_specials(engine):
-    backend = VLLMBackend(_probe(chat_template=False))
-    backend.generate(["plain prompt"])
-    ids = engine.calls[0][0][0]["prompt_token_ids"]
-    assert ids[0] == FakeHFTokenizer.BOS and backend.llm.get_tokenizer().decode(ids) == "plain prompt"
+def test_tokenize_without_chat_template_encodes_with_specials():
+    hf = FakeHFTokenizer()
+    out = tokenize(_rows(["plain prompt"]), PromptTokenizer(hf, chat_template=False), 1000, 8, "middle")
+    ids = out["prompt_token_ids"][0].to_list()
+    assert ids[0] == FakeHFTokenizer.BOS and hf.decode(ids) == "plain prompt"
 
 
-def test_vllm_backend_truncates_context_and_records_refusals(engine):
+def test_tokenize_truncates_context_and_records_refusals():
     question = "What is the code of vault V-1?"
     long = TEMPLATE.format(context=" ".join(["filler"] * 5000), question=question)
     short = TEMPLATE.format(context="tiny", question=question)
-    backend = VLLMBackend(_probe(max_model_len=400, sampling={"max_tokens": 16}))
-    cut, ok = backend.generate([long, short])
-    ids = engine.calls[0][0][0]["prompt_token_ids"]
-    assert len(ids) + 16 <= 400 and cut["prompt_tokens"] == len(ids) and cut["truncated_tokens"] > 4000
-    assert backend.llm.get_tokenizer().decode(ids).endswith(f"Question: {question}\nAnswer: [ASSISTANT]")
+    hf = FakeHFTokenizer()
+    rows = _rows([split_prompt(long), split_prompt(short)])
+    cut, ok = tokenize(rows, PromptTokenizer(hf, True), 400, 16, "middle").iter_rows(named=True)
+    assert len(cut["prompt_token_ids"]) + 16 <= 400 and cut["prompt_tokens"] == len(cut["prompt_token_ids"])
+    assert cut["truncated_tokens"] > 4000 and cut["error"] is None
+    assert hf.decode(cut["prompt_token_ids"]).endswith(f"Question: {question}\nAnswer: [ASSISTANT]")
     assert ok["truncated_tokens"] == 0 and ok["error"] is None
-
-    engine.calls.clear()
-    refuse = VLLMBackend(_probe(max_model_len=400, sampling={"max_tokens": 16}, truncation="refuse"))
-    refused, ok = refuse.generate([long, short])
-    assert len(engine.calls[0][0]) == 1  # the refused prompt never reaches the engine
-    assert refused["completion"] is None and refused["error"].startswith("prompt too long")
-    assert refused["prompt_tokens"] > 5000 and ok["completion"] is not None
+    refused, ok = tokenize(rows, PromptTokenizer(hf, True), 400, 16, "refuse").iter_rows(named=True)
+    assert refused["prompt_token_ids"] is None and refused["error"].startswith("prompt too long")
+    assert refused["prompt_tokens"] > 5000 and ok["prompt_token_ids"] is not None
 
 
-def test_vllm_backend_prompt_parts_and_per_request_max_tokens(engine):
-    """(head, context, tail) prompts keep the tail; differing max_tokens -> one SamplingParams per request."""
+def test_tokenize_per_request_max_tokens_keep_the_tail():
     head, tail = "Instruction.\n\n", "\n\nQuestion: which one?\nAnswer:"
     parts = (head, " ".join(["filler"] * 3000), tail)
-    backend = VLLMBackend(_probe(max_model_len=400, sampling={"max_tokens": 16}))
-    a, b = backend.generate([parts, parts], max_tokens=[None, 100])
-    sent, params, _ = engine.calls[0]
-    assert [p.kw["max_tokens"] for p in params] == [16, 100]
-    assert len(sent[0]["prompt_token_ids"]) + 16 <= 400 and len(sent[1]["prompt_token_ids"]) + 100 <= 400
+    hf = FakeHFTokenizer()
+    a, b = tokenize(_rows([parts, parts], [None, 100]), PromptTokenizer(hf, True), 400, 16, "middle").iter_rows(named=True)
+    assert len(a["prompt_token_ids"]) + 16 <= 400 and len(b["prompt_token_ids"]) + 100 <= 400
     assert b["truncated_tokens"] > a["truncated_tokens"] > 2000
-    assert backend.llm.get_tokenizer().decode(sent[1]["prompt_token_ids"]).endswith(f"{tail} [ASSISTANT]")
-    backend.generate([parts], max_tokens=[50])
-    assert engine.calls[1][1].kw["max_tokens"] == 50  # one value: a single SamplingParams
+    assert hf.decode(b["prompt_token_ids"]).endswith(f"{tail} [ASSISTANT]")
 
 
-def test_vllm_backend_flags_aborted_requests(engine):
-    engine.finish_reason = "abort"
-    (r,) = VLLMBackend(_probe()).generate(["x"])
-    assert r["finish_reason"] == "abort" and "abort" in r["error"]
-
-
-def test_vllm_backend_without_chat_template_in_tokenizer_is_one_clear_error(engine):
-    engine.chat = False
+def test_tokenizer_without_chat_template_is_one_clear_error():
     with pytest.raises(BackendUnavailable) as err:
-        VLLMBackend(_probe()).generate(["x"])
+        PromptTokenizer(FakeHFTokenizer(chat=False), chat_template=True, name="org/base-model")
     assert "set probe.chat_template: false" in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith("org/base-model: cannot apply the chat template")
 
 
 def test_real_vllm_accepts_our_names():

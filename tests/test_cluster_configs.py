@@ -235,3 +235,76 @@ def test_ray_versions_agree_across_configs():
         for c in group["template"]["spec"]["containers"]:
             versions.update(tag.findall(c["image"]))
     assert len(versions) == 1, versions
+
+
+# --------------------------------------------------------------------------- CUDA / driver chain
+
+# What each pinned vLLM release needs from the cluster, read from its wheel metadata:
+# vllm 0.33.0 requires torch==2.14.0, whose Linux wheel depends on cuda-toolkit 13.0.x (so the
+# host driver must be >= 580), and Python >= 3.11. Bumping the vllm pin in pyproject.toml fails
+# these tests until an entry is added here and the images / driver notes in cluster/ (README
+# section "Deployment: drivers, images, versions") are re-checked.
+VLLM_NEEDS = {"0.33.0": {"cuda_major": 13, "min_driver": 580, "min_python_minor": 11}}
+RAY_IMAGE = re.compile(
+    r"rayproject/ray:(?P<ray>\d+\.\d+\.\d+)-py3(?P<py>\d+)-(?P<platform>cpu|gpu|cu(?P<cu>\d{3}))"
+)
+README = REPO / "cluster" / "README.md"
+
+
+def _pinned_vllm() -> str:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
+    reqs = [r for r in map(Requirement, extra) if r.name == "vllm"]
+    assert len(reqs) == 1, extra
+    specs = list(reqs[0].specifier)
+    assert len(specs) == 1 and specs[0].operator == "==", f"pin vllm exactly, not {reqs[0]}"
+    return specs[0].version
+
+
+def _gpu_images() -> list[str]:
+    """Images that run GPU work: the launcher's docker image and every RayJob container with GPUs."""
+    images = [_aws()["docker"]["image"]]
+    for _, group in _all_groups(_rayjob()):
+        images += [c["image"] for c in group["template"]["spec"]["containers"] if _gpu_limit(c)]
+    return images
+
+
+def test_gpu_images_match_the_cuda_and_python_of_the_pinned_vllm():
+    vllm = _pinned_vllm()
+    assert vllm in VLLM_NEEDS, f"vllm=={vllm}: add what it needs to VLLM_NEEDS and re-check cluster/"
+    needs = VLLM_NEEDS[vllm]
+    images = _gpu_images()
+    assert len(images) >= 2
+    for image in images:
+        m = RAY_IMAGE.fullmatch(image)
+        assert m, f"{image}: expected rayproject/ray:<ray>-py3<minor>-cu<XY>"
+        assert m["cu"], f"{image}: use an explicit -cuXY tag (-gpu aliases Ray's default CUDA 12.1 image)"
+        cuda, py = needs["cuda_major"], needs["min_python_minor"]
+        assert int(m["cu"][:-1]) == cuda, f"{image}: vllm=={vllm} wheels are CUDA {cuda}"
+        assert int(m["py"]) >= py, f"{image}: vllm=={vllm} needs Python >= 3.{py}"
+
+
+def test_cuda_image_regex_rejects_the_gpu_alias_and_cuda12():
+    """Guard the guard: the tags the test above must refuse."""
+    assert RAY_IMAGE.fullmatch("rayproject/ray:2.60.0-py311-gpu")["cu"] is None
+    assert RAY_IMAGE.fullmatch("rayproject/ray:2.60.0-py311-cu128")["cu"][:-1] == "12"
+    assert RAY_IMAGE.fullmatch("rayproject/ray:2.60.0-py311-cu130")["cu"][:-1] == "13"
+    assert RAY_IMAGE.fullmatch("rayproject/ray:2.60.0-py311-cu130-extra") is None
+
+
+def test_readme_names_the_configured_images_and_driver_floor():
+    text = README.read_text()
+    assert "## Deployment: drivers, images, versions" in text
+    ray_version = _rayjob()["spec"]["rayClusterSpec"]["rayVersion"]
+    tags = [m.group(0) for m in re.finditer(r"rayproject/ray:[0-9][\w.-]*[\w]", text)]
+    assert tags, "the README should name the Ray images"
+    stale = [t for t in tags if not t.startswith(f"rayproject/ray:{ray_version}-")]
+    assert not stale, f"README names Ray images of another release than {ray_version}: {stale}"
+    for image in _gpu_images():
+        assert image in text, f"README does not mention the configured GPU image {image}"
+    needs = VLLM_NEEDS[_pinned_vllm()]
+    assert f"CUDA Version: {needs['cuda_major']}.x" in text  # how to check a node
+    assert f"version {needs['min_driver']} or newer" in text  # NVIDIA: CUDA 13.x needs driver >= 580

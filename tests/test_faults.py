@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from raylc.pipeline import stages
 from raylc.pipeline.runner import run_job
@@ -38,23 +39,23 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
 
 def _infer_actor_pids(parent: int) -> list[int]:
     """Ray Data inference actors (their process title names the UDF)."""
-    out = subprocess.run(["pgrep", "-f", "MapWorker.*_InferActor"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "MapWorker.*TextEngineActor"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 
-def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
-    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path)})
+def _kill_inference_workers(job_file: Path, store: Path) -> None:
+    """``raylc run`` in its own Ray; SIGKILL every inference actor mid-stage; the run completes."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raylc", "run", "jobs/quickstart.yaml", "--store", str(tmp_path), "--run-id", "k"],
+        [sys.executable, "-m", "raylc", "run", str(job_file), "--store", str(store), "--run-id", "k"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     killed = []
     deadline = time.time() + 300
     while not killed and time.time() < deadline and proc.poll() is None:
         pids = _infer_actor_pids(proc.pid)
-        if pids and (tmp_path / "k" / "sample" / "spans.parquet").exists():
-            time.sleep(3.0)  # mid-stage
+        if pids and list((store / "k").glob("infer/*/*.parquet")):
+            time.sleep(1.0)  # mid-stage
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -62,7 +63,27 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
     out, err = proc.communicate(timeout=900)
     assert killed, "no inference worker was found to kill"
     assert proc.returncode == 0, err[-3000:]
+
+
+def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
+    job_file = tmp_path / "quickstart.yaml"
+    job_file.write_text((ROOT / "jobs" / "quickstart.yaml").read_text() + "\ninference: {shard_rows: 2000, shard_seconds: 0.5}\n")
+    job = load_job(job_file, {"store.path": str(tmp_path)})
+    _kill_inference_workers(job_file, tmp_path)
     problems = stages.build(job)
     spans = stages.sample(problems, job)
     expected = stages.score(stages.infer(spans, problems, job), problems, job)
     assert pl.read_parquet(tmp_path / "k" / "score" / "observations.parquet").equals(expected)
+
+
+def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
+    spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
+    spec["suite"].update({"lengths": [8192, 16384, 32768, 65536], "base_lengths": [8192], "samples_per_length": 24})
+    spec["inference"] = {"shard_rows": 8, "shard_seconds": 0.5}
+    spec["ray"].update({"batch_size": 4})
+    job_file = tmp_path / "helmet.yaml"
+    job_file.write_text(yaml.safe_dump(spec))
+    _kill_inference_workers(job_file, tmp_path / "store")
+    clean = run_job(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
+    for rel in ("build/samples.parquet", "score/scores.parquet"):
+        assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.read(rel)), rel

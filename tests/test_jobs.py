@@ -19,8 +19,18 @@ def test_job_files_load(path):
 def test_vllm_job_engine_arguments():
     job = load_job(ROOT / "jobs" / "dolce-vllm.yaml")
     kw = engine_kwargs(job.probe)
-    assert kw["max_model_len"] == 131072 and kw["enable_prefix_caching"] and kw["enable_chunked_prefill"]
-    assert kw["hf_overrides"]["rope_scaling"]["rope_type"] == "yarn"
+    assert kw["max_model_len"] == 32768 and kw["enable_prefix_caching"] and kw["enable_chunked_prefill"]
+    assert "hf_overrides" not in kw  # the model's native window: no YaRN
     assert kw["distributed_executor_backend"] == "uni"
     assert actor_options(job.probe) == {"num_gpus": 1}
     assert sampling_kwargs(job.probe.sampling) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16}
+
+
+def test_vllm_128k_job_engine_arguments():
+    job = load_job(ROOT / "jobs" / "helmet-recall-vllm-128k.yaml")
+    kw = engine_kwargs(job.probe)
+    assert kw["max_model_len"] == 131072 and max(job.suite.lengths) == 131072
+    rope = kw["hf_overrides"]["rope_scaling"]
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 4.0 and rope["original_max_position_embeddings"] == 32768
+    assert kw["hf_overrides"]["max_position_embeddings"] == 131072  # vLLM 0.33 does not apply YaRN's factor itself
+    assert job.probe.truncation == "end" and job.store.path.startswith("s3://CHANGE-ME/")

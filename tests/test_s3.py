@@ -3,7 +3,6 @@
 import glob
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -11,10 +10,11 @@ from pathlib import Path
 
 import boto3
 import polars as pl
+from polars.testing import assert_frame_equal
 import pytest
 import yaml
 
-from raycluster import free_port
+from conftest import S3_CREDS, S3_PORT
 from raylc.pipeline.runner import run_job
 from raylc.spec import load_job
 
@@ -26,11 +26,11 @@ TABLES = ["build/problems.parquet", "sample/spans.parquet", "score/observations.
 
 
 class S3Server:
-    def __init__(self):
+    def __init__(self, port: int):
         from moto.server import ThreadedMotoServer
 
         self._cls = ThreadedMotoServer
-        self.port = free_port()
+        self.port = port
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.server = None
 
@@ -43,21 +43,14 @@ class S3Server:
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server()
+def s3():
+    """The session's S3 endpoint (conftest: AWS_ENDPOINT_URL on 127.0.0.1, set before Ray
+    started so that Ray workers reach it too) served by moto for this module."""
+    server = S3Server(S3_PORT)
     server.start()
-    creds = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
-    env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", **creds}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     boto3.client("s3").create_bucket(Bucket=BUCKET)
-    yield server, creds
+    yield server, S3_CREDS
     server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +179,18 @@ def test_fit_command_reads_and_writes_s3(s3, runs):
     assert pl.read_parquet(f"{out}/tasks.parquet").equals(tasks)
     keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="fit-out/")["Contents"]}
     assert {"fit-out/categories.png", "fit-out/lambda_k.png"} <= keys
+
+
+def test_length_sweep_on_s3_equals_local(s3, ray_session, tmp_path):
+    """A length-controlled run on S3: its request table is read from S3 by the Ray workers."""
+    small = {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 6}
+    base = ROOT / "jobs" / "helmet-recall.yaml"
+    run_job(load_job(base, {"store.path": f"s3://{BUCKET}/sweep", **small}), "h", log=lambda m: None)
+    run_job(load_job(base, {"store.path": str(tmp_path), **small}), "h", log=lambda m: None)
+    for rel in ("build/samples.parquet", "score/scores.parquet"):
+        assert pl.read_parquet(f"s3://{BUCKET}/sweep/h/{rel}").equals(pl.read_parquet(tmp_path / "h" / rel)), rel
+    # the bootstrap's float sums may differ in the last bits between any two runs
+    assert_frame_equal(pl.read_parquet(f"s3://{BUCKET}/sweep/h/report/summary.parquet"),
+                       pl.read_parquet(tmp_path / "h" / "report" / "summary.parquet"), rel_tol=1e-9)
+    keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="sweep/h/")["Contents"]}
+    assert not any("/requests/" in k for k in keys)  # the request table is removed after the stage

@@ -17,7 +17,7 @@ from raylc.backends.base import (
     Generation,
     generations_frame,
 )
-from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend
+from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend, length_cases
 from raylc.spec import Job
 
 __all__ = [
@@ -31,14 +31,12 @@ def make_backend(job: Job, problems: Optional[pl.DataFrame]) -> Backend:
     from ``problems`` (a planted problems table, or a samples table of a length-controlled suite)."""
     probe = job.probe
     if probe.backend == "simulated" and problems is not None and "gold" in problems.columns:
-        return SimulatedLengthBackend(probe, problems, seed=job.seed)
+        return SimulatedLengthBackend(probe, length_cases(problems), seed=job.seed)
     if probe.backend == "simulated":
         knowledge = {} if problems is None else dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
         return SimulatedBackend(probe, knowledge, seed=job.seed)
     if probe.backend == "vllm":
-        from raylc.backends.vllm_engine import VLLMBackend
-
-        return VLLMBackend(probe)
+        raise ValueError("the vLLM probe runs as an engine stage (raylc.backends.vllm_engine.VLLMEngine), not a text backend")
     if probe.backend == "openai":
         from raylc.backends.openai_http import OpenAIBackend
 

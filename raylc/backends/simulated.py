@@ -94,27 +94,36 @@ class SimulatedBackend(Backend):
 SIMULATED_COT = "Let me read the context step by step. (simulated reasoning)"
 
 
+def length_cases(samples: pl.DataFrame) -> dict[str, tuple[str, int]]:
+    """What :class:`SimulatedLengthBackend` knows of a samples table: ``prompt -> (answer,
+    context tokens)``; a two-call sample's first call answers :data:`SIMULATED_COT` (-1), its
+    second call (the follow-up holding that reasoning) the gold answer."""
+    cases: dict[str, tuple[str, int]] = {}
+    for head, context, tail, gold, n, follow in samples.select(
+        "head", "context", "tail", "gold", "context_tokens", "followup"
+    ).iter_rows():
+        prompt = head + context + tail
+        if follow is None:
+            cases[prompt] = (gold, n)
+        else:
+            cases[prompt] = (SIMULATED_COT, -1)
+            cases[follow.replace(COMPLETION, SIMULATED_COT, 1)] = (gold, n)
+    return cases
+
+
 class SimulatedLengthBackend(SimulatedBackend):
     """The simulated probe on a length-controlled suite (:mod:`raylc.suites.samples`).
 
-    It knows every sample's prompt and ``gold`` answer and answers it correctly with
-    probability ``accuracy * 2 ** (-context_tokens / half_life_tokens)`` (``knowledge_rate``
-    with no context), else "Unanswerable", seeded by the prompt; a two-call sample's first
-    call gets :data:`SIMULATED_COT`. Prompts it does not know get the planted behaviour.
+    It knows the ``cases`` it is given (``prompt -> (answer, context tokens)``, see
+    :func:`length_cases`) and answers such a prompt correctly with probability
+    ``accuracy * 2 ** (-context_tokens / half_life_tokens)`` (``knowledge_rate`` with no
+    context), else "Unanswerable", seeded by the prompt; a case with -1 context tokens (a
+    chain-of-thought first call) always gets its answer. Other prompts get the planted behaviour.
     """
 
-    def __init__(self, config: SimulatedProbe, samples: pl.DataFrame, seed: int = 0):
+    def __init__(self, config: SimulatedProbe, cases: dict[str, tuple[str, int]], seed: int = 0):
         super().__init__(config, {}, seed)
-        self.cases: dict[str, tuple[str, int]] = {}
-        for head, context, tail, gold, n, follow in samples.select(
-            "head", "context", "tail", "gold", "context_tokens", "followup"
-        ).iter_rows():
-            prompt = head + context + tail
-            if follow is None:
-                self.cases[prompt] = (gold, n)
-            else:
-                self.cases[prompt] = (SIMULATED_COT, -1)
-                self.cases[follow.replace(COMPLETION, SIMULATED_COT, 1)] = (gold, n)
+        self.cases = cases
 
     def answer(self, prompt: str) -> str:
         case = self.cases.get(prompt)

@@ -16,12 +16,12 @@ import json
 import time
 import uuid
 from collections import Counter
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import polars as pl
 
-from raylc.spec import Job
+from raylc.spec import Job, probe_settings
 from raylc.store import Store
 
 SHARD_DIR = "infer"
@@ -29,7 +29,7 @@ SHARD_DIR = "infer"
 
 def probe_fingerprint(job: Job) -> str:
     """What determines a completion besides the prompt: the whole probe section and the seed."""
-    data = {"probe": job.probe.model_dump(mode="json"), "seed": job.seed}
+    data = {"probe": probe_settings(job.probe), "seed": job.seed}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -138,6 +138,26 @@ def load_completions(store: Store, run_id: str) -> pl.DataFrame:
         .unique("request_id", keep="last", maintain_order=True)
         .drop("_ok")
     )
+
+
+REQUEST_DIR = "requests"
+
+
+def write_requests(store: Store, run_id: str, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:
+    """Pending request rows as Parquet parts of ``part_rows`` rows,
+    ``<run_id>/requests/<attempt>/part-<n>.parquet`` (paths relative to the store root, in
+    order), written chunk by chunk: the driver holds one chunk. A part is one Ray Data block,
+    so it bounds how much work finishes before its completions reach the shards."""
+    attempt = uuid.uuid4().hex[:8]
+    files = []
+    n = 0
+    for chunk in chunks:
+        for i in range(0, chunk.height, part_rows):
+            name = f"part-{n:05d}.parquet"
+            store.write_table(chunk.slice(i, part_rows), run_id, REQUEST_DIR, attempt, name)
+            files.append(f"{run_id}/{REQUEST_DIR}/{attempt}/{name}")
+            n += 1
+    return tuple(files)
 
 
 class ShardWriter:

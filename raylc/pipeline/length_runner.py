@@ -9,14 +9,30 @@ from typing import Callable, Optional
 import polars as pl
 
 from raylc.pipeline import checkpoint, length, ray_exec
-from raylc.pipeline.runner import Run, RunError, check_errors, run_stages, write_shards
+from raylc.pipeline.runner import Run, RunError, check_errors, infer_requests, run_stages
 from raylc.scoring.judge import judge_sample_scores
 from raylc.spec import Job
 
 
-def _knowledge(job: Job, samples: pl.DataFrame) -> Optional[pl.DataFrame]:
-    """What the simulated probe may read (the samples); real backends get nothing."""
-    return samples if job.probe.backend == "simulated" else None
+def _with_knowledge(job: Job, samples: pl.DataFrame, reqs: pl.DataFrame) -> pl.DataFrame:
+    """For the simulated probe, what it may read of each request (:data:`SIM_COLUMNS`): the
+    sample's gold answer and context tokens, or its fixed reasoning line (-1) for the first
+    call of a two-call sample. Real backends get the request rows as they are."""
+    if job.probe.backend != "simulated":
+        return reqs
+    from raylc.backends.simulated import SIMULATED_COT
+
+    keys = ["task", "sample_id", "length"]
+    first_of_two = (pl.col("round") == 1) & pl.col("followup").is_not_null()
+    return (
+        reqs.join(samples.select(*keys, "gold", "context_tokens", "followup"), on=keys, how="left",
+                  maintain_order="left")
+        .with_columns(
+            sim_answer=pl.when(first_of_two).then(pl.lit(SIMULATED_COT)).otherwise(pl.col("gold")),
+            sim_tokens=pl.when(first_of_two).then(pl.lit(-1, pl.Int64)).otherwise(pl.col("context_tokens").cast(pl.Int64)),
+        )
+        .drop("gold", "context_tokens", "followup")
+    )
 
 
 def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
@@ -26,8 +42,7 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     return reqs.join(stored.select(cols), on="request_id", how="left")
 
 
-def _run_round(job: Job, run: Run, reqs: pl.DataFrame, knowledge: Optional[pl.DataFrame],
-               log: Callable[[str], None]) -> int:
+def _run_round(job: Job, run: Run, reqs: pl.DataFrame, samples: pl.DataFrame, log: Callable[[str], None]) -> int:
     """Run the requests without a stored success; returns how many were reused."""
     done = checkpoint.completed_keys(run.store, run.run_id)
     pending = reqs.select(length.REQUEST_COLUMNS).filter(~checkpoint.is_completed(reqs["request_id"], done))
@@ -35,7 +50,7 @@ def _run_round(job: Job, run: Run, reqs: pl.DataFrame, knowledge: Optional[pl.Da
     log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
         f"attempts, {pending.height} to run")
     if pending.height:
-        write_shards(job, run, ray_exec.stream_generate(pending, job, knowledge), log)
+        infer_requests(job, run, [_with_knowledge(job, samples, pending)], log)
     return reused
 
 
@@ -62,12 +77,11 @@ def run_length_stages(job: Job, run: Run, log: Callable[[str], None], samples: O
 
     def do_infer() -> dict[str, int]:
         samples = run.read("build/samples.parquet")
-        knowledge = _knowledge(job, samples)
         first = length.requests(samples, job)
-        reused = _run_round(job, run, first, knowledge, log)
+        reused = _run_round(job, run, first, samples, log)
         second = _rounds(job, run, samples, first)[1]
         if second.height:
-            reused += _run_round(job, run, second, knowledge, log)
+            reused += _run_round(job, run, second, samples, log)
         rows, first_error = checkpoint.stored_accounting(run.store, run.run_id, reused)
         check_errors(job, run, rows, first.height + second.height, first_error)
         return rows

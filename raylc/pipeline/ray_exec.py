@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import polars as pl
@@ -35,12 +38,26 @@ def check_gpus(job: Job, log: Callable[[str], None]) -> None:
     log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")
 
 
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*): (\S.*)$")
+
+
 def root_cause(exc: BaseException) -> str:
-    """One line: the innermost exception of a chain (Ray wraps user-code errors twice)."""
-    while exc.__cause__ is not None and exc.__cause__ is not exc:
-        exc = exc.__cause__
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}".strip()
+    """One line: the innermost exception of a chain (Ray wraps user-code errors twice). An
+    actor that died in its constructor (``ActorDiedError``) carries the user code's error only
+    as traceback text: its last ``Type: message`` line is the cause."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and chain[-1].__cause__ is not chain[-1]:
+        chain.append(chain[-1].__cause__)  # type: ignore[arg-type]
+    for e in chain:
+        if getattr(e, "_actor_init_failed", False):
+            raised = [m for m in map(_RAISED.match, (ln.strip() for ln in str(e).splitlines())) if m]
+            if raised:
+                return f"{raised[-1].group(1).rsplit('.', 1)[-1]}: {raised[-1].group(2)}"
+        elif type(e).__name__ in ("ActorDiedError", "RayActorError"):  # its process exited mid-task
+            first = (str(e).strip().splitlines() or [""])[0]
+            return f"{type(e).__name__}: {first}"
+    text = str(chain[-1]).strip().splitlines()
+    return f"{type(chain[-1]).__name__}: {text[-1] if text else ''}".strip()
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False) -> None:
@@ -57,114 +74,204 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, incl
 
 
 def _configure_data(job: Job) -> None:
+    """Ray Data settings for an inference stream. vLLM jobs run without Ray Data's no-progress
+    guard (``DataContext.execution_no_progress_timeout_s``, 1800 s by default) unless
+    ``ray.no_progress_timeout_s`` sets one: a batch of 128K-token prompts, or the wait for a
+    GPU node, can take longer than any fixed limit, and a dead engine is handled by the actor
+    restarts instead."""
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
     if job.ray.no_progress_timeout_s is not None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
+    elif job.probe.backend == "vllm":
+        ctx.execution_no_progress_timeout_s = -1  # off (no_progress_guard.py: -1 disables it)
     ctx.enable_progress_bars = True
     ctx.print_on_execution_start = False
     ctx.raise_original_map_exception = True  # a failed map raises the user code's exception: one clear line
 
 
-class _InferActor:
-    """Ray Data actor: holds the problems and the backend; renders prompts and runs the probe."""
+@dataclass(frozen=True)
+class RequestSource:
+    """Where a stream's request rows come from: Parquet ``files`` of a store (store-relative
+    paths), each read by the first-stage actor that takes it, on a worker, so the driver
+    neither holds nor puts the requests; or a small in-memory ``frame`` (judge calls).
+    ``problems``: the store path parts of the DOLCE problems table that span references are
+    rendered from."""
 
-    def __init__(self, job: Job, problems: pl.DataFrame):
-        from raylc.backends import make_backend
+    store_root: str = "."
+    files: tuple[str, ...] = ()
+    frame: Optional[pl.DataFrame] = None
+    problems: tuple[str, ...] = ()
 
-        self.job = job
-        self.problems = problems
-        self.backend = make_backend(job, problems)
+    def dataset(self) -> Any:
+        """A dataset of request rows (``frame``), or of file names, one per block (``files``):
+        a task reads one file, so completions stream out a file at a time."""
+        import ray.data
+
+        if self.frame is not None:
+            return ray.data.from_arrow(self.frame.to_arrow())
+        return ray.data.from_items([{FILE: f} for f in self.files], override_num_blocks=len(self.files))
+
+    def batch_size(self, job: Job) -> int:
+        """First-stage batch: one file, or ``ray.batch_size`` rows of an in-memory frame."""
+        return job.ray.batch_size if self.frame is not None else 1
+
+    def rows(self, batch: pa.Table) -> pl.DataFrame:
+        """The request rows of a first-stage batch: read from the files it names, or itself."""
+        if FILE not in batch.column_names:
+            return pl.from_arrow(batch)  # type: ignore[return-value]
+        import pyarrow.parquet as pq
+
+        from raylc.store import Store
+
+        store = Store(self.store_root)
+        frames = []
+        for f in batch.column(FILE).to_pylist():
+            with store.open_input(*f.split("/")) as fh:
+                frames.append(pl.from_arrow(pq.read_table(fh)))
+        return pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
+
+
+FILE = "_request_file"
+
+
+def block_rows(job: Job) -> int:
+    """Request rows per file of the request table, the unit of work that streams back to the
+    shards: one batch for vLLM (a 128K-token batch is minutes of GPU time), four for text backends."""
+    return max(job.ray.batch_size * (1 if job.probe.backend == "vllm" else 4), 1)
+
+
+class PrepareActor:
+    """CPU actor of the prepare stage: reads its request rows, renders their prompts (loading
+    only the problems they name) and, for a token engine, fits and tokenizes them with the
+    engine's tokenizer."""
+
+    def __init__(self, job: Job, source: RequestSource):
+        from raylc.pipeline.inference import ProblemSource, PromptTokenizer
+
+        self.job, self.source = job, source
+        self.problems = ProblemSource(source.store_root, source.problems) if source.problems else ProblemSource(
+            problems=pl.DataFrame())
+        self.tokenizer = None
+        if job.probe.backend == "vllm":
+            from raylc.backends.vllm_engine import tokenizer_spec
+
+            self.tokenizer = PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template)
+
+    def prepared(self, batch: pa.Table) -> pl.DataFrame:
+        from raylc.pipeline.inference import prepare
+
+        return prepare(self.source.rows(batch), self.problems, self.job, self.tokenizer)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from raylc.pipeline.stages import infer
-
-        return infer(pl.from_arrow(batch), self.problems, self.job, self.backend).to_arrow()  # type: ignore[arg-type]
+        return self.prepared(batch).to_arrow()
 
 
-def pool_options(job: Job) -> dict[str, Any]:
-    """Actor pool size and per-actor resources for the probe's backend.
+class TextEngineActor(PrepareActor):
+    """Prepare and generate in one actor for text backends (simulated, OpenAI-compatible):
+    nothing to tokenize, so no second pool."""
 
-    vLLM: ``replicas`` engine actors, each holding ``tensor_parallel_size`` GPUs and one CPU.
-    Simulated / OpenAI-compatible: ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs
-    (fractional, so the pool never starves the Ray Data read tasks on small machines).
-    """
-    import ray.data
+    def __init__(self, job: Job, source: RequestSource):
+        super().__init__(job, source)
+        from raylc.backends import make_backend
 
-    if job.probe.backend == "vllm":
-        from raylc.backends.vllm_engine import actor_options
+        self.backend = None if job.probe.backend == "simulated" else make_backend(job, None)
 
-        return {"compute": ray.data.ActorPoolStrategy(size=job.probe.replicas),
-                "num_cpus": max(1.0, job.ray.actor_num_cpus), **actor_options(job.probe)}
-    return {"compute": ray.data.ActorPoolStrategy(size=job.ray.actors), "num_cpus": job.ray.actor_num_cpus}
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from raylc.pipeline.inference import generate_text, simulated_backend
+
+        rows = self.prepared(batch)
+        backend = self.backend or simulated_backend(rows, self.job)
+        return generate_text(rows, backend, getattr(getattr(self.job.probe, "sampling", None), "max_tokens", 0)).to_arrow()
 
 
-def _stream(chunks: Iterable[pl.DataFrame], actor: type, kwargs: dict[str, Any], job: Job) -> Iterator[pl.DataFrame]:
-    """Rows of ``chunks`` through an actor pool of ``actor(**kwargs)`` (``job.probe``'s backend
-    resources), streamed back in batches as they finish (any order). Each chunk is cut into
-    blocks that go to Ray's object store as it is read, so the driver holds one chunk at a time."""
-    import ray
+class EngineActor:
+    """GPU actor of the engine stage: one vLLM engine, built here and shut down with the pool;
+    an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on it. A dead
+    engine ends the process (``os._exit``) so that Ray restarts the actor, up to
+    ``probe.max_engine_restarts`` times, and retries its batches."""
+
+    def __init__(self, job: Job):
+        from raylc.backends.vllm_engine import VLLMEngine
+
+        self.job = job
+        self.engine = VLLMEngine(job.probe)
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        from raylc.backends.vllm_engine import EngineDead
+        from raylc.pipeline.inference import generate_tokens
+
+        try:
+            out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
+        except EngineDead as exc:
+            print(f"raylc: vLLM engine died ({exc}); exiting so that Ray restarts this actor", file=sys.stderr,
+                  flush=True)
+            os._exit(1)
+        return out.to_arrow()
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+def bound(cls: type, **kwargs: Any) -> type:
+    """``cls`` with its constructor arguments bound into the class itself (pickled with the
+    UDF), instead of ``fn_constructor_kwargs``, which Ray Data puts in the object store: an
+    actor restarted after its process died (a dead engine, a lost node) would find them gone
+    (Ray logs an error about it for every restartable actor; ray-project/ray#53727)."""
+
+    def __init__(self: Any) -> None:
+        cls.__init__(self, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__,
+                                       "__module__": cls.__module__})
+
+
+def stream_requests(source: RequestSource, job: Job) -> Iterator[pl.DataFrame]:
+    """Completion rows of the requests through the probe's pipeline, streamed in batches as
+    they finish (any order): for vLLM, ``prepare_actors`` CPU actors then ``replicas`` engine
+    actors (``tensor_parallel_size`` GPUs each, ``accelerator_type`` when set); for text
+    backends one pool of ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs (fractional,
+    so the pool never starves other tasks on small machines)."""
+    if source.frame is None and not source.files:
+        return
     import ray.data
 
     _configure_data(job)
-    size = max(job.ray.batch_size * 4, 1)
-    refs = [ray.put(chunk.slice(i, size).to_arrow()) for chunk in chunks for i in range(0, chunk.height, size)]
-    if not refs:
-        return
-    ds = ray.data.from_arrow_refs(refs).map_batches(
-        actor, fn_constructor_kwargs=kwargs, batch_size=job.ray.batch_size, batch_format="pyarrow",
-        **pool_options(job),
-    )
+    ds = source.dataset()
+    first = {"job": job, "source": source if source.frame is None else RequestSource(problems=())}
+    if job.probe.backend != "vllm":
+        ds = ds.map_batches(bound(TextEngineActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=job.ray.actors), num_cpus=job.ray.actor_num_cpus)
+    else:
+        from raylc.backends.vllm_engine import actor_options
+
+        probe = job.probe
+        ds = ds.map_batches(
+            bound(PrepareActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=probe.prepare_actors), num_cpus=job.ray.actor_num_cpus,
+        )
+        k = probe.max_concurrent_batches
+        with warnings.catch_warnings():  # max_restarts has no named parameter in Ray 2.60 yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ds = ds.map_batches(
+                bound(EngineActor, job=job), batch_size=job.ray.batch_size, batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
+                                                   max_tasks_in_flight_per_actor=2 * k),
+                num_cpus=job.ray.actor_num_cpus, max_restarts=probe.max_engine_restarts, **actor_options(probe),
+            )
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield pl.from_arrow(batch)  # type: ignore[misc]
 
 
-def infer_on_ray(spans: pl.DataFrame | Iterable[pl.DataFrame], problems: pl.DataFrame,
-                 job: Job) -> Iterator[pl.DataFrame]:
-    """Completions of the spans (a frame, or an iterable of frames such as chunks read from
-    the spans table) from the backend's actor pool, streamed in batches."""
-    chunks = [spans] if isinstance(spans, pl.DataFrame) else spans
-    return _stream(chunks, _InferActor, {"job": job, "problems": problems}, job)
-
-
-PROMPT_COLUMNS = ("prompt", "head", "context", "tail", "max_tokens")
-
-
-class _GenerateActor:
-    """Ray Data actor for prompt rows: ``prompt`` (or ``head, context, tail``) and an optional
-    ``max_tokens`` in; the other columns pass through and the generation columns are appended.
-    ``knowledge`` is what a simulated probe may read (a samples table), None for real backends."""
-
-    def __init__(self, job: Job, knowledge: Optional[pl.DataFrame] = None):
-        from raylc.backends import make_backend
-
-        self.backend = make_backend(job, knowledge)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        from raylc.backends.base import generations_frame
-
-        frame: pl.DataFrame = pl.from_arrow(batch)  # type: ignore[assignment]
-        if "prompt" in frame.columns:
-            prompts: list[Any] = frame["prompt"].to_list()
-        else:
-            prompts = list(zip(frame["head"].to_list(), frame["context"].to_list(), frame["tail"].to_list()))
-        limits = frame["max_tokens"].to_list() if "max_tokens" in frame.columns else None
-        out = generations_frame(self.backend.generate(prompts, limits))
-        keep = frame.drop([c for c in PROMPT_COLUMNS if c in frame.columns])
-        return pl.concat([keep, out], how="horizontal").to_arrow()
-
-
-def stream_generate(frame: pl.DataFrame, job: Job, knowledge: Optional[pl.DataFrame] = None) -> Iterator[pl.DataFrame]:
-    """Generations for the prompt rows of ``frame`` (see :class:`_GenerateActor`) from
-    ``job.probe``'s backend in its actor pool, streamed in batches as they finish (any order)."""
-    return _stream([frame], _GenerateActor, {"job": job, "knowledge": knowledge}, job)
-
-
 def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
-    """Generations for ``prompts`` (in order) from ``job.probe``'s backend in its actor pool."""
-    frame = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "prompt": prompts})
-    parts = list(stream_generate(frame, job))
+    """Generations for ``prompts`` (in order) from ``job.probe``'s pipeline (judge calls: a
+    small in-memory request table, each prompt all context)."""
+    frame = pl.DataFrame({"row": pl.int_range(len(prompts), eager=True), "context": prompts}).select(
+        "row", head=pl.lit(""), context=pl.col("context"), tail=pl.lit(""))
+    parts = list(stream_requests(RequestSource(frame=frame), job))
     return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()
 
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from raylc import __version__
 from raylc.backends import make_backend
 from raylc.pipeline import checkpoint, ray_exec, stages
+from raylc.pipeline.inference import PROBLEM_ROW_GROUP
 from raylc.plan import prefix_order
 from raylc.spec import LENGTH_SUITES, Job
 from raylc.store import Store
@@ -108,8 +109,8 @@ class Run:
     def read(self, rel: str) -> pl.DataFrame:
         return self.store.read_table(self.run_id, *rel.split("/"))
 
-    def write(self, df: pl.DataFrame, rel: str) -> None:
-        self.store.write_table(df, self.run_id, *rel.split("/"))
+    def write(self, df: pl.DataFrame, rel: str, row_group_size: Optional[int] = None) -> None:
+        self.store.write_table(df, self.run_id, *rel.split("/"), row_group_size=row_group_size)
 
     def write_parts(self, parts: Iterable[pl.DataFrame], rel: str, empty: pl.DataFrame) -> int:
         """Write frames of one schema as one Parquet file, a row group each, streamed to the
@@ -260,11 +261,31 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
             writer.add(batch)
     except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
         writer.flush()
+        cause = ray_exec.root_cause(exc)
+        if job.probe.backend == "vllm" and cause.startswith(("ActorDiedError", "RayActorError")):
+            cause += (f" (an engine actor died more often than probe.max_engine_restarts = "
+                      f"{job.probe.max_engine_restarts} allows; its log has vLLM's reason)")
         raise InferenceFailed(
-            f"{job.probe.backend} inference failed: {ray_exec.root_cause(exc)} (finished requests are "
+            f"{job.probe.backend} inference failed: {cause} (finished requests are "
             f"kept; re-run with --run-id {run.run_id} to continue)"
         ) from None
     writer.flush()
+
+
+def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Callable[[str], None],
+                   problems: tuple[str, ...] = (), data: Optional[pl.DataFrame] = None) -> None:
+    """The one inference path: the ``pending`` request rows (chunks) become a request table in
+    the run folder (``requests/<attempt>/``), which Ray Data reads in blocks on the workers and
+    streams through the probe's prepare and engine stages (:func:`ray_exec.stream_requests`)
+    into checkpoint shards; the table is removed when the stream ends. ``problems``: the
+    run-relative path of the problems table that DOLCE span references are rendered from."""
+    files = checkpoint.write_requests(run.store, run.run_id, pending, ray_exec.block_rows(job))
+    try:
+        if files:
+            source = ray_exec.RequestSource(run.store.root, files, problems=(run.run_id, *problems) if problems else ())
+            write_shards(job, run, ray_exec.stream_requests(source, job), log, data)
+    finally:
+        run.store.delete(run.run_id, checkpoint.REQUEST_DIR)
 
 
 def check_errors(job: Job, run: Run, rows: dict[str, int], total: int, first: Optional[str]) -> None:
@@ -315,7 +336,8 @@ def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] =
 def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[pl.DataFrame] = None) -> None:
     def do_build() -> dict[str, int]:
         problems = built if built is not None else stages.build(job)
-        run.write(problems, "build/problems.parquet")
+        # small row groups: an inference actor reads the few problems its batch names
+        run.write(problems, "build/problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
         return {"problems": problems.height}
 
     def do_sample() -> dict[str, int]:
@@ -342,7 +364,7 @@ def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[
             # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
             pending = (prefix_order(chunk.filter(~checkpoint.is_completed(chunk["request_id"], done)))
                        for chunk in span_chunks())
-            write_shards(job, run, ray_exec.infer_on_ray(pending, problems, job), log, problems)
+            infer_requests(job, run, pending, log, problems=("build", "problems.parquet"))
         del done
         rows, first = checkpoint.stored_accounting(run.store, run.run_id, reused)
         check_errors(job, run, rows, total, first)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.backends import make_backend
-from raylc.backends.base import generations_frame
 from raylc.dolce import CATEGORIES, assign_categories, fit_observations
-from raylc.prompts import render_prompt_parts
+from raylc.pipeline.inference import infer_frame
 from raylc.sampling import sample_spans
 from raylc.scoring import OBSERVATION_SCHEMA, score_spans
 from raylc.spec import Job
@@ -37,13 +35,11 @@ def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
 
 
 def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -> pl.DataFrame:
-    """Render each span's prompt, run the probe; the spans plus the generation columns
-    (``completion, prompt_tokens, generated_tokens, cached_tokens, finish_reason, latency_s,
-    error, truncated_tokens``)."""
-    backend = backend or make_backend(job, problems)
-    parts = render_prompt_parts(spans, problems)  # (head, context, tail): truncation cuts the context only
-    prompts = list(zip(parts["head"].to_list(), parts["context"].to_list(), parts["tail"].to_list()))
-    return pl.concat([spans, generations_frame(backend.generate(prompts))], how="horizontal")
+    """Render each span's prompt, run the probe in this process (the same prepare and engine
+    functions as the Ray path, :mod:`raylc.pipeline.inference`); the spans plus the generation
+    columns (``completion, prompt_tokens, generated_tokens, cached_tokens, finish_reason,
+    latency_s, error, truncated_tokens``)."""
+    return infer_frame(spans, problems, job, backend)
 
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:

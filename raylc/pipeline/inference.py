@@ -1,0 +1,271 @@
+"""The inference stages as plain Polars functions: prepare (render, fit, tokenize) and generate.
+
+Every suite's requests go through one path (:mod:`raylc.pipeline.ray_exec`):
+request table -> :func:`prepare` (CPU actors) -> :func:`generate_tokens` or :func:`generate_text`
+(engine actors) -> checkpoint shards.
+
+A request row carries its prompt inline (``head, context, tail``: the length-controlled
+suites, judge calls) or as a reference to a DOLCE span (``problem_id, C, start``), which
+:func:`prepare` renders from the problem's units (:func:`raylc.prompts.render_prompt_parts`),
+loading only the problems its batch names (:class:`ProblemSource`): no actor holds the suite.
+
+For an engine that takes token ids (vLLM), prepare also fits each prompt into the window
+(:func:`raylc.truncation.fit_to_window`, cutting the context only) and tokenizes it with the
+engine's own tokenizer (:class:`PromptTokenizer`), so the engine only generates. Text
+backends (simulated, OpenAI-compatible) get the rendered parts and fit them themselves.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Optional
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from raylc.backends.base import BackendUnavailable
+from raylc.prompts import render_prompt_parts
+from raylc.tokenize import HFTokenizer
+from raylc.truncation import PromptTooLong, fit_to_window
+
+INLINE = ("head", "context", "tail")
+#: What the simulated probe may read of a request (its memorized answer, the context size of
+#: a length-suite sample, -1 for a chain-of-thought first call); never sent to a real backend.
+SIM_COLUMNS = ("sim_answer", "sim_tokens")
+TOKEN_COLUMNS = ("prompt_token_ids", "prompt_tokens", "truncated_tokens", "error")
+PROBLEM_ROW_GROUP = 8  # problems per Parquet row group of build/problems.parquet: the unit a prepare actor reads
+
+
+class ProblemSource:
+    """Problems of a stored problems table, read by id a row group at a time (an LRU of
+    ``cache_groups`` row groups): memory holds a few problems, not the suite.
+
+    ``problems``: an in-memory table instead (in-process runs and tests)."""
+
+    def __init__(self, store_root: Optional[str] = None, parts: tuple[str, ...] = (),
+                 problems: Optional[pl.DataFrame] = None, cache_groups: int = 4):
+        self._frame = problems
+        self._cache: OrderedDict[int, pl.DataFrame] = OrderedDict()
+        self._cache_groups = cache_groups
+        self._index: Optional[dict[str, int]] = None
+        self._file: Any = None
+        if problems is None:
+            from raylc.store import Store
+
+            self._store, self._parts = Store(store_root or "."), parts
+
+    def _open(self) -> Any:
+        if self._file is None:
+            self._file = pq.ParquetFile(self._store.fs.open_input_file(self._store.path(*self._parts)))
+            groups = [self._file.read_row_group(i, columns=["problem_id"]).column(0).to_pylist()
+                      for i in range(self._file.num_row_groups)]
+            self._index = {pid: i for i, ids in enumerate(groups) for pid in ids}
+        return self._file
+
+    def _group(self, i: int) -> pl.DataFrame:
+        if i in self._cache:
+            self._cache.move_to_end(i)
+            return self._cache[i]
+        frame: pl.DataFrame = pl.from_arrow(self._open().read_row_group(i))  # type: ignore[assignment]
+        self._cache[i] = frame
+        while len(self._cache) > self._cache_groups:
+            self._cache.popitem(last=False)
+        return frame
+
+    def get(self, ids: list[str]) -> pl.DataFrame:
+        """The problems with these ids (unknown ids are left out)."""
+        wanted = list(dict.fromkeys(ids))
+        if self._frame is not None:
+            return self._frame.filter(pl.col("problem_id").is_in(wanted))
+        self._open()
+        assert self._index is not None
+        groups = sorted({self._index[p] for p in wanted if p in self._index})
+        frames = [self._group(i).filter(pl.col("problem_id").is_in(wanted)) for i in groups]
+        if not frames:  # none known: an empty table of the same schema (rendering names the id)
+            return pl.from_arrow(self._file.schema_arrow.empty_table())  # type: ignore[return-value]
+        return pl.concat(frames, how="diagonal_relaxed")
+
+
+def render(requests: pl.DataFrame, problems: ProblemSource, simulated: bool = False) -> pl.DataFrame:
+    """``requests`` with ``head, context, tail``: kept when inline, else rendered from the
+    span's problem; with ``simulated``, DOLCE rows also get ``sim_answer`` (the problem's answer)."""
+    if set(INLINE) <= set(requests.columns) or not requests.height:
+        return requests
+    subset = problems.get(requests["problem_id"].to_list())
+    parts = render_prompt_parts(requests, subset)
+    out = pl.concat([requests, parts], how="horizontal")
+    if simulated and "answer" in subset.columns:
+        answers = subset.select("problem_id", sim_answer=pl.col("answer").cast(pl.String))
+        out = out.join(answers, on="problem_id", how="left", maintain_order="left")
+    return out
+
+
+class PromptTokenizer(HFTokenizer):
+    """The engine's tokenizer on a CPU actor; ``prompt_ids(text)`` are the ids sent to the engine.
+
+    :meth:`load` reads a local folder with ``tokenizer.json``, a ``tokenizer.json`` file, or a
+    Hugging Face name (through ``transformers``, which comes with ``raylc[vllm]``, and which a
+    chat template needs). With ``chat_template`` the text becomes one user message rendered by
+    the tokenizer's ``apply_chat_template(..., tokenize=False, add_generation_prompt=True)`` and
+    is encoded without special tokens (the template has them); without, it is encoded with the
+    tokenizer's default special tokens. ``encode`` / ``decode`` (no special tokens) serve
+    truncation; ``count`` is the length of the ids sent, so the template is budgeted for."""
+
+    def __init__(self, tok: Any, chat_template: bool, name: str = "engine", fast: bool = False):
+        """``tok``: a ``transformers`` tokenizer, or with ``fast`` a ``tokenizers.Tokenizer``."""
+        super().__init__(name, tok=tok, fast=fast)
+        self.name, self.chat_template = name, chat_template
+        self._last: tuple[str, list[int]] = ("", [])
+        if chat_template:
+            try:
+                self.prompt_ids("")
+            except Exception as exc:  # e.g. a base model's tokenizer without a chat template
+                first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise BackendUnavailable(
+                    f"{name}: cannot apply the chat template ({first}); set probe.chat_template: false") from None
+
+    @classmethod
+    def load(cls, spec: str, chat_template: bool) -> "PromptTokenizer":
+        """The tokenizer at ``spec`` (see the class docstring)."""
+        try:
+            base = HFTokenizer(spec, transformers_only=chat_template)
+        except ImportError:
+            raise BackendUnavailable(
+                f"tokenizer {spec!r}: needs 'transformers' (pip install 'raylc[vllm]')"
+                + ("; or set probe.chat_template: false with a local tokenizer.json" if chat_template else "")
+            ) from None
+        return cls(base._tok, chat_template, spec, fast=base._fast)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The ids sent to the engine for ``text`` (the last result is memoized)."""
+        if self._last[0] == text and self._last[1]:
+            return self._last[1]
+        if not self.chat_template:
+            ids = self.encode(text, special=True)
+        else:
+            rendered = self._tok.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+            ids = list(rendered) if not isinstance(rendered, str) else self.encode(rendered)
+        self._last = (text, ids)
+        return ids
+
+    def count(self, text: str) -> int:
+        return len(self.prompt_ids(text))
+
+
+def tokenize(rendered: pl.DataFrame, tokenizer: PromptTokenizer, max_model_len: int, default_max_tokens: int,
+             policy: str) -> pl.DataFrame:
+    """Fit each ``head + context + tail`` into ``max_model_len`` minus its ``max_tokens`` (the
+    row's, or ``default_max_tokens``) and tokenize it: the rows without the prompt parts, plus
+    ``prompt_token_ids`` (null when it cannot fit), ``prompt_tokens``, ``truncated_tokens`` and
+    ``error`` ("prompt too long: ..." for a refused prompt)."""
+    limits = (rendered["max_tokens"].fill_null(default_max_tokens).to_list() if "max_tokens" in rendered.columns
+              else [default_max_tokens] * rendered.height)
+    ids_col: list[Optional[list[int]]] = []
+    n_col, cut_col, err_col = [], [], []
+    for (head, context, tail), limit in zip(rendered.select(INLINE).iter_rows(), limits):
+        try:
+            text, cut = fit_to_window(head, context, tail, tokenizer, max_model_len, int(limit), policy)  # type: ignore[arg-type]
+        except PromptTooLong as exc:
+            ids_col.append(None)
+            n_col.append(tokenizer.count(head + context + tail))
+            cut_col.append(0)
+            err_col.append(f"prompt too long: {exc}")
+            continue
+        ids = tokenizer.prompt_ids(text)
+        ids_col.append(ids)
+        n_col.append(len(ids))
+        cut_col.append(cut)
+        err_col.append(None)
+    return rendered.drop(INLINE).with_columns(
+        pl.Series("prompt_token_ids", ids_col, dtype=pl.List(pl.Int32)),
+        pl.Series("prompt_tokens", n_col, dtype=pl.Int64),
+        pl.Series("truncated_tokens", cut_col, dtype=pl.Int64),
+        pl.Series("error", err_col, dtype=pl.String),
+    )
+
+
+def prepare(rows: pl.DataFrame, problems: ProblemSource, job: Any,
+            tokenizer: Optional[PromptTokenizer] = None) -> pl.DataFrame:
+    """The prepare stage: :func:`render`, then for a token engine (``tokenizer`` given)
+    :func:`tokenize` into the probe's window."""
+    probe = job.probe
+    rendered = render(rows, problems, simulated=probe.backend == "simulated")
+    if tokenizer is None:
+        return rendered
+    return tokenize(rendered, tokenizer, probe.max_model_len, probe.sampling.max_tokens, probe.truncation)
+
+
+def _limits(rows: pl.DataFrame, default: int) -> list[int]:
+    return rows["max_tokens"].fill_null(default).to_list() if "max_tokens" in rows.columns else [default] * rows.height
+
+
+def _passthrough(rows: pl.DataFrame) -> pl.DataFrame:
+    """The columns that travel from the request to its completion row (ids and keys)."""
+    return rows.drop([c for c in (*INLINE, *SIM_COLUMNS, *TOKEN_COLUMNS, "max_tokens") if c in rows.columns])
+
+
+def simulated_backend(rows: pl.DataFrame, job: Any) -> Any:
+    """The simulated probe for a batch, knowing only what the batch's rows carry
+    (:data:`SIM_COLUMNS`): a length-suite sample's answer and context size, or a DOLCE problem's answer."""
+    from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend
+
+    if "sim_tokens" in rows.columns:
+        prompts = rows.select(pl.concat_str(INLINE))[:, 0].to_list()
+        cases = dict(zip(prompts, zip(rows["sim_answer"].to_list(), rows["sim_tokens"].to_list())))
+        return SimulatedLengthBackend(job.probe, cases, seed=job.seed)
+    known = dict(zip(rows["problem_id"], rows["sim_answer"])) if {"problem_id", "sim_answer"} <= set(rows.columns) else {}
+    return SimulatedBackend(job.probe, known, seed=job.seed)
+
+
+def generate_text(rows: pl.DataFrame, backend: Any, default_max_tokens: int) -> pl.DataFrame:
+    """The engine stage for text backends (simulated, OpenAI-compatible): rendered
+    ``head, context, tail`` in, the pass-through columns plus the generation columns out."""
+    from raylc.backends.base import generations_frame
+
+    prompts = list(rows.select(INLINE).iter_rows())
+    limits = rows["max_tokens"].to_list() if "max_tokens" in rows.columns else None
+    out = generations_frame(backend.generate(prompts, limits)) if rows.height else generations_frame([])
+    return pl.concat([_passthrough(rows), out], how="horizontal")
+
+
+async def generate_tokens(rows: pl.DataFrame, engine: Any, default_max_tokens: int) -> pl.DataFrame:
+    """The engine stage for token engines (vLLM): rows of :func:`tokenize` in, the pass-through
+    columns plus the generation columns out; refused prompts keep their error and skip the engine."""
+    from raylc.backends.base import generation, generations_frame
+
+    ids = rows["prompt_token_ids"].to_list()
+    limits = _limits(rows, default_max_tokens)
+    todo = [i for i, x in enumerate(ids) if x is not None]
+    done = await engine.generate([ids[i] for i in todo], [limits[i] for i in todo]) if todo else []
+    n, cut, err = rows["prompt_tokens"].to_list(), rows["truncated_tokens"].to_list(), rows["error"].to_list()
+    results = [generation(prompt_tokens=n[i], error=err[i], latency_s=None) for i in range(rows.height)]
+    for i, result in zip(todo, done):
+        result["truncated_tokens"] = int(cut[i])
+        results[i] = result
+    return pl.concat([_passthrough(rows), generations_frame(results)], how="horizontal")
+
+
+def infer_frame(requests: pl.DataFrame, problems: Optional[pl.DataFrame], job: Any, backend: Any = None) -> pl.DataFrame:
+    """The whole inference path in this process (tests, small runs): render, then the probe's
+    engine stage (for vLLM: fit, tokenize and generate with a local engine)."""
+    probe = job.probe
+    source = ProblemSource(problems=problems)
+    if probe.backend == "vllm":
+        import asyncio
+
+        from raylc.backends.vllm_engine import VLLMEngine, tokenizer_spec
+
+        ready = prepare(requests, source, job, PromptTokenizer.load(tokenizer_spec(probe), probe.chat_template))
+        engine = backend or VLLMEngine(probe)
+        try:
+            return asyncio.run(generate_tokens(ready, engine, probe.sampling.max_tokens))
+        finally:
+            if backend is None:
+                engine.shutdown()
+    rows = prepare(requests, source, job)
+    if backend is None:
+        from raylc.backends import make_backend
+
+        backend = simulated_backend(rows, job) if probe.backend == "simulated" else make_backend(job, None)
+    return generate_text(rows, backend, getattr(getattr(probe, "sampling", None), "max_tokens", 0))

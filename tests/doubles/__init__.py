@@ -1,0 +1,61 @@
+"""Test doubles. ``tests/doubles/vllm`` is a timed stand-in for vLLM 0.33.0, importable as
+``vllm`` once ``DOUBLES_DIR`` is on ``sys.path`` / ``PYTHONPATH`` (Ray workers:
+``runtime_env={"env_vars": {"PYTHONPATH": DOUBLES_DIR}}``).
+
+    from doubles import vllm_double
+    from doubles.model_dir import make_model_dir
+
+    with vllm_double() as vllm:          # this process imports the double as ``vllm``
+        llm = vllm.LLM(model=str(make_model_dir(tmp_path / "m")))
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator, Optional
+
+DOUBLES_DIR = str(Path(__file__).resolve().parent)
+
+
+def _vllm_modules() -> dict[str, ModuleType]:
+    return {k: m for k, m in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+
+
+@contextmanager
+def vllm_double() -> Iterator[ModuleType]:
+    """Put the double first on ``sys.path`` and yield it as the ``vllm`` module; afterwards remove
+    every ``vllm*`` module it loaded and restore whatever ``vllm`` modules were there before."""
+    saved = _vllm_modules()
+    for name in saved:
+        del sys.modules[name]
+    added = DOUBLES_DIR not in sys.path
+    if added:
+        sys.path.insert(0, DOUBLES_DIR)
+    try:
+        import vllm
+
+        if not getattr(vllm, "IS_DOUBLE", False):
+            raise RuntimeError(f"'import vllm' did not load the double (got {vllm.__file__})")
+        yield vllm
+    finally:
+        for name in _vllm_modules():
+            del sys.modules[name]
+        if added:
+            try:
+                sys.path.remove(DOUBLES_DIR)
+            except ValueError:
+                pass
+        sys.modules.update(saved)
+
+
+def env_with_double(env: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """A copy of ``env`` (default ``os.environ``) with ``DOUBLES_DIR`` first on ``PYTHONPATH``,
+    for subprocesses and Ray ``runtime_env``."""
+    out = dict(os.environ if env is None else env)
+    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != DOUBLES_DIR]
+    out["PYTHONPATH"] = os.pathsep.join([DOUBLES_DIR, *parts])
+    return out

@@ -1,0 +1,3 @@
+from .llm import PromptType, SingletonPrompt, TextPrompt, TokensPrompt
+
+__all__ = ["PromptType", "SingletonPrompt", "TextPrompt", "TokensPrompt"]

@@ -1,0 +1,100 @@
+"""The vLLM path end to end through Ray Data, against the timed vLLM 0.33 double
+(``tests/doubles``): prepare actors tokenize, an engine actor drives ``AsyncLLM``, shards resume."""
+
+import json
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from doubles.model_dir import make_model_dir
+from raylc.pipeline.runner import InferenceFailed, run_job
+from raylc.spec import Job
+
+pytestmark = pytest.mark.ray
+
+PLANTED = {"kind": "planted", "problems_per_task": 3, "min_units": 20, "max_units": 40, "lambdas": [1, 5], "ks": [1, 2]}
+FAST = {"prefill_tokens_per_s": 5e6, "decode_step_s": 0.0005}
+
+
+def _job(model: Path, store: Path, suite=None, **probe) -> Job:
+    return Job(
+        name="engine", suite=suite or PLANTED, sampling={"lengths": [0, 1, 5, "L"]},
+        probe={"backend": "vllm", "model": str(model), "max_model_len": 8192, "chat_template": False,
+               "sampling": {"max_tokens": 8}, "max_concurrent_batches": 2, **probe},
+        store={"path": str(store)}, ray={"batch_size": 16, "actor_num_cpus": 0.25},
+    )
+
+
+def _shards(run_dir: Path) -> pl.DataFrame:
+    return pl.read_parquet(run_dir / "infer" / "**" / "*.parquet", hive_partitioning=True)
+
+
+def _stats(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("stats-*.json"))]
+
+
+def test_dolce_run_on_the_engine_double(ray_session, tmp_path):
+    stats = tmp_path / "stats"
+    model = make_model_dir(tmp_path / "m", double={**FAST, "stats_dir": str(stats)})
+    run = run_job(_job(model, tmp_path / "s"), "r", log=lambda m: None)
+    shards = _shards(tmp_path / "s" / "r")
+    spans = run.read("sample/spans.parquet")
+    assert shards.height == spans.height and shards["request_id"].n_unique() == spans.height
+    assert shards["error"].null_count() == shards.height
+    # metrics are on: each request has its own queued-to-last-token time, not the batch's
+    assert shards["latency_s"].null_count() == 0 and shards["latency_s"].n_unique() > 1
+    assert set(shards["finish_reason"]) <= {"stop", "length"} and shards["cached_tokens"].null_count() == 0
+    # prefix caching: spans that share their start share a prefix, so some blocks were cached
+    assert shards["cached_tokens"].sum() > 0
+    engines = _stats(stats)
+    assert len(engines) == 1 and engines[0]["requests"] == spans.height
+    assert not (tmp_path / "s" / "r" / "requests").exists()  # the request table is removed
+    assert run.manifest["stages"]["report"]["status"] == "done"
+
+
+def test_length_sweep_on_the_engine_double(ray_session, tmp_path):
+    model = make_model_dir(tmp_path / "m", double=FAST)
+    suite = {"kind": "helmet_recall", "tasks": ["json_kv", "mk_needle_uuid"], "lengths": [1024, 2048],
+             "base_lengths": [1024], "samples_per_length": 3}
+    run = run_job(_job(model, tmp_path / "s", suite=suite), "r", log=lambda m: None)
+    shards = _shards(tmp_path / "s" / "r")
+    samples = run.read("build/samples.parquet")
+    assert shards.height == samples.height and shards["latency_s"].null_count() == 0
+    # each request's own max_tokens (HELMET's per-task generation lengths) reached the engine
+    sent = shards.join(samples.select("task", "sample_id", "length", "max_tokens"), on=["task", "sample_id", "length"])
+    assert (sent["generated_tokens"] <= sent["max_tokens"]).all() and (sent["max_tokens"] > 8).all()
+    assert (sent["finish_reason"] == "length").any() == (sent["generated_tokens"] == sent["max_tokens"]).any()
+    assert run.read("score/scores.parquet").height == shards.height
+
+
+def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_path):
+    reason = "CUDA out of memory. Tried to allocate 20.00 GiB (double)"
+    model = make_model_dir(tmp_path / "m", double={**FAST, "fail_on_init": reason})
+    t0 = time.monotonic()
+    with pytest.raises(InferenceFailed) as err:
+        run_job(_job(model, tmp_path / "s"), "r", log=lambda m: None)
+    assert time.monotonic() - t0 < 60
+    message = str(err.value)
+    assert "\n" not in message and reason in message and "failed to start" in message
+
+
+def test_engine_that_dies_is_restarted_and_the_run_completes(ray_session, tmp_path):
+    stats = tmp_path / "stats"
+    model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 200, "stats_dir": str(stats)})
+    run = run_job(_job(model, tmp_path / "s", max_engine_restarts=5), "r", log=lambda m: None)
+    shards = _shards(tmp_path / "s" / "r")
+    spans = run.read("sample/spans.parquet")
+    assert shards["request_id"].n_unique() == spans.height and shards["error"].null_count() == shards.height
+    assert len(_stats(stats)) >= 2  # more than one engine served the run
+
+
+def test_engine_restarts_are_bounded(ray_session, tmp_path):
+    model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 5})
+    t0 = time.monotonic()
+    with pytest.raises(InferenceFailed) as err:
+        run_job(_job(model, tmp_path / "s", max_engine_restarts=1), "r", log=lambda m: None)
+    message = str(err.value)
+    assert time.monotonic() - t0 < 120 and "\n" not in message
+    assert "ActorDiedError" in message and "probe.max_engine_restarts = 1" in message
