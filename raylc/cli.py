@@ -9,6 +9,7 @@ from typing import Any, Optional
 import polars as pl
 import typer
 
+from raylc.pipeline.ray_exec import RayUnavailable
 from raylc.spec import JobSpecError, load_job
 from raylc.store import StoreError, StoreUnavailable
 
@@ -46,7 +47,9 @@ def run(
 ) -> None:
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
     from raylc.backends.base import BackendUnavailable
-    from raylc.pipeline.runner import InferenceFailed, RunError, default_run_id, run_job
+    from raylc.dolce.fit import ObservationError
+    from raylc.names import UnsafeName, path_segment
+    from raylc.pipeline.runner import InferenceFailed, NothingWritten, RunError, RunInterrupted, default_run_id, run_job
 
     overrides: dict[str, Any] = {}
     if store is not None:
@@ -55,16 +58,27 @@ def run(
         overrides["seed"] = seed
     try:
         job = load_job(job_file, overrides)
-        if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
-            raise JobSpecError(f"--run-id {run_id!r}: must be a plain name (no '/', not starting with '.')")
+        if run_id is not None:  # the run's folder name (raylc/names.py)
+            try:
+                path_segment(run_id, "--run-id")
+            except UnsafeName as exc:
+                raise JobSpecError(str(exc)) from None
         _preflight(job, job_file)  # before Ray starts and anything is written
         run_id = run_id or default_run_id(job)
         run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
+    except RunInterrupted as exc:  # SIGINT / SIGTERM: one line, exit 130 / 143
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(exc.exit_code)
+    except KeyboardInterrupt:  # before the run started (loading, checking the job)
+        typer.echo("interrupted before the run started; nothing was written", err=True)
+        raise typer.Exit(130)
+    except NothingWritten as exc:  # the store failed before the run's first write
+        _fail(str(exc), 1)
     except StoreUnavailable as exc:
         _fail(f"{exc} (finished stages are kept; re-run with --run-id {run_id} to resume)", 1)
-    except (BackendUnavailable, InferenceFailed) as exc:
+    except (BackendUnavailable, InferenceFailed, RayUnavailable) as exc:
         _fail(str(exc), 1)
-    except (JobSpecError, RunError, StoreError) as exc:
+    except (JobSpecError, RunError, StoreError, UnsafeName, ObservationError) as exc:
         _fail(str(exc))
 
 
@@ -122,7 +136,7 @@ def longscore(
         _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
     try:
         result = run_longscore(scores, out, lengths, n_boot, seed, ray)
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
         _fail(str(exc))
@@ -162,7 +176,7 @@ def fit(
         out_frames = run_fit(observations, out, scenario=scenario, threshold=threshold, em_steps_cow=em_steps_cow,
                              em_steps_pig=em_steps_pig, pig_likelihood=pig_likelihood, pig_hit_rate=pig_hit_rate,
                              compare_uri=compare, use_ray=ray)
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
         _fail(str(exc))
@@ -210,7 +224,7 @@ def sensitivity(
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment
     try:
         sens = run_sensitivity_grid(observations, out, names, ev, th, ray, settings=settings, seed=seed)
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
         _fail(str(exc))

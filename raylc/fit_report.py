@@ -62,10 +62,11 @@ def run_fit(
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:
         out["compare"] = compare_fits(ref[0], ref[1], problems, tasks)
+    pngs = figures(problems, tasks)  # drawn before anything is written
     store = Store(out_uri)
     for name, frame in out.items():
         store.write_table(frame, f"{name}.parquet")
-    for name, data in figures(problems, tasks).items():
+    for name, data in pngs.items():
         store.write_bytes(data, name)
     from raylc import __version__
 

@@ -23,7 +23,9 @@ def run_longscore(
 ) -> dict[str, pl.DataFrame]:
     """Read ``scores_uri``, compute LongScore, write ``per_length``, ``summary``, ``correlation``
     Parquet tables and PNG figures under ``out_uri`` (local or s3://). Per (model, task)
-    aggregation runs as Ray tasks when ``use_ray`` (default: when RAY_ADDRESS is set)."""
+    aggregation runs as Ray tasks when ``use_ray`` (default: when RAY_ADDRESS is set). A table
+    that :func:`raylc.longscore.validate_scores` refuses is a :class:`StoreError` line naming the
+    file, before anything is written."""
     scores = read_input(scores_uri)
     mapper = None
     if use_ray if use_ray is not None else bool(os.environ.get("RAY_ADDRESS")):
@@ -41,13 +43,17 @@ def run_longscore(
 
 
 def _write(result: dict[str, pl.DataFrame], store: Store) -> None:
-    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root."""
+    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root. The
+    figures are drawn first: a plotting failure leaves nothing half-written."""
+    figures = _figures(result)
     for name, frame in result.items():
         store.write_table(frame, f"{name}.parquet")
-    _figures(result, store)
+    for name, data in figures.items():
+        store.write_bytes(data, name)
 
 
-def _figures(result: dict[str, pl.DataFrame], store: Store) -> None:
+def _figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:
+    """The PNG figures of a LongScore result, by file name."""
     from raylc.plots_length import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,8 +63,7 @@ def _figures(result: dict[str, pl.DataFrame], store: Store) -> None:
         ]
         if "correlation" in result:
             paths.append(plot_correlation_heatmap(result["correlation"], Path(tmp, "task_correlation.png")))
-        for path in paths:
-            store.write_bytes(Path(path).read_bytes(), Path(path).name)
+        return {Path(path).name: Path(path).read_bytes() for path in paths}
 
 
 def write_length_report(run, job, scores: pl.DataFrame, n_boot: int = 200) -> dict[str, pl.DataFrame]:

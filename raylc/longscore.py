@@ -100,6 +100,89 @@ def _check_scores(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
     ).filter(pl.col(value).is_not_null())
 
 
+SCORE_RANGE = (0.0, 100.0)
+"""Scores are fractions in [0, 1] or percentages in [0, 100] (the papers' tables); LC_l is a ratio, so the
+scale cancels within a (model, task), but the ``overall`` rows average tasks: use one scale per table."""
+
+
+def _row_text(row: dict) -> str:
+    shown = {k: (v[:37] + "..." if isinstance(v, str) and len(v) > 40 else v) for k, v in row.items() if k != "_row"}
+    return "{" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + "}"
+
+
+def _refuse(frame: pl.DataFrame, mask: pl.Expr, message: str) -> None:
+    """Raise ``ValueError(message + "; e.g. row i: {...}")`` for the first row where ``mask`` holds (rows
+    numbered from 1 in table order, ``_row``); nothing when it holds nowhere."""
+    hit = frame.filter(mask)
+    if hit.height:
+        row = hit.row(0, named=True)
+        raise ValueError(f"{message}; e.g. row {row['_row']}: {_row_text(row)}".replace("\n", " "))
+
+
+def validate_scores(
+    scores: pl.DataFrame, base_lengths: Sequence[int] = DEFAULT_BASE_LENGTHS, *, n_boot: int = 0,
+    base_given: bool = False,
+) -> pl.DataFrame:
+    """Check a LongScore input table (:func:`longscore`) and return it typed, without its null scores.
+
+    One ``ValueError`` line naming the column and an example row (numbered from 1) for: a missing column,
+    no rows, a null ``model``/``task``/``length``, a non-integer or non-positive length, a non-numeric
+    score or one outside [0, 100] (fractions in [0, 1] or percentages), a null ``sample_id`` or a
+    (model, task, length, sample_id) given twice, ``n_boot > 0`` without ``sample_id``, a (model, task)
+    whose every score is null, and a table that has no length longer than the base lengths, or (unless
+    Base is given, ``base_given``) none at the base lengths. Null and NaN scores are skipped (no score);
+    without ``sample_id`` the rows of one (model, task, length) are its samples (S_l is their mean).
+    """
+    missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
+    if missing:
+        raise ValueError(f"scores is missing columns {missing} (needed: model, task, length, score [, sample_id])")
+    if scores.height == 0:
+        raise ValueError("column 'score': the scores table has no rows")
+    frame = scores.with_row_index("_row", offset=1)
+    for col in ("model", "task", "length"):
+        _refuse(frame, pl.col(col).is_null(), f"column {col!r} has nulls")
+    if frame.schema["score"] == pl.String and frame["score"].null_count() == frame.height:
+        frame = frame.with_columns(pl.col("score").cast(pl.Null))  # an empty CSV column is read as text
+    length, score = frame.schema["length"], frame.schema["score"]
+    if length.is_float():
+        _refuse(frame, ~pl.col("length").is_finite() | (pl.col("length") != pl.col("length").floor()),
+                "column 'length': must hold whole numbers of tokens")
+    elif not length.is_integer():
+        raise ValueError(f"column 'length': must hold integers (tokens), got {length}")
+    _refuse(frame, pl.col("length") < 1, "column 'length': must be >= 1")
+    if not (score.is_numeric() or score == pl.Null):
+        raise ValueError(f"column 'score': must be numeric (fractions in [0, 1] or percentages), got {score}")
+    frame = frame.with_columns(
+        pl.col("model").cast(pl.String), pl.col("task").cast(pl.String), pl.col("length").cast(pl.Int64),
+        pl.col("score").cast(pl.Float64).fill_nan(None),
+    )
+    lo, hi = SCORE_RANGE
+    _refuse(frame, pl.col("score").is_infinite() | (pl.col("score") < lo) | (pl.col("score") > hi),
+            f"column 'score': outside [{lo:g}, {hi:g}] (fractions in [0, 1] or percentages)")
+    if "sample_id" in frame.columns:
+        _refuse(frame, pl.col("sample_id").is_null(), "column 'sample_id' has nulls (leave the column out if "
+                "rows are not samples)")
+        key = pl.struct("model", "task", "length", "sample_id")
+        _refuse(frame, key.is_duplicated() & ~key.is_first_distinct(),
+                "column 'sample_id': a (model, task, length, sample_id) appears twice")
+    elif n_boot > 0:
+        raise ValueError("column 'sample_id': bootstrap CIs (--n-boot) need sample-level scores with a sample_id "
+                         "column (without it, the rows of one (model, task, length) are averaged and no CI is given)")
+    _refuse(frame, pl.col("score").is_null().all().over("model", "task"),
+            "column 'score': every score of this (model, task) is null (no S_l at any length)")
+    frame = frame.filter(pl.col("score").is_not_null())
+    base = [int(b) for b in base_lengths]
+    is_base = pl.col("length").is_in(base)
+    shown = ", ".join(map(str, base))
+    if not frame.select((~is_base).any()).item():
+        _refuse(frame, pl.lit(True), f"column 'length': every length is a base length ({shown}): LongScore "
+                "needs scores at a longer length too (LC_l compares S_l with Base at long lengths l)")
+    if not base_given and not frame.select(is_base.any()).item():
+        _refuse(frame, pl.lit(True), f"column 'length': no score at the base lengths {shown}, so Base (Eq. 1) is "
+                "undefined for every model: set the base lengths to lengths of the table")
+    return frame.drop("_row")
+
+
 def _cell_means(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
     """``S_l`` per (model, task, length): the mean over samples (or the single given score)."""
     return (
@@ -323,8 +406,9 @@ def longscore(
 ) -> dict[str, pl.DataFrame]:
     """LongScore tables (100-LongBench Eq. 1-2, Tables 4-7) for every model and task.
 
-    ``scores``: ``model, task, length`` (tokens), ``score``; one row per (model, task, length), or one per
-    sample with a ``sample_id`` column (then ``S_l`` is the sample mean). ``base_lengths``: lengths whose
+    ``scores``: ``model, task, length`` (tokens), ``score`` (in [0, 1] or percent); one row per (model, task,
+    length), or one per sample (then ``S_l`` is the sample mean), identified by a ``sample_id`` column when
+    bootstrap CIs are wanted; checked by :func:`validate_scores` (``ValueError``, one line). ``base_lengths``: lengths whose
     mean score is Base Ability (Eq. 1); every other length is a *long* length that the averages run over.
     ``base``: optional frame ``model, [task,] base`` giving Base directly (as Table 6 does); it overrides
     Eq. 1 for the (model, task) pairs it lists. ``n_boot > 0`` (needs ``sample_id``): percentile ``ci``
@@ -350,11 +434,7 @@ def longscore(
     Ranks: 1 = best (highest), ties share the minimum rank. LC is null (never a number) when Base <= 0 or
     Base is missing; the row's ``warning`` says why and a ``UserWarning`` is emitted.
     """
-    scores = _check_scores(scores)
-    if "sample_id" not in scores.columns:
-        dup = scores.group_by("model", "task", "length").len().filter(pl.col("len") > 1)
-        if dup.height:
-            raise ValueError(f"several scores per (model, task, length) without sample_id: {dup.head(3).rows()}")
+    scores = validate_scores(scores, base_lengths, n_boot=n_boot, base_given=base is not None)
     if "base" in scores.columns:
         scores = scores.drop("base")
     if base is not None:

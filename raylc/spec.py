@@ -378,7 +378,19 @@ class VLLMProbe(_Strict):
 
 class OpenAIProbe(_Strict):
     """Any OpenAI-compatible endpoint (e.g. ``vllm serve``). The API key is read from the
-    environment variable named by ``api_key_env``; the key itself is never stored."""
+    environment variable named by ``api_key_env``; the key itself is never stored.
+
+    ``empty_ok``: a reply whose content is null or empty (e.g. ``finish_reason:
+    content_filter``) is a valid answer; by default it is an error row, retried on resume.
+    Operational settings (:data:`OPERATIONAL`, not part of the fingerprint): ``concurrency``,
+    ``max_retries``, ``backoff_s``, ``timeout_s``; ``check_model: false`` skips the check that
+    ``/models`` lists ``model`` (servers that route names they do not list, e.g. LiteLLM's
+    ``local/*``); ``usage_check_factor``: warn once per worker when the server's prompt token
+    count and raylc's own differ by more than this factor (null: never).
+    """
+
+    OPERATIONAL: ClassVar[tuple[str, ...]] = (
+        "concurrency", "max_retries", "backoff_s", "timeout_s", "check_model", "usage_check_factor")
 
     backend: Literal["openai"]
     base_url: str = Field(min_length=1)
@@ -393,6 +405,9 @@ class OpenAIProbe(_Strict):
     max_model_len: Optional[int] = Field(default=None, ge=1)
     sampling: GenerationParams = GenerationParams()
     truncation: Truncation = "middle"
+    empty_ok: bool = False
+    check_model: bool = True
+    usage_check_factor: Optional[float] = Field(default=4.0, gt=1.0)
 
 
 Probe = Annotated[Union[SimulatedProbe, VLLMProbe, OpenAIProbe], Field(discriminator="backend")]
@@ -453,7 +468,9 @@ class Store(_Strict):
 
 
 class RayResources(_Strict):
-    """Ray resources. ``address`` (or RAY_ADDRESS) joins a cluster; else a local one starts."""
+    """Ray resources. ``address`` (or RAY_ADDRESS) joins a cluster; else a local one starts.
+    ``connect_timeout_s``: how long that cluster, or the Jobs API of ``raylc submit``, may take
+    to answer before the run (or the submission) fails with one line naming the address."""
 
     address: Optional[str] = None
     num_cpus: Optional[int] = Field(default=None, ge=1)
@@ -462,6 +479,7 @@ class RayResources(_Strict):
     batch_size: int = Field(default=256, ge=1)
     no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0)
     include_dashboard: bool = False
+    connect_timeout_s: float = Field(default=60.0, gt=0.0)
 
 
 class Job(_Strict):
@@ -472,7 +490,7 @@ class Job(_Strict):
     """
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)  # numpy's generators take non-negative seeds
     suite: Suite = PlantedSuite()
     sampling: Sampling = Sampling()
     probe: Probe = SimulatedProbe()
@@ -599,13 +617,51 @@ def parse_job(data: Any, source: str = "<job>") -> Job:
         raise JobSpecError(f"{source}: {_describe(errors[0])}{more}") from None
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping of the job file gives one key twice (YAML would keep the last silently)."""
+
+    def __init__(self, key: str, first: int, again: int):
+        super().__init__(f"key '{key}' is given twice (lines {first} and {again})")
+        self.key, self.first, self.again = key, first, again
+
+
+class _JobLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (:class:`DuplicateKey`,
+    with the dotted key and both line numbers); merge keys (``<<``) may still be overridden."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check_keys(node, [], set())
+        return super().construct_document(node)
+
+    def _check_keys(self, node: yaml.Node, path: list[str], seen: set[int]) -> None:
+        if id(node) in seen:  # an alias of a node already checked
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key in lines:
+                    raise DuplicateKey(".".join([*path, key]), lines[key], key_node.start_mark.line + 1)
+                if key is not None:
+                    lines[key] = key_node.start_mark.line + 1
+                self._check_keys(value_node, [*path, key if key is not None else "?"], seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check_keys(item, [*path, str(i)], seen)
+
+
 def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Job:
     """Load and validate a job file; ``overrides`` are dotted keys (``store.path``) to set."""
     p = Path(path)
     if not p.is_file():
         raise JobSpecError(f"{path}: job file not found")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_JobLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKey as exc:
+        raise JobSpecError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -59,8 +59,35 @@ def _split(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
+def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
+    """The one parser of users' JSON files: ``(where, record)`` pairs of a JSON list (``record i``,
+    from 0) or of JSON Lines (``line n``, from 1; blank lines skipped). Bad UTF-8 or a syntax
+    error raises :class:`StoreError`, one line naming ``uri`` and the line (and column)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise StoreError(f"{uri}: line {line}: not UTF-8 text (byte {exc.start})") from None
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{uri}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        return [(f"record {i}", item) for i, item in enumerate(items)]
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"line {n}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{uri}: line {n}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+    return out
+
+
 def read_input(uri: str) -> pl.DataFrame:
-    """Read a user's input table (Parquet, CSV or JSON Lines) from a local path or s3:// URI."""
+    """Read a user's input table (Parquet, CSV or JSON Lines) from a local path or s3:// URI.
+    A JSON Lines syntax error names its line (:func:`json_records`)."""
     root, _, name = uri.rstrip("/").rpartition("/")
     store = Store(root or ".")
     if not store.exists(name):
@@ -75,6 +102,10 @@ def read_input(uri: str) -> pl.DataFrame:
         if name.endswith((".jsonl", ".ndjson")):  # every row decides the schema: a field may first appear late
             return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
+        if name.endswith((".jsonl", ".ndjson")):  # Polars names no line: find it (raises on a syntax error)
+            for where, record in json_records(uri, data):
+                if not isinstance(record, dict):
+                    raise StoreError(f"{uri}: {where}: expected a JSON object, got {type(record).__name__}") from None
         raise StoreError(f"{uri}: cannot parse ({str(exc).splitlines()[0]})") from None
     raise StoreError(f"{uri}: unsupported format (use .parquet, .csv or .jsonl)")
 

@@ -4,20 +4,31 @@ The entrypoint is ``python -m raylc run JOB`` in a runtime environment whose wor
 directory is the local project folder (so the cluster runs this exact code); the
 cluster's Python environment provides raylc's dependencies (see cluster/README.md).
 Equivalent to ``ray job submit --working-dir . -- python -m raylc run JOB``.
+
+Every wait on the cluster is bounded by the job's ``ray.connect_timeout_s`` (60 s by
+default): a first ``GET /api/version`` (urllib, with that timeout) before the client is made,
+the client's own HTTP requests (``requests`` with that timeout: Ray's ``SubmissionClient._do_request``
+forwards it), and the log stream, which waits at most that long for a line before it asks for
+the job's status (a status request that does not answer in time ends the submission).
 """
 
 from __future__ import annotations
 
 import asyncio
 import shlex
+import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from raylc.spec import JobSpecError, load_job
 
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+STATUS_POLL_S = 10.0  # without log lines for this long (at most the timeout), ask for the job's status
+_END = object()
 
 
 class SubmitError(RuntimeError):
@@ -33,6 +44,109 @@ def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str])
     return " ".join(shlex.quote(a) for a in args)
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it wraps) is a timeout: ``requests``' Timeout, a socket
+    timeout, asyncio's."""
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        names = {c.__name__ for c in type(e).__mro__}
+        if isinstance(e, (TimeoutError, socket.timeout, asyncio.TimeoutError)) or names & {"Timeout", "ReadTimeoutError", "ConnectTimeoutError"}:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _silent(address: str, timeout_s: float, doing: str, hint: str = "") -> SubmitError:
+    return SubmitError(f"{address}: did not answer within {timeout_s:g} s {doing} (ray.connect_timeout_s){hint}")
+
+
+def check_dashboard(address: str, timeout_s: float) -> None:
+    """``GET <address>/api/version`` within ``timeout_s`` (each of connect and read): any HTTP
+    reply will do (the client's own requests judge it); a refused, unresolvable or silent
+    address is a :class:`SubmitError`."""
+    url = (address if "://" in address else f"http://{address}").rstrip("/") + "/api/version"
+    if not url.startswith(("http://", "https://")):
+        return  # a module address (e.g. anyscale://): left to the client
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            resp.read(1 << 16)
+    except urllib.error.HTTPError:
+        return  # it answered
+    except Exception as exc:  # URLError (refused, DNS), timeouts, resets
+        if _timed_out(exc) or _timed_out(getattr(exc, "reason", None) or exc):
+            raise _silent(address, timeout_s, "to GET /api/version", "; is it the Ray dashboard address (http://HEAD:8265)?") from None
+        reason = getattr(exc, "reason", exc)
+        detail = getattr(reason, "strerror", None) or str(reason)
+        raise SubmitError(f"{address}: could not submit ({detail})") from None
+
+
+def make_client(address: str, timeout_s: float) -> Any:
+    """A :class:`ray.job_submission.JobSubmissionClient` whose every HTTP request times out
+    after ``timeout_s`` (``requests``' connect and read timeouts)."""
+    from ray.job_submission import JobSubmissionClient
+
+    class _BoundedClient(JobSubmissionClient):
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:  # dashboard_sdk.py
+            kwargs.setdefault("timeout", timeout_s)
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return _BoundedClient(address)
+
+
+def _status(client: Any, job_id: str, address: str, timeout_s: float) -> str:
+    """The job's status (``SUCCEEDED``, ``RUNNING``, ...), within ``timeout_s``."""
+    try:
+        return str(client.get_job_status(job_id)).split(".")[-1]
+    except Exception as exc:
+        if _timed_out(exc):
+            raise SubmitError(f"{address}: stopped answering (no reply within {timeout_s:g} s asking for the status "
+                              f"of {job_id}); the job may still run: `ray job status {job_id} --address {address}`") from None
+        raise SubmitError(f"{address}: could not get the status of {job_id} ({_one_line(exc)})") from None
+
+
+async def _follow(client: Any, job_id: str, address: str, timeout_s: float, log: Callable[[str], None]) -> None:
+    """Print the job's log lines as they come until the stream ends. Ray's ``tail_job_logs``
+    (a websocket) waits for a message without a limit, so it is read by a task into a queue,
+    and whenever no line came for ``min(STATUS_POLL_S, timeout_s)`` the job's status is asked
+    (bounded): a finished job ends the following, a cluster that does not answer raises."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for chunk in client.tail_job_logs(job_id):
+                await queue.put(chunk)
+        except Exception:  # log streaming is best effort; the status is authoritative
+            pass
+        finally:
+            await queue.put(_END)
+
+    task = asyncio.ensure_future(pump())
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), min(STATUS_POLL_S, timeout_s))
+            except asyncio.TimeoutError:
+                if _status(client, job_id, address, timeout_s) in TERMINAL:
+                    return
+                continue
+            if item is _END:
+                return
+            log(str(item).rstrip("\n"))
+    finally:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+
 def submit(
     job_file: Path,
     address: str,
@@ -43,41 +157,35 @@ def submit(
     log: Callable[[str], None] = print,
 ) -> tuple[str, str]:
     """Validate the job file, submit it, and (``wait``) follow its logs; returns (job id, final status)."""
-    from ray.job_submission import JobSubmissionClient
-
     wd = working_dir.resolve()
     try:
         rel = job_file.resolve().relative_to(wd)
     except ValueError:
         raise JobSpecError(f"{job_file}: job file must be inside the working directory {wd}") from None
     overrides = {"store.path": store} if store else None
-    load_job(job_file, overrides)  # fail fast, locally, on a bad job file
+    job = load_job(job_file, overrides)  # fail fast, locally, on a bad job file
+    timeout_s = job.ray.connect_timeout_s
+    check_dashboard(address, timeout_s)
     try:
-        client = JobSubmissionClient(address)
+        client = make_client(address, timeout_s)
         job_id = client.submit_job(
             entrypoint=build_entrypoint(rel.as_posix(), store, run_id),
             runtime_env={"working_dir": str(wd), "excludes": EXCLUDES},
             metadata={"raylc_job": rel.as_posix()},
         )
-    except Exception as exc:  # connection refused, bad address, upload failure
-        raise SubmitError(f"{address}: could not submit ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except Exception as exc:  # connection refused, bad address, upload failure, no reply
+        if _timed_out(exc):
+            raise _silent(address, timeout_s, "to the Jobs API while submitting") from None
+        raise SubmitError(f"{address}: could not submit ({_one_line(exc)})") from None
     log(f"submitted {job_id}")
     if not wait:
         return job_id, "PENDING"
 
-    async def follow() -> None:
-        async for chunk in client.tail_job_logs(job_id):
-            log(chunk.rstrip("\n"))
-
-    try:
-        asyncio.run(follow())
-    except Exception:  # log streaming is best effort; status below is authoritative
-        pass
-    status = str(client.get_job_status(job_id))
-    while status.split(".")[-1] not in TERMINAL:
+    asyncio.run(_follow(client, job_id, address, timeout_s, log))
+    status = _status(client, job_id, address, timeout_s)
+    while status not in TERMINAL:
         time.sleep(1.0)
-        status = str(client.get_job_status(job_id))
-    status = status.split(".")[-1]
+        status = _status(client, job_id, address, timeout_s)
     if status != "SUCCEEDED":
         raise SubmitError(f"job {job_id} ended {status}; see `ray job logs {job_id} --address {address}`")
     return job_id, status

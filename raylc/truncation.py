@@ -55,6 +55,13 @@ def _keep(ids: list[int], n: int, policy: str) -> list[int]:
     return ids[len(ids) - n :]  # "start"
 
 
+def _max_tokens_text(max_tokens: int, source: Optional[str]) -> str:
+    """``the request's max_tokens N (from ...)`` for a message: the number the window was
+    budgeted with, which a suite's per-task limit may have set instead of the probe's."""
+    where = source or "the suite's limit for this task if it sets one, else probe.sampling.max_tokens"
+    return f"the request's max_tokens {max_tokens} (from {where})"
+
+
 def fit_to_window(
     head: str,
     context: str,
@@ -63,11 +70,14 @@ def fit_to_window(
     max_model_len: int,
     max_tokens: int,
     policy: Policy = "middle",
+    max_tokens_from: Optional[str] = None,
 ) -> tuple[str, int]:
     """``(prompt, context tokens cut)`` with ``count(prompt) + max_tokens <= max_model_len``.
 
     Raises :class:`PromptTooLong` for policy ``refuse`` when a cut is needed, or when head
-    and tail alone leave no room.
+    and tail alone leave no room. ``max_tokens`` is the request's own (a suite may set one per
+    task, e.g. HELMET's 100 for json_kv, overriding ``probe.sampling.max_tokens``); the
+    message names it and where it came from (``max_tokens_from``, else both possibilities).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown truncation policy {policy!r} (allowed: {', '.join(POLICIES)})")
@@ -76,10 +86,9 @@ def fit_to_window(
     total = tokenizer.count(prompt)
     if total <= limit:
         return prompt, 0
+    budget = _max_tokens_text(max_tokens, max_tokens_from)
     if policy == "refuse":
-        raise PromptTooLong(
-            f"prompt has {total} tokens + max_tokens {max_tokens} > max_model_len {max_model_len} (truncation: refuse)"
-        )
+        raise PromptTooLong(f"prompt has {total} tokens + {budget} > max_model_len {max_model_len} (truncation: refuse)")
     fixed = tokenizer.count(head + tail)
     ids = tokenizer.encode(context)
     keep = min(len(ids), limit - fixed)
@@ -93,5 +102,5 @@ def fit_to_window(
     if tokenizer.count(prompt) <= limit:
         return prompt, len(ids)
     raise PromptTooLong(
-        f"instruction and question alone need {fixed} tokens + max_tokens {max_tokens} > max_model_len {max_model_len}"
+        f"instruction and question alone need {fixed} tokens + {budget} > max_model_len {max_model_len}"
     )

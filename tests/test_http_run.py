@@ -1,25 +1,28 @@
 """A whole run through the OpenAI-compatible backend against a local server on 127.0.0.1."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 import yaml
 
 from raycluster import free_port
 from raylc.backends.testserver import SimulatedOpenAIServer, backend_for_job
 from raylc.pipeline import stages
-from raylc.pipeline.runner import run_job
+from raylc.pipeline.runner import InferenceFailed, run_job
 from raylc.spec import load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"problems_per_task": 8, "max_units": 80}
+TINY = {"problems_per_task": 3, "min_units": 40, "max_units": 50}
 
 
-def _jobs(tmp_path, base_url):
+def _jobs(tmp_path, base_url, suite=SMALL):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
-    spec["suite"].update(SMALL)
+    spec["suite"].update(suite)
     simulated = parse_job(spec)
     spec["probe"] = {"backend": "openai", "base_url": base_url, "model": "simulated", "mode": "completions",
                      "concurrency": 4, "max_retries": 10, "backoff_s": 0.01}
@@ -46,6 +49,58 @@ def test_run_completes_through_30_percent_503s(ray_session, tmp_path):
     assert infer["error"].null_count() == infer.height == spans.height
     assert (infer["prompt_tokens"] > 0).all()
     assert run.manifest["stages"]["infer"]["rows"]["errors"] == 0
+
+
+def _expected_observations(simulated):
+    problems = stages.build(simulated)
+    spans = stages.sample(problems, simulated)
+    return spans, stages.score(stages.infer(spans, problems, simulated), problems, simulated)
+
+
+@pytest.mark.ray
+def test_null_replies_are_errors_counted_and_retried_on_resume(ray_session, tmp_path):
+    """Half the replies ``content: null`` (content_filter): the run fails on the error budget
+    (it used to exit 0 with errors=0), and the resumed run re-sends exactly those requests."""
+    probe_job = load_job(ROOT / "jobs" / "quickstart.yaml", {f"suite.{k}": v for k, v in TINY.items()})
+    with SimulatedOpenAIServer(backend_for_job(probe_job), null_rate=0.5, seed=5) as server:
+        simulated, job_file = _jobs(tmp_path, server.base_url, TINY)
+        job = load_job(job_file)
+        with pytest.raises(InferenceFailed) as err:
+            run_job(job, "nulls", log=lambda m: None)
+        nulls, first = server.stats["null_replies"], server.stats["requests"]
+        spans, expected = _expected_observations(simulated)
+        assert first == spans.height and 0.3 * first < nulls < 0.7 * first
+        msg = str(err.value)
+        assert f"{nulls} of {spans.height} requests failed (allowed: 0.0%)" in msg and "\n" not in msg
+        assert f"{server.base_url}/completions: empty completion (content null, finish_reason content_filter" in msg
+        infer = pl.read_parquet(f"{tmp_path}/store/nulls/infer/**/*.parquet", hive_partitioning=True)
+        failed = infer.filter(pl.col("error").is_not_null())
+        assert failed.height == nulls and failed["completion"].null_count() == nulls
+        assert (failed["finish_reason"] == "content_filter").all()
+
+        server.null_rate = 0.0  # the filter relents: resume retries the failed requests only
+        run = run_job(job, "nulls", log=lambda m: None)
+        assert server.stats["requests"] == first + nulls
+    assert run.manifest["stages"]["infer"]["rows"]["errors"] == 0
+    assert pl.read_parquet(Path(run.store.root, "nulls", "score", "observations.parquet")).equals(expected)
+
+
+@pytest.mark.ray
+def test_every_reply_null_fails_in_one_line(ray_session, tmp_path):
+    """Every reply null: ``raylc run`` exits 1 with one line on the error budget, no traceback
+    (the fit used to crash on an empty observation table)."""
+    with SimulatedOpenAIServer(null_rate=1.0) as server:
+        _, job_file = _jobs(tmp_path, server.base_url, TINY)
+        env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+        proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(job_file), "--run-id", "allnull"],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    n = server.stats["requests"]
+    assert last.startswith("error: ") and f"{n} of {n} requests failed" in last
+    assert "empty completion (content null, finish_reason content_filter" in last
+    assert not (tmp_path / "store" / "allnull" / "fits").exists()
 
 
 def test_endpoint_down_is_one_line_and_writes_no_shard(tmp_path):

@@ -201,7 +201,7 @@ def test_base_is_mean_of_base_lengths_and_missing_lengths_warn():
 def test_base_nonpositive_is_null_with_warning(base_score):
     scores = pl.DataFrame({
         "model": ["bad", "bad", "ok", "ok"], "task": ["t"] * 4, "length": [4096, 8192] * 2,
-        "score": [base_score, 5.0, 50.0, 40.0],
+        "score": [max(base_score, 0.0), 5.0, 50.0, 40.0],  # a negative score is refused; a given Base may be < 0
     })
     with pytest.warns(UserWarning, match="LongScore undefined"):
         res = longscore(scores, base_lengths=(4096,))
@@ -220,11 +220,12 @@ def test_base_nonpositive_is_null_with_warning(base_score):
 
 
 def test_validation_errors():
-    dup = pl.DataFrame({"model": ["m", "m"], "task": ["t", "t"], "length": [4096, 4096], "score": [1.0, 2.0]})
-    with pytest.raises(ValueError, match="sample_id"):
-        longscore(dup)
-    with pytest.raises(ValueError, match="sample_id"):
-        longscore(dup.head(1), n_boot=10)
+    dup = pl.DataFrame({"model": ["m"] * 3, "task": ["t"] * 3, "length": [4096, 4096, 8192], "score": [1.0, 0.5, 0.5]})
+    # several rows per (model, task, length) without sample_id are its samples (sample_id is optional)...
+    per = longscore(dup, base_lengths=(4096,))["per_length"]
+    assert per.filter(pl.col("length") == 4096).select("score", "n").row(0) == (0.75, 2)
+    with pytest.raises(ValueError, match="sample_id"):  # ...but bootstrap CIs need it
+        longscore(dup, base_lengths=(4096,), n_boot=10)
     with pytest.raises(ValueError, match="missing columns"):
         longscore(dup.drop("score"))
 

@@ -223,3 +223,159 @@ def test_usage_parsing_fallbacks():
     assert (bare["prompt_tokens"], bare["generated_tokens"], bare["cached_tokens"]) == (3, 2, None)
     bad = backend._parse({"error": "x"}, "p", 0.1, 0)
     assert bad["completion"] is None and "unexpected response" in bad["error"]
+
+
+# --- OpenAI-compatible servers in the wild (issue 14) ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["chat", "completions"])
+def test_null_content_is_an_error_row_naming_the_endpoint_and_finish_reason(planted, mode):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, null_rate=0.5, seed=2) as server:
+        results = OpenAIBackend(probe(server.base_url, mode=mode, concurrency=4, max_retries=3)).generate(prompts[:40])
+    nulls = server.stats["null_replies"]
+    assert 8 <= nulls <= 32 and server.stats["requests"] == 40  # an empty reply is not retried at once
+    failed = [r for r in results if r["error"] is not None]
+    assert len(failed) == nulls
+    endpoint = f"{server.base_url}/{'chat/completions' if mode == 'chat' else 'completions'}"
+    for r in failed:
+        assert r["completion"] is None and r["finish_reason"] == "content_filter"
+        assert r["error"] == (f"{endpoint}: empty completion (content null, finish_reason content_filter; "
+                              "probe.empty_ok: true accepts empty answers)")
+    assert all(r["completion"] == sim.answer(p) for p, r in zip(prompts, results) if r["error"] is None)
+
+
+def test_empty_completions_every_reply_and_empty_ok(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, null_rate=1.0, null_content="", null_finish_reason="length") as server:
+        strict = OpenAIBackend(probe(server.base_url)).generate(prompts[:5])
+        lenient = OpenAIBackend(probe(server.base_url, empty_ok=True)).generate(prompts[:5])
+    for r in strict:
+        assert r["completion"] is None and r["error"].endswith(
+            "empty completion (content empty, finish_reason length; max_tokens ran out first)")
+    assert [(r["completion"], r["error"], r["finish_reason"]) for r in lenient] == [("", None, "length")] * 5
+    with SimulatedOpenAIServer(sim, null_rate=1.0) as server:  # null content: an empty answer when empty_ok
+        (r,) = OpenAIBackend(probe(server.base_url, empty_ok=True)).generate(prompts[:1])
+    assert r["completion"] == "" and r["error"] is None
+
+
+def test_http_400_on_a_bad_key_names_the_key_variable(planted, monkeypatch):
+    sim, prompts = planted
+    monkeypatch.setenv("MY_KEY_VAR", SECRET[::-1])
+    with SimulatedOpenAIServer(sim, api_key=SECRET, auth_status=400) as server:
+        wrong = OpenAIBackend(probe(server.base_url, api_key_env="MY_KEY_VAR", max_retries=3))
+        with pytest.raises(BackendUnavailable) as err:
+            wrong.check_endpoint()
+        (row,) = wrong.generate(prompts[:1])
+        with pytest.raises(BackendUnavailable) as err_none:
+            OpenAIBackend(probe(server.base_url)).check_endpoint()
+        assert server.stats["requests"] == 1  # not retried
+    msg = str(err.value)
+    assert msg == (f"OpenAI endpoint {server.base_url} rejected the request: HTTP 400 (invalid API key?): check the "
+                   "key in $MY_KEY_VAR; server said (Authentication Error, Invalid proxy server token passed.)")
+    assert row["completion"] is None and row["error"].startswith(
+        f"{server.base_url}/chat/completions: HTTP 400 (invalid API key?): check the key in $MY_KEY_VAR")
+    assert "HTTP 400 (invalid API key?): no key was sent; set probe.api_key_env" in str(err_none.value)
+    for text in (msg, row["error"], str(err_none.value)):
+        assert SECRET not in text and SECRET[::-1] not in text and "\n" not in text
+
+
+def test_a_plain_http_400_is_not_called_an_auth_problem(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim) as server:  # a body the server cannot parse: 400 "malformed request"
+        backend = OpenAIBackend(probe(server.base_url, api_key_env=None))
+        backend._body = lambda prompt, max_tokens: b'{"model": "simulated"}'  # type: ignore[method-assign]
+        (r,) = backend.generate(prompts[:1])
+    assert r["error"] == f"{server.base_url}/chat/completions: HTTP 400 (malformed request)"
+
+
+def test_wildcard_routes_and_check_model(planted):
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, model="local/*") as server:  # lists only local/*, serves local/<anything>
+        OpenAIBackend(probe(server.base_url, model="local/qwen")).check_endpoint()  # the listed wildcard matches
+        (r,) = OpenAIBackend(probe(server.base_url, model="local/qwen")).generate(prompts[:1])
+        assert r["error"] is None and r["completion"] == sim.answer(prompts[0])
+        with pytest.raises(BackendUnavailable, match=r"does not serve model 'remote/qwen' \(serves: local/\*\); "
+                                                     r"set probe\.check_model: false"):
+            OpenAIBackend(probe(server.base_url, model="remote/qwen")).check_endpoint()
+    with SimulatedOpenAIServer(sim, model="local/*", listed_models=["local/default"]) as server:
+        with pytest.raises(BackendUnavailable, match="does not serve model 'local/qwen'"):
+            OpenAIBackend(probe(server.base_url, model="local/qwen")).check_endpoint()
+        unchecked = OpenAIBackend(probe(server.base_url, model="local/qwen", check_model=False))
+        unchecked.check_endpoint()
+        assert unchecked.generate(prompts[:1])[0]["error"] is None
+    # the endpoint itself is still checked
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(BackendUnavailable, match=f"OpenAI endpoint {url} is unavailable: connection error"):
+        OpenAIBackend(probe(url, model="local/qwen", check_model=False)).check_endpoint()
+
+
+def test_under_reported_usage_is_flagged_once(planted, capsys):
+    sim, _ = planted
+    question = "What is the code of vault V-9?"
+    long = [TEMPLATE.format(context=" ".join([f"filler{i}"] * 3000), question=question) for i in range(12)]
+    ours = DefaultTokenizer().count(long[0])
+    with SimulatedOpenAIServer(sim, usage_scale=10 / ours) as server:
+        flagged = OpenAIBackend(probe(server.base_url, concurrency=4))
+        results = flagged.generate(long)
+        assert all(r["error"] is None and r["prompt_tokens"] < 20 for r in results)  # stored as the server said
+        assert flagged.usage_mismatch is not None and flagged.usage_mismatch[1] > 3000
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("warning:")]
+        assert len(lines) == 1, err
+        assert lines[0].startswith(f"warning: {server.base_url}/chat/completions reported ")
+        assert "probe.usage_check_factor = 4x" in lines[0]
+        flagged.generate(long[:3])  # once per backend instance
+        assert "warning" not in capsys.readouterr().err
+
+        off = OpenAIBackend(probe(server.base_url, usage_check_factor=None))
+        off.generate(long[:2])
+        assert off.usage_mismatch is None and "warning" not in capsys.readouterr().err
+    with SimulatedOpenAIServer(sim, usage_scale=1.5) as server:  # within the factor
+        honest = OpenAIBackend(probe(server.base_url))
+        honest.generate(long[:2])
+    assert honest.usage_mismatch is None and "warning" not in capsys.readouterr().err
+    short = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions"))
+    short._parse({"choices": [{"text": "1"}], "usage": {"prompt_tokens": 40}}, "a b c", 0.1, 0)  # chat template slack
+    assert short.usage_mismatch is None
+
+
+def test_retry_after_keeps_seeded_jitter(planted, monkeypatch):
+    sim, prompts = planted
+    sleeps: dict[int, list[float]] = {}
+    lock = threading.Lock()
+
+    def record(s):
+        with lock:
+            sleeps.setdefault(threading.get_ident(), []).append(s)
+
+    monkeypatch.setattr(openai_http.time, "sleep", record)
+    runs = []
+    for _ in range(2):
+        sleeps.clear()
+        with SimulatedOpenAIServer(sim, fail_rate=1.0, fail_status=429, retry_after=2) as server:
+            results = OpenAIBackend(probe(server.base_url, backoff_s=0.1, max_retries=3, concurrency=1),
+                                    seed=7).generate(prompts[:6])
+        assert all(r["error"].endswith("HTTP 429 (injected failure) after 4 attempts") for r in results)
+        runs.append(sorted(s for v in sleeps.values() for s in v))
+    assert runs[0] == runs[1] and len(runs[0]) == 6 * 3  # deterministic per seed
+    assert all(2.0 <= s <= 2.0 * openai_http.RETRY_AFTER_SPREAD for s in runs[0])  # never before Retry-After
+    assert len(set(runs[0])) == len(runs[0])  # ... but not all at the same moment
+    assert max(runs[0]) - min(runs[0]) > 0.2
+
+
+def test_retry_after_header_forms():
+    import email.utils
+    import time as _time
+
+    assert openai_http._retry_after({"Retry-After": "3"}) == 3.0
+    assert openai_http._retry_after({"Retry-After": "junk"}) is None and openai_http._retry_after({}) is None
+    when = openai_http._retry_after({"Retry-After": email.utils.formatdate(_time.time() + 30, usegmt=True)})
+    assert 25 < when <= 30
+
+
+def test_malformed_usage_falls_back_to_our_counts():
+    backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions"))
+    r = backend._parse({"choices": [{"text": "a b"}], "usage": {"prompt_tokens": "many", "completion_tokens": -1,
+                                                                "prompt_tokens_details": [64]}}, "p q r", 0.1, 0)
+    assert (r["completion"], r["prompt_tokens"], r["generated_tokens"], r["cached_tokens"]) == ("a b", 3, 2, None)

@@ -1,5 +1,7 @@
+import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,10 @@ BAD_JOBS = {
     "invalid_yaml": ("name: x\nsuite: [unclosed\n", "invalid YAML at line"),
     "not_mapping": ("- just\n- a list\n", "must be a YAML mapping"),
     "bad_lambda": ("name: x\nsuite:\n  lambdas: [0, 2]\n", "key 'suite.lambdas'"),
+    "duplicate_key": ("name: x\nsuite:\n  tasks: [a]\n  min_units: 5\n  tasks: [b]\n", "key 'suite.tasks' is given twice (lines 3 and 5)"),
+    "duplicate_section": ("name: x\nseed: 1\nname: y\n", "key 'name' is given twice (lines 1 and 3)"),
+    "negative_seed": ("name: x\nseed: -7\n", "key 'seed': Input should be greater than or equal to 0 (got -7)"),
+    "connect_timeout": ("name: x\nray: {connect_timeout_s: 0}\n", "key 'ray.connect_timeout_s'"),
 }
 
 
@@ -51,7 +57,100 @@ def test_missing_job_file(tmp_path):
         load_job(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("case", ["unknown_key", "wrong_type", "invalid_yaml", "missing_key"])
+def test_yaml_merge_keys_may_override(tmp_path):
+    """A key given twice is refused, but a merge key (<<) is not a repetition."""
+    path = tmp_path / "merge.yaml"
+    path.write_text("name: x\nprobe: &p {backend: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n"
+                    "judge:\n  <<: *p\n  model: j\n")
+    job = load_job(path)
+    assert job.judge.model == "j" and job.probe.model == "m"
+
+
+def test_seed_override_is_checked_too(tmp_path):
+    with pytest.raises(JobSpecError, match=r"quickstart.yaml: key 'seed': Input should be greater than or equal to 0"):
+        load_job(ROOT / "jobs" / "quickstart.yaml", {"seed": -1})
+
+
+def test_refused_prompt_names_the_requests_own_max_tokens():
+    """A suite's per-task max_tokens (HELMET json_kv: 100) overrides probe.sampling.max_tokens
+    (say 16): the message gives the number used and where it can come from."""
+    from raylc.tokenize import get_tokenizer
+    from raylc.truncation import PromptTooLong, fit_to_window
+
+    tok = get_tokenizer("default")
+    context = "word " * 400
+    with pytest.raises(PromptTooLong) as err:
+        fit_to_window("Q: ", context, " A:", tok, 300, 100, "refuse")
+    assert "the request's max_tokens 100 (from the suite's limit for this task if it sets one, else probe.sampling.max_tokens)" in str(err.value)
+    with pytest.raises(PromptTooLong, match=r"max_tokens 100 \(from suite helmet_recall, task json_kv\)"):
+        fit_to_window("Q: ", context, " A:", tok, 300, 100, "refuse", max_tokens_from="suite helmet_recall, task json_kv")
+    with pytest.raises(PromptTooLong, match="instruction and question alone need .* the request's max_tokens 290"):
+        fit_to_window("Q: " + "word " * 20, context, " A:", tok, 300, 290, "middle")
+
+
+def test_store_that_is_a_file_nothing_written(tmp_path):
+    """A store that is a file: one line saying so, exit 2, before anything runs (no "stages kept")."""
+    store = tmp_path / "afile"
+    store.write_text("not a folder")
+    for where in (store, store / "sub"):
+        proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(where)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+        assert proc.stderr.startswith(f"error: {where}: the store ") and "not a folder" in proc.stderr
+        assert "nothing was written" in proc.stderr and "kept" not in proc.stderr
+    assert store.read_text() == "not a folder"
+
+
+def test_unreachable_s3_store_nothing_written(tmp_path):
+    """An S3 store that fails before the run's first write: "nothing was written", not "finished stages are kept"."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the socket is
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AWS_ENDPOINT_URL_S3")}
+    env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_MAX_ATTEMPTS="1")
+    proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", "s3://bucket/runs",
+                           "--run-id", "r1"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith("error: s3://bucket/runs/r1/") and line.endswith("; nothing was written"), proc.stderr
+    assert "kept" not in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write a read-only folder (see the test below)")
+def test_read_only_store_nothing_written(tmp_path):
+    store = tmp_path / "ro"
+    store.mkdir()
+    store.chmod(0o555)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(store)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        store.chmod(0o755)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {store}: the store is not writable: permission denied; nothing was written"
+    assert not any(store.iterdir())
+
+
+def test_read_only_file_system_store(tmp_path, monkeypatch):
+    """A store on a read-only mount (simulated: access() says no, statvfs says ST_RDONLY), even for root."""
+    from raylc.pipeline import runner
+
+    store = tmp_path / "mnt" / "runs"
+    (tmp_path / "mnt").mkdir()
+    real = os.statvfs(tmp_path)
+    monkeypatch.setattr(runner.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(runner.os, "statvfs", lambda path: types.SimpleNamespace(f_flag=real.f_flag | os.ST_RDONLY))
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(store)})
+    with pytest.raises(runner.RunError) as err:
+        runner.run_job(job, "ro", log=lambda m: None)
+    assert str(err.value) == f"{store}: the store is not writable ({tmp_path / 'mnt'}): read-only file system; nothing was written"
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("case", ["unknown_key", "wrong_type", "invalid_yaml", "missing_key", "duplicate_key", "negative_seed"])
 def test_cli_bad_job_exit_2_one_line_nothing_written(tmp_path, case):
     text, expected = BAD_JOBS[case]
     path = tmp_path / "bad.yaml"

@@ -88,3 +88,51 @@ def test_submit_bad_job_file_fails_locally(tmp_path):
         bad.unlink()
     assert proc.returncode == 2
     assert "unknown key 'sampling.stride'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ray_job_stop_interrupts_the_run(head, tmp_path):
+    """`ray job stop` sends SIGTERM to the driver (then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S,
+    3 s): the run ends in time with its one line in the job's log, the stage marked
+    interrupted and the lock released."""
+    import json
+    import re
+    import time
+
+    from ray.job_submission import JobSubmissionClient
+
+    job = ROOT / "jobs" / ".stop-test.yaml"
+    job.write_text("name: stop\nsuite: {kind: planted, tasks: [planted-a, planted-b], problems_per_task: 3, "
+                   "min_units: 200, max_units: 400}\ninference: {shard_rows: 500, shard_seconds: 0.5}\n")
+    store = tmp_path / "store"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "raylc", "submit", job.relative_to(ROOT).as_posix(), "--address", head.address,
+             "--store", str(store), "--run-id", "stop", "--no-wait"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )
+    finally:
+        job.unlink()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = proc.stdout.split()[-2]
+    run = store / "stop"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            running = json.loads((run / "manifest.json").read_text())["stages"].get("infer", {}).get("status") == "running"
+        except (OSError, ValueError, KeyError):
+            running = False
+        if running and any((run / "infer").rglob("part-*.parquet")):
+            break
+        time.sleep(0.1)
+    client = JobSubmissionClient(head.address)
+    client.stop_job(job_id)
+    while str(client.get_job_status(job_id)).split(".")[-1] not in ("STOPPED", "SUCCEEDED", "FAILED"):
+        time.sleep(0.5)
+    time.sleep(1.0)  # the log's last lines
+    logs = client.get_job_logs(job_id)
+    assert re.search(r"^interrupted \(SIGTERM\) during infer; \d+ requests stored; re-run with --run-id stop to resume$",
+                     logs, re.M), logs[-3000:]
+    assert "Traceback" not in logs and "SIGTERM received" not in logs
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["stages"]["infer"]["status"] == "interrupted"
+    assert not (run / "_lock.json").exists()

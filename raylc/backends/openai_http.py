@@ -4,14 +4,38 @@
 requests go to ``{base_url}/chat/completions`` (mode ``chat``: the prompt is one user
 message) or ``{base_url}/completions`` (mode ``completions``). Per actor, a thread pool of
 ``concurrency`` workers sends the requests; each is retried on HTTP 408/429/5xx, timeouts
-and connection errors up to ``max_retries`` times, sleeping
-``min(60, backoff_s * 2**attempt) * U(0.5, 1)`` (jitter from a RNG seeded by the job seed
-and the request's position; a larger ``Retry-After`` wins). A request that still fails
-becomes a row with ``completion`` None and ``error`` naming the endpoint and the status.
+and connection errors up to ``max_retries`` times. Before retry ``n`` (1, 2, ...) it sleeps
+``b = min(60, backoff_s * 2**(n-1)) * U(0.5, 1)``; when the reply has a ``Retry-After``
+header (seconds or an HTTP date, capped at 60 s) it sleeps ``max(retry_after, b) * U(1, 1.25)``
+instead: never less than the server asked, and spread over a quarter of it so that workers
+told the same ``Retry-After`` do not all come back at the same moment. The jitter comes from a
+RNG seeded by the job seed and the request's position, so the sleeps are the same on every run
+with the same seed and replies. A request that still fails becomes a row with ``completion``
+None and ``error`` naming the endpoint and the status.
+
+A reply whose content is null or empty (``finish_reason: content_filter``, a reasoning model
+that ran out of ``max_tokens``, a proxy that lost the text) is an error row too (``completion``
+None, ``error`` "<endpoint>: empty completion (content null, finish_reason ...)"), so that it
+counts against ``inference.max_error_fraction`` and is retried on resume; it is not retried
+at once (the same request mostly gets the same reply). With ``probe.empty_ok: true`` it is an
+answer instead (an empty string, scored as such).
 
 The API key is read from the environment variable named by ``api_key_env`` and is only
 ever put in the ``Authorization`` header: it is not in ``repr``, errors, results, or the
-pickled backend (re-read from the environment when unpickled on a Ray worker).
+pickled backend (re-read from the environment when unpickled on a Ray worker). A request
+refused with HTTP 401/403, or another 4xx whose body speaks of an API key, authentication or
+authorization (LiteLLM answers a bad key with HTTP 400), is reported as "HTTP 400 (invalid
+API key?): check the key in $VAR" naming the variable, never the key.
+
+``check_endpoint`` (run by the driver before any request) lists ``{base_url}/models`` and
+refuses a ``model`` it does not list, unless a listed name is a wildcard matching it (LiteLLM's
+``local/*``) or ``probe.check_model`` is false; the endpoint itself is checked either way.
+
+Usage check: the first time the server's ``prompt_tokens`` for a prompt and raylc's own count
+(``tokenizer``, the one truncation uses) differ by more than ``usage_check_factor`` times and by
+more than :data:`USAGE_SLACK_TOKENS` tokens (room for a chat template), the backend prints one
+warning line on stderr (once per backend instance, i.e. per worker) and keeps the mismatch in
+:attr:`OpenAIBackend.usage_mismatch`; the stored ``prompt_tokens`` stay the server's.
 
 If ``max_model_len`` is set, prompts are fitted client-side (:mod:`raylc.truncation`)
 with ``tokenizer`` (default: the approximate offline tokenizer; use ``hf:<name>`` for
@@ -20,11 +44,18 @@ exact counts; the server's chat template tokens are not counted, so leave a marg
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import fnmatch
 import http.client
 import json
+import math
 import os
 import random
+import re
 import socket
+import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -41,7 +72,13 @@ from raylc.truncation import PromptTooLong, fit_to_window
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_SLEEP_S = 60.0
+#: a Retry-After sleep is max(retry_after, backoff) times U(1, RETRY_AFTER_SPREAD)
+RETRY_AFTER_SPREAD = 1.25
+#: token counts closer than this are never flagged by the usage check (chat template tokens)
+USAGE_SLACK_TOKENS = 64
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+#: an error body that says the key is the problem, whatever the status
+_AUTH_RE = re.compile(r"api[ _-]?key|authenticat|unauthori[sz]|credential|bearer", re.IGNORECASE)
 
 
 class _Retry(Exception):
@@ -54,11 +91,47 @@ class _Fatal(Exception):
     pass
 
 
+class _Auth(_Fatal):
+    """The server refused the API key (or its absence)."""
+
+
 def _retry_after(headers: Any) -> Optional[float]:
-    try:
-        return float(headers.get("Retry-After")) if headers is not None and headers.get("Retry-After") else None
-    except (TypeError, ValueError):
+    """``Retry-After`` in seconds (a number or an HTTP date), None when absent or unreadable."""
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
         return None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:  # "-0000": UTC
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_detail(raw: bytes) -> tuple[str, str]:
+    """(the error message of a JSON error body, the body as text for the auth test)."""
+    text = raw[:4000].decode("utf-8", "replace")
+    try:
+        payload = json.loads(raw or b"{}")
+        err = payload.get("error", payload.get("message", "")) if isinstance(payload, dict) else ""
+        detail = err.get("message", "") if isinstance(err, dict) else str(err or "")
+    except Exception:
+        detail = ""
+    return detail, text
+
+
+def _count(value: Any) -> Optional[int]:
+    """A token count from a reply's usage, None unless it is a non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -84,6 +157,9 @@ class OpenAIBackend(Backend):
             raise BackendUnavailable(f"environment variable {env} (probe.api_key_env) is not set")
         self._key: Optional[str] = os.environ.get(env) if env else None
         self._tokenizer = get_tokenizer(self.probe.tokenizer)
+        self._lock = threading.Lock()
+        #: the first (server's, raylc's) prompt token counts that failed the usage check, if any
+        self.usage_mismatch: Optional[tuple[int, int]] = None
         host = urllib.parse.urlsplit(self.base_url).hostname or ""
         handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
         self._opener = urllib.request.build_opener(*handlers)
@@ -120,17 +196,19 @@ class OpenAIBackend(Backend):
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             status, after = exc.code, _retry_after(exc.headers)
-            detail = ""
             try:
-                payload = json.loads(exc.read() or b"{}")
-                err = payload.get("error", payload.get("message", "")) if isinstance(payload, dict) else ""
-                detail = err.get("message", "") if isinstance(err, dict) else str(err or "")
+                detail, text = _error_detail(exc.read() or b"")
             except Exception:
-                pass
-            msg = f"HTTP {status}" + (f" ({_one_line(self._scrub(detail))})" if detail else "")
+                detail, text = "", ""
+            said = f" ({_one_line(self._scrub(detail))})" if detail else ""
             if status in RETRY_STATUS:
-                raise _Retry(msg, after) from None
-            raise _Fatal(msg) from None
+                raise _Retry(f"HTTP {status}{said}", after) from None
+            if status in (401, 403) or (400 <= status < 500 and _AUTH_RE.search(text)):
+                env = self.probe.api_key_env
+                hint = (f"check the key in ${env}" if env else
+                        "no key was sent; set probe.api_key_env to the environment variable holding it")
+                raise _Auth(f"HTTP {status} (invalid API key?): {hint}" + (f"; server said{said}" if said else "")) from None
+            raise _Fatal(f"HTTP {status}{said}") from None
         except (TimeoutError, socket.timeout):
             raise _Retry(f"timed out after {timeout:g} s") from None
         except urllib.error.URLError as exc:
@@ -159,6 +237,25 @@ class OpenAIBackend(Backend):
             body["seed"] = s.seed
         return json.dumps(body).encode()
 
+    def _check_usage(self, reported: int, ours: int) -> None:
+        """Warn once (per backend instance) when the server's prompt token count is off ours
+        by more than ``usage_check_factor`` times and :data:`USAGE_SLACK_TOKENS` tokens."""
+        factor = self.probe.usage_check_factor
+        hi, lo = max(reported, ours), min(reported, ours)
+        if factor is None or hi - lo <= USAGE_SLACK_TOKENS or hi <= factor * max(lo, 1):
+            return
+        with self._lock:
+            if self.usage_mismatch is not None:
+                return
+            self.usage_mismatch = (reported, ours)
+        print(
+            f"warning: {self.endpoint} reported {reported} prompt tokens for a prompt of {ours} tokens by raylc's count "
+            f"(tokenizer {self.probe.tokenizer or 'default'}), more than probe.usage_check_factor = {factor:g}x apart: "
+            "the prompt_tokens stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; "
+            "reported once per worker)",
+            file=sys.stderr, flush=True,
+        )
+
     def _parse(self, data: Any, prompt: str, latency: float, cut: int) -> Generation:
         try:
             choice = data["choices"][0]
@@ -166,17 +263,36 @@ class OpenAIBackend(Backend):
         except (KeyError, IndexError, TypeError, AttributeError):
             return generation(prompt_tokens=self._tokenizer.count(prompt), latency_s=latency,
                               error=f"{self.endpoint}: unexpected response (no choices)", truncated_tokens=cut)
-        usage = data.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        completion_tokens = usage.get("completion_tokens")
+        if isinstance(text, list):  # content parts
+            text = "".join(str(part.get("text") or "") for part in text if isinstance(part, dict))
+        elif text is not None and not isinstance(text, str):
+            text = str(text)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        completion_tokens, reported, cached = (
+            _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")), _count(details.get("cached_tokens")))
+        ours = None
+        if reported is None or (self.probe.usage_check_factor is not None and self.usage_mismatch is None):
+            ours = self._tokenizer.count(prompt)
+            if reported is not None:
+                self._check_usage(reported, ours)
+        finish, error = choice.get("finish_reason"), None
+        if not (text or "").strip():
+            if self.probe.empty_ok:
+                text = text or ""
+            else:
+                why = "max_tokens ran out first" if finish == "length" else "probe.empty_ok: true accepts empty answers"
+                error = (f"{self.endpoint}: empty completion (content {'null' if text is None else 'empty'}, "
+                         f"finish_reason {finish}; {why})")
+                text = None
         return generation(
             text,
-            prompt_tokens=usage.get("prompt_tokens") if usage.get("prompt_tokens") is not None
-            else self._tokenizer.count(prompt),
+            prompt_tokens=reported if reported is not None else ours,
             generated_tokens=completion_tokens if completion_tokens is not None else self._tokenizer.count(text or ""),
-            cached_tokens=details.get("cached_tokens"),
-            finish_reason=choice.get("finish_reason"),
+            cached_tokens=cached,
+            finish_reason=finish,
             latency_s=latency,
+            error=error,
             truncated_tokens=cut,
         )
 
@@ -197,8 +313,8 @@ class OpenAIBackend(Backend):
                 if attempts > self.probe.max_retries:
                     break
                 delay = min(MAX_SLEEP_S, self.probe.backoff_s * 2 ** (attempts - 1)) * rng.uniform(0.5, 1.0)
-                if exc.retry_after is not None:
-                    delay = max(delay, min(MAX_SLEEP_S, exc.retry_after))
+                if exc.retry_after is not None:  # never earlier than asked, and not all workers at once
+                    delay = max(delay, min(MAX_SLEEP_S, exc.retry_after)) * rng.uniform(1.0, RETRY_AFTER_SPREAD)
                 time.sleep(delay)
             else:
                 return self._parse(data, prompt, time.perf_counter() - t0, cut)
@@ -240,16 +356,20 @@ class OpenAIBackend(Backend):
         url = self.base_url
         try:
             data = self._send(f"{url}/models", None, min(self.probe.timeout_s, 10.0))
+        except _Auth as exc:
+            raise BackendUnavailable(f"OpenAI endpoint {url} rejected the request: {exc}") from None
         except (_Retry, _Fatal) as exc:
             msg = str(exc)
             if msg.startswith("HTTP 404"):
                 return  # no /models route: reachable, cannot list models
-            if msg.startswith(("HTTP 401", "HTTP 403")):
-                where = f"${self.probe.api_key_env}" if self.probe.api_key_env else "no api_key_env set"
-                raise BackendUnavailable(f"OpenAI endpoint {url} rejected the request: {msg} (API key: {where})") from None
             raise BackendUnavailable(f"OpenAI endpoint {url} is unavailable: {msg}") from None
+        if not self.probe.check_model:
+            return
         models = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
-        if models and self.probe.model not in models:
+        model = self.probe.model
+        listed = [str(m) for m in models if m is not None]
+        if listed and not any(m == model or ("*" in m and fnmatch.fnmatchcase(model, m)) for m in listed):
             raise BackendUnavailable(
-                f"OpenAI endpoint {url} does not serve model {self.probe.model!r} (serves: {', '.join(map(str, models[:10]))})"
+                f"OpenAI endpoint {url} does not serve model {model!r} (serves: {', '.join(listed[:10])}); "
+                "set probe.check_model: false if it routes names it does not list"
             )

@@ -5,11 +5,18 @@ Routes: ``POST /v1/chat/completions`` (the last user message is the prompt),
 :meth:`SimulatedBackend.answer`; usage counts come from the default tokenizer.
 
 Failure injection is deterministic: request attempt ``n`` of a given body fails with
-``fail_status`` iff a hash of (``seed``, body, ``n``) falls below ``fail_rate``, and stalls
+``fail_status`` iff a hash of (``seed``, body, ``n``) falls below ``fail_rate`` (with a
+``Retry-After: <retry_after>`` header when ``retry_after`` is set, e.g. on 429), stalls
 for ``stall_s`` seconds iff another such hash falls below ``stall_rate`` (to exercise
-client timeouts). ``api_key`` makes ``Authorization: Bearer <key>`` required.
-:attr:`SimulatedOpenAIServer.stats` counts requests, injected failures, and the maximum
-number of requests in flight.
+client timeouts), and answers with content ``null_content`` (JSON null by default, or e.g.
+``""``) and ``finish_reason: null_finish_reason`` (``content_filter``) iff a third falls
+below ``null_rate`` (1.0: every reply). ``api_key`` makes ``Authorization: Bearer <key>``
+required; a missing or wrong key gets HTTP ``auth_status`` (401, or 400 with LiteLLM's
+message). Servers in the wild: a ``model`` with ``*`` is a wildcard route (``local/*``
+serves any ``local/<x>``), ``listed_models`` replaces what ``/v1/models`` lists (default:
+``[model]``), and ``usage_scale`` scales the reported ``prompt_tokens`` (0.003: a server that
+under-reports usage). :attr:`SimulatedOpenAIServer.stats` counts requests, injected
+failures, null replies, and the maximum number of requests in flight.
 
 Run ``python -m raylc.backends.testserver --port 8000 [--job job.yaml]`` to serve a job's
 simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
@@ -18,6 +25,7 @@ simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import json
 import threading
@@ -43,29 +51,37 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+    def _reply(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str) -> None:
-        self._reply(status, {"error": {"message": message, "type": "error", "code": status}})
+    def _error(self, status: int, message: str, headers: Optional[dict[str, str]] = None) -> None:
+        self._reply(status, {"error": {"message": message, "type": "error", "code": status}}, headers)
 
     def _authorized(self) -> bool:
-        key = self.server.owner.api_key
+        owner = self.server.owner
+        key = owner.api_key
         if key is None or self.headers.get("Authorization") == f"Bearer {key}":
             return True
-        self._error(401, "invalid or missing API key")
+        if owner.auth_status == 401:
+            self._error(401, "invalid or missing API key")
+        else:  # LiteLLM's proxy: HTTP 400 for a bad key
+            self._error(owner.auth_status, "Authentication Error, Invalid proxy server token passed.")
         return False
 
     def do_GET(self) -> None:
         if not self._authorized():
             return
         if self.path.rstrip("/") == "/v1/models":
-            self._reply(200, {"object": "list", "data": [{"id": self.server.owner.model, "object": "model"}]})
+            owner = self.server.owner
+            listed = owner.listed_models if owner.listed_models is not None else [owner.model]
+            self._reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]})
         else:
             self._error(404, f"no route {self.path}")
 
@@ -86,11 +102,12 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.rstrip("/")
         if route not in ("/v1/chat/completions", "/v1/completions"):
             return self._error(404, f"no route {self.path}")
-        fail, stall = owner._inject(raw)
+        fail, stall, null = owner._inject(raw)
         if stall:
             time.sleep(owner.stall_s)
         if fail:
-            return self._error(owner.fail_status, "injected failure")
+            after = {"Retry-After": f"{owner.retry_after:g}"} if owner.retry_after is not None else None
+            return self._error(owner.fail_status, "injected failure", after)
         try:
             req = json.loads(raw)
             if route.endswith("chat/completions"):
@@ -101,28 +118,32 @@ class _Handler(BaseHTTPRequestHandler):
                 prompt = req["prompt"] if isinstance(req["prompt"], str) else req["prompt"][0]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return self._error(400, "malformed request")
-        if req.get("model") != owner.model:
+        if not owner.serves(req.get("model")):
             return self._error(404, f"The model `{req.get('model')}` does not exist.")
         if owner.delay_s:
             time.sleep(owner.delay_s)
         tok = get_tokenizer(None)
-        text, reason = owner.backend.answer(prompt), "stop"
-        ids = tok.encode(text)
-        max_tokens = req.get("max_tokens")
-        if isinstance(max_tokens, int) and len(ids) > max_tokens:
-            text, ids, reason = tok.decode(ids[:max_tokens]), ids[:max_tokens], "length"
+        text: Optional[str]
+        if null:
+            text, ids, reason = owner.null_content, tok.encode(owner.null_content or ""), owner.null_finish_reason
+        else:
+            text, reason = owner.backend.answer(prompt), "stop"
+            ids = tok.encode(text)
+            max_tokens = req.get("max_tokens")
+            if isinstance(max_tokens, int) and len(ids) > max_tokens:
+                text, ids, reason = tok.decode(ids[:max_tokens]), ids[:max_tokens], "length"
         choice: dict[str, Any] = {"index": 0, "finish_reason": reason}
         if route.endswith("chat/completions"):
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        n_prompt = tok.count(prompt)
+        n_prompt = round(tok.count(prompt) * owner.usage_scale)
         usage = {"prompt_tokens": n_prompt, "completion_tokens": len(ids), "total_tokens": n_prompt + len(ids),
                  "prompt_tokens_details": {"cached_tokens": 0}}
         with owner._lock:
             owner.stats["completed"] += 1
         self._reply(200, {"id": f"cmpl-{owner.stats['requests']}", "object": "chat.completion" if "message" in choice
-                          else "text_completion", "created": int(time.time()), "model": owner.model,
+                          else "text_completion", "created": int(time.time()), "model": req.get("model"),
                           "choices": [choice], "usage": usage})
 
 
@@ -150,13 +171,24 @@ class SimulatedOpenAIServer:
         delay_s: float = 0.0,
         api_key: Optional[str] = None,
         seed: int = 0,
+        retry_after: Optional[float] = None,
+        null_rate: float = 0.0,
+        null_content: Optional[str] = None,
+        null_finish_reason: str = "content_filter",
+        auth_status: int = 401,
+        listed_models: Optional[list[str]] = None,
+        usage_scale: float = 1.0,
     ):
         self.backend = backend or SimulatedBackend(SimulatedProbe(), {}, seed=0)
         self.model, self.port = model, port
         self.fail_rate, self.fail_status, self.seed = fail_rate, fail_status, seed
         self.stall_rate, self.stall_s, self.delay_s = stall_rate, stall_s, delay_s
         self.api_key = api_key
-        self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "completed": 0, "in_flight": 0, "max_in_flight": 0}
+        self.retry_after = retry_after
+        self.null_rate, self.null_content, self.null_finish_reason = null_rate, null_content, null_finish_reason
+        self.auth_status, self.listed_models, self.usage_scale = auth_status, listed_models, usage_scale
+        self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
+                      "in_flight": 0, "max_in_flight": 0}
         self._seen: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
@@ -180,17 +212,25 @@ class SimulatedOpenAIServer:
         with self._lock:
             self.stats["in_flight"] -= 1
 
-    def _inject(self, body: bytes) -> tuple[bool, bool]:
-        """(fail, stall) for this attempt of this body, deterministic in (seed, body, attempt)."""
+    def serves(self, model: Any) -> bool:
+        """Whether a request for ``model`` is served: ``self.model``, or any name its wildcard matches."""
+        if not isinstance(model, str):
+            return False
+        return model == self.model or ("*" in self.model and fnmatch.fnmatchcase(model, self.model))
+
+    def _inject(self, body: bytes) -> tuple[bool, bool, bool]:
+        """(fail, stall, null) for this attempt of this body, deterministic in (seed, body, attempt)."""
         with self._lock:
             key = hashlib.blake2b(body, digest_size=16).digest()
             n = self._seen.get(key, 0)
             self._seen[key] = n + 1
             fail = _unit(self.seed, key, n, "fail") < self.fail_rate
             stall = _unit(self.seed, key, n, "stall") < self.stall_rate
+            null = not fail and _unit(self.seed, key, n, "null") < self.null_rate
             self.stats["injected_failures"] += fail
             self.stats["stalled"] += stall
-        return fail, stall
+            self.stats["null_replies"] += null
+        return fail, stall, null
 
     def start(self) -> "SimulatedOpenAIServer":
         self._httpd = _Server(("127.0.0.1", self.port), _Handler)
@@ -233,6 +273,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--job", help="serve this job's simulated probe (default: SimulatedProbe(), no knowledge)")
     ap.add_argument("--model", default="simulated")
     ap.add_argument("--fail-rate", type=float, default=0.0)
+    ap.add_argument("--fail-status", type=int, default=503)
+    ap.add_argument("--retry-after", type=float, help="send Retry-After: N with each injected failure")
+    ap.add_argument("--null-rate", type=float, default=0.0, help="fraction of replies with content null")
+    ap.add_argument("--auth-status", type=int, default=401, help="status for a bad key (400: as LiteLLM)")
+    ap.add_argument("--usage-scale", type=float, default=1.0, help="scale the reported prompt_tokens")
     ap.add_argument("--delay-s", type=float, default=0.0)
     ap.add_argument("--api-key-env", help="require the key held by this environment variable")
     ap.add_argument("--seed", type=int, default=0)
@@ -244,7 +289,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         ap.error(f"environment variable {args.api_key_env} is not set")
     backend = backend_for_job(args.job) if args.job else None
     server = SimulatedOpenAIServer(backend, model=args.model, port=args.port, fail_rate=args.fail_rate,
-                                   delay_s=args.delay_s, api_key=key, seed=args.seed).start()
+                                   fail_status=args.fail_status, retry_after=args.retry_after,
+                                   null_rate=args.null_rate, auth_status=args.auth_status,
+                                   usage_scale=args.usage_scale, delay_s=args.delay_s, api_key=key,
+                                   seed=args.seed).start()
     print(f"serving the simulated probe at {server.base_url} (model {args.model!r}); Ctrl-C to stop", flush=True)
     try:
         while True:

@@ -75,6 +75,7 @@ PROBLEM_COLUMNS = tuple(PROBLEM_SCHEMA)
 TASK_COLUMNS = tuple(TASK_SCHEMA)
 
 Mapper = Callable[..., list]
+SPAN_KEY = ("task", "problem_id", "C", "start")  #: one row per span: the key of the observation table
 
 
 class ObservationError(ValueError):
@@ -95,21 +96,21 @@ def _row_text(row: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def _fail(obs: pl.DataFrame, column: str, what: str, mask: Optional[pl.Expr] = None) -> None:
+def _fail(obs: pl.DataFrame, column: str, what: str, mask: Optional[pl.Expr] = None, columns: str = "") -> None:
     if mask is None:
         bad = obs.head(1)
         n = None
     else:
-        flagged = obs.with_row_index("_row").filter(mask)
+        flagged = obs.with_row_index("_row", offset=1).filter(mask)  # rows numbered from 1, as in the file
         n = flagged.height
         if n == 0:
             return
         bad = flagged.head(1)
     row = bad.row(0, named=True) if bad.height else {}
-    where = f" {row['_row']}" if "_row" in row else (" 0" if row else "")
+    where = f" {row['_row']}" if "_row" in row else (" 1" if row else "")
     count = f" in {n} row(s)" if n is not None else ""
     example = _row_text(row) if row else "(none)"
-    msg = f"column {column!r}: {what}{count}; e.g. row{where}: {example}"
+    msg = f"{columns or f'column {column!r}'}: {what}{count}; e.g. row{where}: {example}"
     raise ObservationError(msg.replace("\n", " "))
 
 
@@ -121,8 +122,10 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
     for the binary metrics accuracy / exact_match), metric (non-empty, one per problem). L, C
     and start must be integers (integral floats are accepted). Every task needs at least one
     partial observation 0 < C < L (the category thresholds lambda_p, k_p of Section 4 come from
-    these lengths). Any violation raises :class:`ObservationError` naming the column and
-    showing the first offending row.
+    these lengths). A task whose every score is null (IDK) is accepted. One row per span: a
+    key (task, problem_id, C, start) given twice is refused (it would count twice in the
+    likelihood). Any violation raises :class:`ObservationError` naming the column(s) and
+    showing the first offending row (rows numbered from 1).
     """
     if not isinstance(obs, pl.DataFrame):
         raise ObservationError(f"column 'task': observations must be a polars DataFrame, got {type(obs).__name__}")
@@ -159,6 +162,8 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
     _fail(obs, "L", "problem has several context lengths L",
           pl.col("L").n_unique().over("task", "problem_id") > 1)
 
+    if obs.schema["score"] == pl.String and obs["score"].null_count() == obs.height:
+        obs = obs.with_columns(pl.col("score").cast(pl.Null))  # an empty CSV column is read as text
     if not (obs.schema["score"].is_numeric() or obs.schema["score"] == pl.Null):
         _fail(obs, "score", f"must be numeric (null = IDK), got {obs.schema['score']}")
     obs = obs.with_columns(pl.col("score").cast(pl.Float64))
@@ -169,6 +174,11 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
           binary & s.is_not_null() & ~s.is_in([0.0, 1.0]))
     _fail(obs, "metric", "problem is scored with several metrics",
           pl.col("metric").n_unique().over("task", "problem_id") > 1)
+    span = pl.struct(*SPAN_KEY)
+    if obs.select(span.hash(0).n_unique()).item() < obs.height:  # cheap test first (a hash per row)
+        _fail(obs, "start", "the same span appears in more than one row (each row counts as one observation in "
+              "the likelihood: keep one row per span)", span.is_duplicated() & ~span.is_first_distinct(),
+              columns=f"columns {', '.join(SPAN_KEY)}")
     has_partial = ((pl.col("C") > 0) & (pl.col("C") < pl.col("L"))).any().over("task")
     _fail(obs, "C", "task has no partial observation length 0 < C < L (needed for lambda_p, k_p)", ~has_partial)
     return obs

@@ -4,9 +4,10 @@ A request id is a hash of the probe configuration (backend, model, sampling para
 seed), the problem's content (units and question) and the span (C, start): the same
 prompt sent to the same model with the same sampling always has the same id. Completions
 are written as Parquet shards, hive-partitioned by task
-(``infer/task=<task>/part-<attempt>-<n>.parquet``), each an atomic write, as they stream
-out of the actor pool; a re-run skips every request that already has a completion (a
-failed request, stored with its ``error``, is tried again).
+(``infer/task=<task>/part-<attempt>-<n>.parquet``; the task is a safe name,
+:func:`raylc.names.path_segment`, so the folder's value is the task itself), each an atomic
+write, as they stream out of the actor pool; a re-run skips every request that already has
+a completion (a failed request, stored with its ``error``, is tried again).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 import polars as pl
 
+from raylc.names import path_segment
 from raylc.spec import Job, probe_settings
 from raylc.store import Store
 
@@ -182,7 +184,10 @@ class ShardWriter:
         if not self.pending:
             return
         frame = pl.concat(self.pending, how="vertical_relaxed")
-        for (task,), part in frame.partition_by("task", as_dict=True, maintain_order=True).items():
+        parts = frame.partition_by("task", as_dict=True, maintain_order=True)
+        for (task,) in parts:  # every task checked before any shard is written (raises UnsafeName)
+            path_segment(task, "task")
+        for (task,), part in parts.items():
             name = f"part-{self.attempt}-{self.shards:05d}.parquet"
             self.store.write_table(part.drop("task"), self.run_id, SHARD_DIR, f"task={task}", name)
         self.shards += 1

@@ -159,13 +159,14 @@ def tokenize(rendered: pl.DataFrame, tokenizer: PromptTokenizer, max_model_len: 
     row's, or ``default_max_tokens``) and tokenize it: the rows without the prompt parts, plus
     ``prompt_token_ids`` (null when it cannot fit), ``prompt_tokens``, ``truncated_tokens`` and
     ``error`` ("prompt too long: ..." for a refused prompt)."""
-    limits = (rendered["max_tokens"].fill_null(default_max_tokens).to_list() if "max_tokens" in rendered.columns
-              else [default_max_tokens] * rendered.height)
+    own = (rendered["max_tokens"].to_list() if "max_tokens" in rendered.columns else [None] * rendered.height)
     ids_col: list[Optional[list[int]]] = []
     n_col, cut_col, err_col = [], [], []
-    for (head, context, tail), limit in zip(rendered.select(INLINE).iter_rows(), limits):
+    for (head, context, tail), limit in zip(rendered.select(INLINE).iter_rows(), own):
+        source = "probe.sampling.max_tokens" if limit is None else "the suite's limit for this request"
         try:
-            text, cut = fit_to_window(head, context, tail, tokenizer, max_model_len, int(limit), policy)  # type: ignore[arg-type]
+            text, cut = fit_to_window(head, context, tail, tokenizer, max_model_len,  # type: ignore[arg-type]
+                                      int(default_max_tokens if limit is None else limit), policy, source)
         except PromptTooLong as exc:
             ids_col.append(None)
             n_col.append(tokenizer.count(head + context + tail))

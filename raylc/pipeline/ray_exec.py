@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
+import socket
 import sys
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -17,8 +21,11 @@ from raylc.spec import Job
 
 
 def ensure_ray(job: Job) -> None:
-    """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the machine."""
-    init_ray(job.ray.address or os.environ.get("RAY_ADDRESS"), job.ray.num_cpus, job.ray.include_dashboard)
+    """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the
+    machine. A cluster that does not answer within ``ray.connect_timeout_s`` is a
+    :class:`RayUnavailable` (one line naming the address and where it came from)."""
+    address, source = (job.ray.address, "ray.address") if job.ray.address else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS")
+    init_ray(address, job.ray.num_cpus, job.ray.include_dashboard, timeout_s=job.ray.connect_timeout_s, source=source)
 
 
 def check_gpus(job: Job, log: Callable[[str], None]) -> None:
@@ -60,15 +67,116 @@ def root_cause(exc: BaseException) -> str:
     return f"{type(chain[-1]).__name__}: {text[-1] if text else ''}".strip()
 
 
-def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False) -> None:
-    """``ray.init`` once per process: join ``address`` if given, else start a local instance."""
+class RayUnavailable(RuntimeError):
+    """The Ray cluster named by an address did not answer (in time); the message is one line."""
+
+
+CONNECT_TIMEOUT_S = 60.0  # default of ray.connect_timeout_s
+REFUSED_GRACE_S = 5.0  # a refused connection is retried this long (a head that is starting), then fails
+# an HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the Ray Client
+# server) answers with its own SETTINGS frame (RFC 9113 §3.4), a silent port with nothing
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _who(address: str, source: Optional[str]) -> tuple[str, str]:
+    """(the address and where it came from, what to do about it) for a one-line error."""
+    if source == "RAY_ADDRESS":
+        return f"RAY_ADDRESS={address} (from the environment)", "unset RAY_ADDRESS to start a local Ray"
+    if source:
+        return f"{source} {address} (from the job file)", f"fix {source}, or remove it to start a local Ray"
+    return f"Ray address {address}", "check the address"
+
+
+def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
+    """Raise :class:`RayUnavailable` unless a gRPC server (Ray's GCS) answers at ``address``
+    (``host:port`` or ``ray://host:port``) within ``timeout_s``: ``ray.init`` itself waits for
+    an unreachable GCS far longer (Ray 2.60, ``_private/node.py`` ``Node._init_gcs_client``:
+    ``NUM_REDIS_GET_RETRIES`` = 20 attempts, each a ``GcsClient`` that waits for the cluster id,
+    about 40 s, printing a GCS warning every 30 s). A TCP connect, then an HTTP/2 preface
+    whose SETTINGS reply proves a gRPC server listens (skipped with RAY_USE_TLS, where the TLS
+    handshake comes first). A refused connection is retried for :data:`REFUSED_GRACE_S`.
+    ``auto``, ``local`` and addresses without a port are left to ``ray.init``."""
+    who, hint = _who(address, source)
+    host, sep, port = address.split("://", 1)[-1].strip().rstrip("/").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    host = host.strip("[]")
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+    start = time.monotonic()
+    deadline = start + timeout_s
+    last = "no reply"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RayUnavailable(f"{who} did not answer within {timeout_s:g} s ({last}); {hint}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=remaining) as sock:
+                if tls:
+                    return
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.sendall(_H2_HELLO)
+                head = b""
+                while len(head) < 9:
+                    chunk = sock.recv(9 - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+            if len(head) == 9 and head[3] == 4:  # frame type 4: SETTINGS
+                return
+            raise RayUnavailable(
+                f"{who} answered, but not as a Ray cluster (no gRPC reply: expected the GCS address, "
+                f"host:6379, not the dashboard's); {hint}")
+        except socket.gaierror as exc:
+            raise RayUnavailable(f"{who}: cannot resolve {host!r} ({exc.strerror}); {hint}") from None
+        except ConnectionRefusedError:
+            last = "connection refused"
+            if time.monotonic() - start >= min(REFUSED_GRACE_S, timeout_s):
+                raise RayUnavailable(f"{who} refused the connection (no Ray cluster there); {hint}") from None
+        except (socket.timeout, TimeoutError):
+            last = "no reply"
+            continue
+        except OSError as exc:  # reset, host or network unreachable: retried until the deadline
+            last = exc.strerror or type(exc).__name__
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+
+
+def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False,
+             timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
+    """``ray.init`` once per process: join ``address`` if given, else start a local instance.
+    An address is checked first (:func:`check_ray_address`, within ``timeout_s``); ``source``
+    says where it came from for the error (``RAY_ADDRESS``, ``ray.address``; default:
+    RAY_ADDRESS when ``address`` is its value). Failing to join is a :class:`RayUnavailable`.
+    A Python SIGTERM handler set before (``raylc run``'s) is set again after: the core worker
+    that ``ray.init`` starts installs absl's failure signal handler, SIGTERM included, which
+    prints a stack and aborts the process."""
     import ray
 
     if ray.is_initialized():
         return
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        _init(address, num_cpus, include_dashboard, timeout_s, source)
+    finally:
+        if callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
+          source: Optional[str]) -> None:
+    import ray
+
     common: dict[str, Any] = {"logging_level": logging.ERROR, "configure_logging": True}
     if address:
-        ray.init(address=address, **common)
+        if source is None and address == os.environ.get("RAY_ADDRESS"):
+            source = "RAY_ADDRESS"
+        check_ray_address(address, timeout_s, source)
+        try:
+            ray.init(address=address, **common)
+        except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
+            who, hint = _who(address, source)
+            detail = (str(exc).strip().splitlines() or [""])[0]
+            raise RayUnavailable(f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
 

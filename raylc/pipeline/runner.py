@@ -11,9 +11,12 @@ import importlib.metadata
 import io
 import os
 import platform
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
+from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import polars as pl
@@ -21,11 +24,12 @@ import pyarrow.parquet as pq
 
 from raylc import __version__
 from raylc.backends import make_backend
+from raylc.names import UnsafeName, path_segment
 from raylc.pipeline import checkpoint, ray_exec, stages
 from raylc.pipeline.inference import PROBLEM_ROW_GROUP
 from raylc.plan import prefix_order
 from raylc.spec import LENGTH_SUITES, Job
-from raylc.store import Store
+from raylc.store import Store, StoreUnavailable
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
@@ -51,6 +55,87 @@ class InferenceFailed(RunError):
     """More requests failed than ``inference.max_error_fraction`` allows (exit code 1)."""
 
 
+class NothingWritten(StoreUnavailable):
+    """The store failed before the run wrote anything: nothing to resume (exit code 1)."""
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM ended the run: a one-line message; ``exit_code`` is 128 + the signal
+    (130, 143). The stage in progress is ``interrupted`` in the manifest, the lock released."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised in the main thread during :func:`run_job`: the stage unwinds as on
+    Ctrl-C (``except Exception`` does not catch it, ``finally`` blocks run)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM (Ray Jobs' ``ray job stop``) raise :class:`_Signalled` in the main
+    thread; a second one while the run cleans up exits at once. Previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if fired:
+            os.write(2, f"{signal.Signals(signum).name} again: exiting without cleanup\n".encode())
+            os._exit(128 + signum)
+        fired.append(signum)
+        raise _Signalled(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def _interrupted(run: Optional["Run"], signum: int) -> RunInterrupted:
+    """The one line for an interrupted run: the stage, the requests stored (with a completion,
+    which a resumed run skips) and how to resume."""
+    how = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal.Signals(signum).name})"
+    if run is None:
+        return RunInterrupted(f"{how} before the run started; nothing was written", signum)
+    try:
+        stored = f"{checkpoint.completed_keys(run.store, run.run_id).size} requests stored"
+    except Exception:  # the store itself may be what failed; the line still says how to resume
+        stored = "stored requests kept"
+    where = f"during {run.interrupted}" if run.interrupted else "between stages"
+    return RunInterrupted(f"{how} {where}; {stored}; re-run with --run-id {run.run_id} to resume", signum)
+
+
+def check_store(root: str) -> None:
+    """A local store must be a folder this process can write (it is created when missing): else
+    one :class:`RunError` line, before anything runs or is written. An ``s3://`` store is checked
+    by the run's first write (:class:`NothingWritten`)."""
+    if "://" in root:
+        return
+    path = os.path.abspath(root)
+    near = path
+    while not os.path.exists(near) and os.path.dirname(near) != near:
+        near = os.path.dirname(near)  # the folder the store will be created in
+    if not os.path.isdir(near):
+        what = "is a file" if near == path else f"is inside a file ({near})"
+        raise RunError(f"{root}: the store {what}, not a folder (store.path or --store); nothing was written")
+    if not os.access(near, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(near).f_flag & os.ST_RDONLY)
+        why = "read-only file system" if read_only else "permission denied"
+        where = "" if near == path else f" ({near})"
+        raise RunError(f"{root}: the store is not writable{where}: {why}; nothing was written")
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "raylc": __version__}
     for pkg in ("ray", "polars", "pyarrow", "numpy", "scipy", "pydantic", "diptest"):
@@ -62,7 +147,13 @@ def _versions() -> dict[str, str]:
 
 
 def default_run_id(job: Job) -> str:
-    return f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    """``<job name>-<UTC time>``, a safe path segment (:func:`raylc.names.path_segment`; raises
+    :class:`RunError` when the job's name makes it unsafe, e.g. a leading '.' or too long)."""
+    run_id = f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    try:
+        return path_segment(run_id, "run id (from the job's name)")
+    except UnsafeName as exc:
+        raise RunError(str(exc)) from None
 
 
 @dataclass
@@ -72,6 +163,7 @@ class Run:
     store: Store
     run_id: str
     manifest: dict[str, Any] = field(default_factory=dict)
+    interrupted: Optional[str] = None  # the stage a signal interrupted (:func:`run_job`)
 
     def save(self) -> None:
         """Write the manifest (last, after the tables it describes) and refresh the lock."""
@@ -171,7 +263,10 @@ def _lock_alive(held: dict[str, Any]) -> bool:
 
 def open_run(job: Job, run_id: Optional[str]) -> Run:
     store = Store(job.store.path)
-    run_id = run_id or default_run_id(job)
+    try:  # the run's folder: nothing is ever written outside <store>/<run_id>/
+        run_id = path_segment(run_id, "run id") if run_id else default_run_id(job)
+    except UnsafeName as exc:
+        raise RunError(str(exc)) from None
     existing = store.read_json(run_id, MANIFEST)
     if existing is not None and existing.get("fingerprint") != job.fingerprint():
         raise RunError(
@@ -200,7 +295,14 @@ def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[
     run.manifest["stages"][name] = {"status": "running"}
     run.save()
     t0 = time.perf_counter()
-    rows = fn()
+    try:
+        rows = fn()
+    except KeyboardInterrupt:  # SIGINT or SIGTERM (run_job): recorded, and redone on resume
+        run.interrupted = name
+        run.manifest["stages"][name] = {"status": "interrupted", "seconds": round(time.perf_counter() - t0, 3)}
+        with suppress(Exception):
+            run.save()
+        raise
     seconds = round(time.perf_counter() - t0, 3)
     run.manifest["stages"][name] = {"status": "done", "rows": rows, "seconds": seconds}
     run.save()
@@ -243,13 +345,12 @@ def score_observations(run: Run, job: Job) -> int:
     return n
 
 
-def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None],
-                 data: Optional[pl.DataFrame] = None) -> None:
+def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None]) -> None:
     """Write ``batches`` (a lazy stream from the actor pool) as shards as they come. First
-    checks the endpoint of an OpenAI-compatible backend (made with ``data``) and the GPUs; a
+    checks the endpoint of an OpenAI-compatible backend and the GPUs; a
     failed actor pool keeps what finished and raises :class:`InferenceFailed` with its root cause."""
     if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
-        make_backend(job, data).check_endpoint()
+        make_backend(job, None).check_endpoint()
     ray_exec.ensure_ray(job)
     try:
         ray_exec.check_gpus(job, log)
@@ -259,6 +360,9 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
     try:
         for batch in batches:
             writer.add(batch)
+    except KeyboardInterrupt:  # SIGINT/SIGTERM: keep what finished
+        writer.flush()
+        raise
     except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
         writer.flush()
         cause = ray_exec.root_cause(exc)
@@ -273,7 +377,7 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
 
 
 def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Callable[[str], None],
-                   problems: tuple[str, ...] = (), data: Optional[pl.DataFrame] = None) -> None:
+                   problems: tuple[str, ...] = ()) -> None:
     """The one inference path: the ``pending`` request rows (chunks) become a request table in
     the run folder (``requests/<attempt>/``), which Ray Data reads in blocks on the workers and
     streams through the probe's prepare and engine stages (:func:`ray_exec.stream_requests`)
@@ -283,7 +387,7 @@ def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Cal
     try:
         if files:
             source = ray_exec.RequestSource(run.store.root, files, problems=(run.run_id, *problems) if problems else ())
-            write_shards(job, run, ray_exec.stream_requests(source, job), log, data)
+            write_shards(job, run, ray_exec.stream_requests(source, job), log)
     finally:
         run.store.delete(run.run_id, checkpoint.REQUEST_DIR)
 
@@ -315,21 +419,37 @@ def prebuild(job: Job, run: Run) -> Optional[pl.DataFrame]:
 
 
 def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
-    """Run every stage of ``job``; returns the finished :class:`Run`."""
-    run = open_run(job, run_id)
-    built = prebuild(job, run)
-    run.acquire()
-    try:
-        run.save()
-        log(f"run {run.run_id} -> {run.store.uri(run.run_id)}")
-        if job.suite.kind in LENGTH_SUITES:
-            from raylc.pipeline.length_runner import run_length_stages
+    """Run every stage of ``job``; returns the finished :class:`Run`. Before anything is
+    written: a local store must be a writable folder (:func:`check_store`), and a cluster
+    (``ray.address``, RAY_ADDRESS) must answer within ``ray.connect_timeout_s``
+    (:class:`raylc.pipeline.ray_exec.RayUnavailable`); a store failing before the first write
+    is :class:`NothingWritten`. SIGINT and SIGTERM end the run with :class:`RunInterrupted`."""
+    check_store(job.store.path)
+    run: Optional[Run] = None
+    with _signals_interrupt():
+        try:
+            if job.ray.address or os.environ.get("RAY_ADDRESS"):
+                ray_exec.ensure_ray(job)
+            try:
+                opened = open_run(job, run_id)
+                built = prebuild(job, opened)
+                opened.acquire()
+            except StoreUnavailable as exc:
+                raise NothingWritten(f"{exc}; nothing was written") from None
+            run = opened
+            try:
+                run.save()
+                log(f"run {run.run_id} -> {run.store.uri(run.run_id)}")
+                if job.suite.kind in LENGTH_SUITES:
+                    from raylc.pipeline.length_runner import run_length_stages
 
-            run_length_stages(job, run, log, built)
-        else:
-            _run_stages(job, run, log, built)
-    finally:
-        run.release()
+                    run_length_stages(job, run, log, built)
+                else:
+                    _run_stages(job, run, log, built)
+            finally:
+                run.release()
+        except KeyboardInterrupt as exc:
+            raise _interrupted(run, getattr(exc, "signum", signal.SIGINT)) from None
     return run
 
 

@@ -13,7 +13,8 @@ Pools are tables (JSONL, Parquet or CSV; local or ``s3://``, read with
 * source pool (:func:`load_sources`): ``text``; ``question`` + ``answers`` (a string or a list of
   strings) for QA documents; ``summary`` for summarization documents; ``group``: rows sharing a
   group form one multi-document sample (its question/answers or summary may sit on any of its
-  rows but must agree); ``id`` (optional, unique).
+  rows but must agree); ``id`` (optional, unique). Two rows with the same text, question,
+  answers, summary and group are refused (one sample counted twice).
 
 Texts are stripped of surrounding whitespace. A malformed pool raises :class:`PoolError`, one
 line naming the file, the 1-based row and the field. Documents longer than a target are simply
@@ -260,6 +261,13 @@ def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
             hit = checks.filter(mask)
             if hit.height:
                 raise PoolError(f"{source}: row {hit['row'][0]}: field 'group' {hit['group'][0]!r} {what}")
+    same = pl.struct("text", "question", pl.col("answers").list.join("\x1f"), "summary", "group")
+    dup = frame.filter(same.is_duplicated()).select("row", _k=same)
+    if dup.height:  # the same sample twice would be drawn, scored and counted twice
+        rows = dup.with_columns(_first=pl.col("row").min().over("_k")).filter(pl.col("row") > pl.col("_first"))
+        first, row = rows["_first"][0], rows["row"][0]
+        raise PoolError(f"{source}: row {row}: duplicate row (same text, question, answers, summary and group as "
+                        f"row {first})")
     return frame.select("row", "id", "text", "question", "answers", "summary", "group")
 
 

@@ -17,7 +17,9 @@ field           meaning
 
 Rows are numbered from 1 in file order. A bad file raises :class:`DocumentsError` with one
 line naming the file, the row and the field (missing field, empty context, duplicate id,
-malformed choices). Other columns are ignored.
+malformed choices, a task name that is not a safe path segment (:mod:`raylc.names`: tasks
+name the ``infer/task=<task>/`` folders) or that differs from another only in case, a task
+whose every context is a single unit). Other columns are ignored.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Optional
 import numpy as np
 import polars as pl
 
+from raylc.names import UnsafeName, path_segment
 from raylc.prompts import AUTO, CHOICE_LETTERS
 from raylc.spec import DocumentsSuite
 from raylc.store import Store, StoreError, read_input
@@ -111,6 +114,7 @@ def read_documents(uri: str) -> pl.DataFrame:
     frame = _check_text(frame, uri, "task")
     frame = _check_text(frame, uri, "context", "empty")
     frame = _check_text(frame, uri, "question")
+    _check_task_names(frame, uri)
     frame = frame.with_columns(_row=pl.int_range(1, pl.len() + 1))
     dup = _first_bad(frame, pl.col("id").is_duplicated() & (pl.col("_row") > pl.col("_row").min().over("id")))
     if dup is not None:
@@ -135,6 +139,23 @@ def read_documents(uri: str) -> pl.DataFrame:
         "task", pl.col("id").alias("problem_id"), "context", "question",
         answer=pl.col("answers").list.first().str.strip_chars(), answers=pl.col("answers"), choices=pl.col("choices"),
     )
+
+
+def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
+    """Every task is a safe path segment (:func:`raylc.names.path_segment`, named at its first
+    row) and no two tasks differ only in case (one folder on a case-insensitive filesystem)."""
+    firsts = frame.with_row_index("_i").group_by("task", maintain_order=True).agg(pl.col("_i").first())
+    folded: dict[str, tuple[str, int]] = {}
+    for task, i in firsts.iter_rows():
+        try:
+            path_segment(task, "task", f"{i + 1}{_id_of(frame, i)}", uri)
+        except UnsafeName as exc:
+            raise DocumentsError(str(exc)) from None
+        other = folded.setdefault(task.casefold(), (task, i))
+        if other[0] != task:
+            raise DocumentsError(
+                f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other[0]!r} (row {other[1] + 1}) "
+                "only in case (their infer/task=<task> folders would be one on a case-insensitive filesystem)")
 
 
 def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:
@@ -220,7 +241,15 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     auto = pl.when(pl.col("choices").is_not_null()).then(pl.lit("choice")).otherwise(pl.lit("qa"))
     frame = frame.with_columns(template=pl.when(named == AUTO).then(auto).otherwise(named), unit_spec=specs.to_series())
     units = split_documents(frame["context"].to_list(), frame["unit_spec"].to_list())
-    return pl.concat([frame.drop("context"), units], how="horizontal").select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA)
+    problems = pl.concat([frame.drop("context"), units], how="horizontal")
+    single = problems.with_row_index("_i").filter((pl.col("L").max().over("task") < 2))
+    if single.height:  # the fit needs a partial observation 0 < C < L in every task
+        row = single.row(0, named=True)
+        raise DocumentsError(
+            f"{suite.data}: task {row['task']!r} (e.g. id {row['problem_id']!r}): every context splits into a single "
+            f"unit (units {row['unit_spec']!r}); DOLCE needs contexts of at least 2 units (a partial observation "
+            "0 < C < L): choose a finer suite.units / task_units")
+    return problems.select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA)
 
 
 def unit_report(uri: str, specs: list[str], task_field: str = "task", context_field: str = "context",

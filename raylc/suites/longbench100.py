@@ -323,6 +323,9 @@ def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
             task_rows, short = _synthetic_task(task, suite, seed, pool)
         else:
             task_rows, short = _source_task(task, suite, seed, sources, pool)
+            if not any(r["length"] > 0 for r in task_rows):  # an empty task: refused, not a silent gap
+                raise PoolError(f"{sources.source}: task {task}: no sample fits any length of suite.lengths "
+                                f"(largest {max(suite.lengths)} tokens): every source is too long")
         rows += task_rows
         for length, n in short.items():
             if n:

@@ -21,14 +21,13 @@ invalid output, which the compensated score credits with 0.25 (Table 4).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
 from raylc.spec import LongBenchV2Suite
-from raylc.store import Store, StoreError
+from raylc.store import Store, StoreError, json_records
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
 from raylc.tokenize import get_tokenizer
 
@@ -68,26 +67,12 @@ def _read_bytes(uri: str) -> bytes:
 
 
 def _records(uri: str, data: bytes) -> list[tuple[str, Any]]:
-    """(where, record) pairs: ``record i`` of a JSON list or ``line n`` of JSON Lines."""
+    """(where, record) pairs: ``record i`` of a JSON list or ``line n`` of JSON Lines
+    (:func:`raylc.store.json_records`, the one JSON parser)."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise LongBenchV2DataError(f"{uri}: not UTF-8 text (byte {exc.start})") from None
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LongBenchV2DataError(f"{uri}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-        return [(f"record {i}", item) for i, item in enumerate(items)]
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((f"line {n}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise LongBenchV2DataError(f"{uri}: line {n}: invalid JSON at column {exc.colno}: {exc.msg}") from None
-    return out
+        return json_records(uri, data)
+    except StoreError as exc:
+        raise LongBenchV2DataError(str(exc)) from None
 
 
 def _check(uri: str, where: str, rec: Any) -> dict[str, str]:

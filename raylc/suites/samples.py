@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from raylc.names import UnsafeName, path_segment
+
 SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "task": pl.String(),
     "sample_id": pl.String(),
@@ -44,6 +46,11 @@ SAMPLE_METRICS = ("judge_qa", "judge_sum", "longbench_v2")
 COMPLETION = "{completion}"  # where a two-call sample's followup takes the first completion
 
 
+#: columns that must hold a value in every row (``followup``, ``max_tokens``, ``followup_max_tokens`` may be null)
+REQUIRED_VALUES = ("task", "sample_id", "length", "context_tokens", "head", "context", "tail", "answers", "gold",
+                   "metric", "extractor")
+
+
 class SampleTableError(ValueError):
     """A samples table that breaks the contract; the message is one line."""
 
@@ -55,15 +62,52 @@ def empty_samples() -> pl.DataFrame:
 def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFrame:
     """The table with the contract's columns cast to their types (extra columns kept after them).
 
-    Raises :class:`SampleTableError` naming the first missing column, duplicate key or
-    context longer than its target.
+    Raises :class:`SampleTableError` (one line naming the column and an example sample) for the
+    first missing column, empty table, null in a column that must hold a value
+    (:data:`REQUIRED_VALUES`), negative length, task that is not a safe path segment
+    (:func:`raylc.names.path_segment`: tasks name the ``infer/task=<task>/`` folders), unknown
+    metric or extractor, duplicate key (task, sample_id, length) or context longer than its target.
     """
     missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]
     if missing:
         raise SampleTableError(f"{source}: missing column {missing[0]!r} (required: {', '.join(SAMPLE_SCHEMA)})")
-    out = samples.select(
-        *[pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()], *[c for c in samples.columns if c not in SAMPLE_SCHEMA]
-    )
+    if samples.height == 0:
+        raise SampleTableError(f"{source}: no samples (the table has no rows)")
+    try:
+        out = samples.select(
+            *[pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()], *[c for c in samples.columns if c not in SAMPLE_SCHEMA]
+        )
+    except pl.exceptions.PolarsError as exc:
+        raise SampleTableError(f"{source}: a column does not hold its type ({str(exc).splitlines()[0]})") from None
+
+    def example(mask: pl.Expr) -> dict | None:
+        hit = out.filter(mask)
+        return hit.row(0, named=True) if hit.height else None
+
+    def sample(row: dict) -> str:
+        return f"task={row['task']!r} sample_id={row['sample_id']!r} length={row['length']}"
+
+    for column in REQUIRED_VALUES:
+        row = example(pl.col(column).is_null())
+        if row is not None:
+            raise SampleTableError(f"{source}: column {column!r} is null, e.g. sample {sample(row)}")
+    for column in ("length", "context_tokens"):
+        row = example(pl.col(column) < 0)
+        if row is not None:
+            raise SampleTableError(f"{source}: column {column!r} is negative ({row[column]}), e.g. sample {sample(row)}")
+    for task in out["task"].unique(maintain_order=True):
+        try:
+            path_segment(task, "task", source=source)
+        except UnsafeName as exc:
+            raise SampleTableError(str(exc)) from None
+    from raylc.scoring.extract import EXTRACTORS
+    from raylc.scoring.metrics import METRICS
+
+    for column, known in (("metric", [*METRICS, *SAMPLE_METRICS]), ("extractor", list(EXTRACTORS))):
+        row = example(~pl.col(column).is_in(known))
+        if row is not None:
+            raise SampleTableError(f"{source}: column {column!r}: unknown {column} {row[column]!r} (known: "
+                                   f"{', '.join(sorted(known))}), e.g. sample {sample(row)}")
     dup = out.filter(pl.struct("task", "sample_id", "length").is_duplicated())
     if dup.height:
         row = dup.row(0, named=True)

@@ -1,7 +1,8 @@
 """Inference throughput and driver memory on the simulated probe (issue: inference at scale).
 
 Prints, measured in one run on this machine:
-  * rows/s through the Ray Data actor pool with 1 and with 2 actors (10,000 requests);
+  * rows/s through the run's inference path (request table in a store, Ray Data actor pool)
+    with 1 and with 2 actors (10,000 requests);
   * the pipeline overhead ratio: Ray Data path time / the same stage functions in-process;
   * the driver's peak memory for a whole `raylc run` of the quickstart (results stream to
     shards, so it should not grow with the number of requests), in two series: more problems
@@ -35,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from raylc.pipeline import ray_exec, stages  # noqa: E402
-from raylc.pipeline.checkpoint import with_request_ids  # noqa: E402
+from raylc.pipeline.checkpoint import with_request_ids, write_requests  # noqa: E402
+from raylc.pipeline.inference import PROBLEM_ROW_GROUP  # noqa: E402
+from raylc.store import Store  # noqa: E402
 from raylc.spec import load_job  # noqa: E402
 
 N = 10_000
@@ -68,10 +71,18 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, peak["private"])
 
 
 def ray_rows_per_s(job, spans, problems) -> float:
-    t0 = time.perf_counter()
-    n = sum(b.height for b in ray_exec.infer_on_ray(spans, problems, job))
+    """Rows/s of the run's inference path: the request table written to a store, read by the
+    actors, prompts rendered from the stored problems (timed from writing the table)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(tmp)
+        store.write_table(problems, "bench", "build", "problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
+        t0 = time.perf_counter()
+        files = write_requests(store, "bench", [spans], ray_exec.block_rows(job))
+        source = ray_exec.RequestSource(tmp, files, problems=("bench", "build", "problems.parquet"))
+        n = sum(b.height for b in ray_exec.stream_requests(source, job))
+        rate = n / (time.perf_counter() - t0)
     assert n == spans.height
-    return n / (time.perf_counter() - t0)
+    return rate
 
 
 DECAY_NOW = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}

@@ -1,0 +1,278 @@
+"""Validation at every table boundary (issue 14, item 3): observations, LongScore scores,
+length-suite samples, documents and pools. A bad table is one line naming the column and an
+example row, exit 2 on the command line, and nothing written; what is deliberately accepted
+(a single problem, several rows per LongScore cell without sample_id, percent scores) runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from raylc.cli import app
+from raylc.dolce import ObservationError, validate_observations
+from raylc.longscore import longscore
+from raylc.spec import DocumentsSuite, LongBench100Suite
+from raylc.store import StoreError, json_records, read_input
+from raylc.suites.context import PoolError, pool_from_frame
+from raylc.suites.documents import DocumentsError, build_documents
+from raylc.suites.longbench100 import build_longbench100
+from raylc.suites.samples import SampleTableError, check_samples
+from raylc.tokenize import get_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+RAYLC = str(ROOT / ".venv" / "bin" / "raylc")
+DOCS = ROOT / "jobs" / "data" / "documents" / "example.jsonl"
+LB100 = ROOT / "jobs" / "data" / "longbench100"
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def _cli(tmp_path: Path, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``raylc ARGS`` in-process, run in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result = CliRunner().invoke(app, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _refused(tmp_path: Path, monkeypatch, *args: str) -> str:
+    """Run a command that must fail: exit 2, one stderr line, no traceback, nothing written."""
+    before = _tree(tmp_path)
+    code, _, err = _cli(tmp_path, monkeypatch, *args)
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert _tree(tmp_path) == before, "something was written"
+    return err.strip()
+
+
+# ------------------------------------------------------------------------------ LongScore
+
+
+def _scores(**columns) -> pl.DataFrame:
+    base = {"model": ["m", "m", "n", "n"], "task": ["t"] * 4, "length": [4096, 8192] * 2, "score": [0.8, 0.6, 0.5, 0.4]}
+    return pl.DataFrame({**base, **columns})
+
+
+LONGSCORE_BAD = {
+    "single length": (pl.DataFrame({"model": ["m", "n"], "task": ["t", "t"], "length": [4096, 4096], "score": [0.5, 0.6]}),
+                      "column 'length': every length is a base length (4096)"),
+    "no base length": (_scores(length=[8192, 16384] * 2), "column 'length': no score at the base lengths 4096"),
+    "score above 100": (_scores(score=[80.0, 160.0, 50.0, 40.0]), "column 'score': outside [0, 100]"),
+    "negative score": (_scores(score=[0.8, -0.1, 0.5, 0.4]), "column 'score': outside [0, 100]"),
+    "duplicate sample": (_scores(model=["m"] * 4, length=[4096, 8192, 8192, 16384], sample_id=["a", "b", "b", "c"]),
+                         "column 'sample_id': a (model, task, length, sample_id) appears twice"),
+    "null sample_id": (_scores(sample_id=["a", None, "a", "b"]), "column 'sample_id' has nulls"),
+    "text score": (_scores(score=["x", "y", "z", "w"]), "column 'score': must be numeric"),
+    "fractional length": (_scores(length=[4096.0, 8192.5] * 2), "column 'length': must hold whole numbers"),
+    "zero length": (_scores(length=[4096, 0] * 2), "column 'length': must be >= 1"),
+    "all scores of a pair null": (_scores(score=[None, None, 0.5, 0.4]),
+                                  "column 'score': every score of this (model, task) is null"),
+    "empty": (_scores().clear(), "column 'score': the scores table has no rows"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONGSCORE_BAD))
+def test_longscore_refuses_bad_tables_in_one_line(tmp_path, monkeypatch, case):
+    frame, message = LONGSCORE_BAD[case]
+    frame.write_parquet(tmp_path / "scores.parquet")
+    err = _refused(tmp_path, monkeypatch, "longscore", "scores.parquet", "--out", "out", "--base-lengths", "4096",
+                   "--no-ray")
+    assert err.startswith(f"error: scores.parquet: {message}"), err
+    if case not in ("empty", "text score"):
+        assert "; e.g. row " in err and "model=" in err, err  # an example row, numbered from 1
+
+
+def test_longscore_single_length_is_refused_before_anything_is_written(tmp_path):
+    """The installed command on the Why list's case (it raised ZeroDivisionError in the plots after
+    writing the tables)."""
+    pl.DataFrame({"model": ["m", "n"], "task": ["t", "t"], "length": [4096, 4096], "score": [0.5, 0.6]}).write_csv(
+        tmp_path / "one.csv")
+    before = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([RAYLC, "longscore", "one.csv", "--out", "out", "--no-ray"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith("error: one.csv: column 'length': every length is a base length (2048, 4096, 6144)")
+    assert _tree(tmp_path) == before
+
+
+def test_longscore_without_sample_id_accepts_several_rows_per_cell(tmp_path, monkeypatch):
+    """The README says sample_id is optional: rows of one cell are its samples; only --n-boot needs ids."""
+    frame = pl.DataFrame({"model": ["m"] * 5, "task": ["t"] * 5, "length": [4096, 4096, 8192, 8192, 8192],
+                          "score": [1.0, 0.5, 0.5, 0.5, 0.2]})
+    frame.write_csv(tmp_path / "s.csv")
+    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out", "--base-lengths", "4096", "--no-ray")
+    assert code == 0, err
+    per = pl.read_parquet(tmp_path / "out" / "per_length.parquet").sort("length")
+    assert per["n"].to_list() == [2, 3] and per["score"].to_list() == pytest.approx([0.75, 0.4])
+    assert per["lc"][1] == pytest.approx(100 * (0.4 - 0.75) / 0.75)
+    assert {"score_vs_length.png", "longscore_vs_length.png"} <= set(os.listdir(tmp_path / "out"))
+    err = _refused(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out2", "--base-lengths", "4096", "--n-boot",
+                   "10", "--no-ray")
+    assert err.startswith("error: s.csv: column 'sample_id': bootstrap CIs (--n-boot) need sample-level scores")
+
+
+def test_longscore_accepts_percent_and_skips_null_scores():
+    res = longscore(_scores(score=[80.0, 60.0, None, 40.0]).vstack(_scores(score=[None, None, 50.0, None])),
+                    base_lengths=(4096,))
+    summ = {r["model"]: r for r in res["summary"].iter_rows(named=True)}
+    assert summ["m"]["avg_lc"] == pytest.approx(-25.0) and summ["n"]["avg_lc"] == pytest.approx(-20.0)
+
+
+# ------------------------------------------------------------------------------ observations
+
+
+def _obs(problems=("p1",), metric="accuracy") -> pl.DataFrame:
+    rows = []
+    for p in problems:
+        for C, starts in ((0, [0]), (1, range(10)), (2, range(9)), (5, range(6)), (10, [0])):
+            rows += [("t", p, 10, C, s, float(C >= 2), metric) for s in starts]
+    return pl.DataFrame(rows, schema=["task", "problem_id", "L", "C", "start", "score", "metric"], orient="row")
+
+
+def test_fit_refuses_duplicated_observations(tmp_path, monkeypatch):
+    """Duplicated rows used to fit with doubled log-likelihoods."""
+    obs = _obs(("p1", "p2"))
+    pl.concat([obs, obs.slice(3, 2)]).write_parquet(tmp_path / "obs.parquet")
+    err = _refused(tmp_path, monkeypatch, "fit", "obs.parquet", "--out", "out", "--no-ray")
+    assert err.startswith("error: obs.parquet: columns task, problem_id, C, start: the same span appears in more "
+                          "than one row"), err
+    assert "in 2 row(s); e.g. row 55: {task='t', problem_id='p1', L=10, C=1, start=2," in err, err
+
+
+def test_fit_accepts_a_single_problem_and_an_all_idk_task(tmp_path, monkeypatch):
+    """Deliberately accepted (README, Input checks): one problem; a task whose every answer is IDK
+    (the shipped documents job's qa task with the simulated probe), even as an empty CSV column."""
+    idk = _obs().with_columns(task=pl.lit("idk"), score=pl.lit(None, pl.Float64))
+    pl.concat([_obs(), idk]).write_csv(tmp_path / "obs.csv")
+    code, out, err = _cli(tmp_path, monkeypatch, "fit", "obs.csv", "--out", "out", "--no-ray")
+    assert code == 0, err
+    assert pl.read_parquet(tmp_path / "out" / "problems.parquet")["task"].sort().to_list() == ["idk", "t"]
+    idk.write_csv(tmp_path / "idk.csv")  # the score column is empty: read as text, taken as all null
+    assert _cli(tmp_path, monkeypatch, "fit", "idk.csv", "--out", "out2", "--no-ray")[0] == 0
+
+
+def test_observation_rows_are_numbered_from_one():
+    with pytest.raises(ObservationError, match=r"column 'C': observation length C exceeds .* e\.g\. row 2: "):
+        validate_observations(_obs().with_columns(C=pl.when(pl.int_range(pl.len()) == 1).then(99).otherwise("C")))
+
+
+# ------------------------------------------------------------------------------ JSON / JSONL
+
+
+def test_jsonl_syntax_errors_name_the_line(tmp_path, monkeypatch):
+    lines = DOCS.read_text().splitlines()
+    (tmp_path / "d.jsonl").write_text("\n".join(lines[:2] + ['{"task": "qa", "id": 9,}'] + lines[2:]) + "\n")
+    with pytest.raises(StoreError, match=r"d\.jsonl: line 3: invalid JSON at column 24: Expecting property name"):
+        read_input(str(tmp_path / "d.jsonl"))
+    err = _refused(tmp_path, monkeypatch, "units", "d.jsonl")
+    assert err.startswith("error: d.jsonl: line 3: invalid JSON at column 24"), err
+    (tmp_path / "l.jsonl").write_text(lines[0] + "\n[1, 2]\n")
+    with pytest.raises(StoreError, match=r"l\.jsonl: line 2: expected a JSON object, got list"):
+        read_input(str(tmp_path / "l.jsonl"))
+    with pytest.raises(StoreError, match=r"x\.json: invalid JSON at line 2, column 1"):
+        json_records("x.json", b'[{"a": 1},\n]')
+    with pytest.raises(StoreError, match=r"u\.jsonl: line 2: not UTF-8 text \(byte 11\)"):
+        json_records("u.jsonl", b'{"a": 1}\n{"\xff": 2}\n')
+
+
+def test_documents_run_names_the_line_of_a_syntax_error(tmp_path, monkeypatch):
+    (tmp_path / "docs.jsonl").write_text(DOCS.read_text().splitlines()[0] + '\n{"task": "qa",\n')
+    job = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("jobs/data/documents/example.jsonl", "docs.jsonl")
+    (tmp_path / "job.yaml").write_text(job)
+    err = _refused(tmp_path, monkeypatch, "run", "job.yaml", "--store", "store", "--run-id", "r")
+    assert err.startswith("error: docs.jsonl: line 2: invalid JSON at column"), err
+
+
+# ------------------------------------------------------------------------------ documents
+
+
+def _docs(tmp_path: Path, edit) -> str:
+    rows = [json.loads(line) for line in DOCS.read_text().splitlines()]
+    edit(rows)
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_documents_task_of_single_unit_contexts_is_refused(tmp_path):
+    def one_unit(rows):
+        for r in rows:
+            if r["task"] == "mc":
+                r["context"] = "A single sentence without any break"
+    with pytest.raises(DocumentsError, match=r"d\.jsonl: task 'mc' \(e\.g\. id 'mc-1'\): every context splits into a "
+                                             r"single unit \(units 'ls'\)"):
+        build_documents(DocumentsSuite(kind="documents", data=_docs(tmp_path, one_unit), units="ls"), seed=0)
+
+
+def test_documents_accept_unicode_task_names(tmp_path):
+    def rename(rows):
+        for r in rows:
+            r["task"] = {"qa": "问答", "mc": "Multiple choice"}.get(r["task"], r["task"])
+    problems = build_documents(DocumentsSuite(kind="documents", data=_docs(tmp_path, rename)), seed=0)
+    assert {"问答", "Multiple choice"} <= set(problems["task"])
+
+
+# ------------------------------------------------------------------------------ samples
+
+
+def _samples() -> pl.DataFrame:
+    return check_samples(pl.DataFrame({
+        "task": ["kv", "kv"], "sample_id": ["s1", "s2"], "length": [2048, 2048], "context_tokens": [2000, 1990],
+        "head": ["Read.\n"] * 2, "context": ["ctx a", "ctx b"], "tail": ["\nQ?"] * 2, "question": ["Q?"] * 2,
+        "answers": [["1"], ["2"]], "gold": ["1", "2"], "metric": ["subem"] * 2, "extractor": ["none"] * 2,
+        "followup": [None, None], "max_tokens": [None, None], "followup_max_tokens": [None, None],
+    }))
+
+
+SAMPLES_BAD = {
+    "unsafe task": (lambda s: s.with_columns(task=pl.lit("../../x")), "task '../../x' is not a safe name"),
+    "null sample_id": (lambda s: s.with_columns(sample_id=pl.lit(None, pl.String)), "column 'sample_id' is null"),
+    "null context": (lambda s: s.with_columns(context=pl.lit(None, pl.String)), "column 'context' is null"),
+    "negative length": (lambda s: s.with_columns(length=pl.lit(-5)), "column 'length' is negative (-5)"),
+    "unknown metric": (lambda s: s.with_columns(metric=pl.lit("bleu")), "column 'metric': unknown metric 'bleu'"),
+    "unknown extractor": (lambda s: s.with_columns(extractor=pl.lit("x")), "column 'extractor': unknown extractor 'x'"),
+    "duplicate": (lambda s: s.with_columns(sample_id=pl.lit("s1")), "duplicate sample task='kv' sample_id='s1'"),
+    "empty": (lambda s: s.clear(), "no samples"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAMPLES_BAD))
+def test_samples_table_refuses_in_one_line(case):
+    edit, message = SAMPLES_BAD[case]
+    with pytest.raises(SampleTableError) as info:
+        check_samples(edit(_samples()), "suite x")
+    assert str(info.value).startswith("suite x: ") and message in str(info.value) and "\n" not in str(info.value)
+    if case not in ("empty", "unsafe task"):
+        assert "task='kv' sample_id=" in str(info.value)  # the example sample
+
+
+# ------------------------------------------------------------------------------ pools
+
+
+def test_source_pool_refuses_duplicate_rows():
+    frame = pl.DataFrame({"text": ["a doc.", "b doc.", "a doc."], "question": ["q?", None, "q?"],
+                          "answers": [["x"], None, ["x"]], "summary": [None, "s", None]})
+    with pytest.raises(PoolError, match=r"^src\.jsonl: row 3: duplicate row \(same text, question, answers, summary "
+                                        r"and group as row 1\)$"):
+        pool_from_frame(frame, get_tokenizer(None), source="src.jsonl", kind="sources")
+    other = frame.with_columns(question=pl.Series(["q?", None, "another q?"]))  # one text, two questions: two samples
+    assert len(pool_from_frame(other, get_tokenizer(None), kind="sources")) == 3
+
+
+def test_longbench100_task_with_no_sample_at_any_length_is_refused():
+    suite = LongBench100Suite(kind="longbench100", sources=str(LB100 / "sources.jsonl"),
+                              distractors=str(LB100 / "distractors.jsonl"), tasks=["single_doc_qa"], lengths=[64, 128],
+                              base_lengths=[64], samples_per_length=2)
+    with pytest.raises(PoolError, match=r"sources\.jsonl: task single_doc_qa: no sample fits any length of "
+                                        r"suite\.lengths \(largest 128 tokens\)"):
+        build_longbench100(suite, seed=0)

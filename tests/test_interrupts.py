@@ -1,0 +1,102 @@
+"""SIGINT and SIGTERM during `raylc run` (issue 14, item 4): one line on stderr, exit code
+130 / 143, the stage marked ``interrupted`` in the manifest, the lock released, and a re-run
+with the same --run-id resumes, reusing every stored request."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+# about 9,000 requests: a few seconds of inference with the simulated probe, shards every 0.5 s
+JOB = """name: interrupts
+suite: {kind: planted, tasks: [planted-a, planted-b], problems_per_task: 2, min_units: 200, max_units: 400}
+inference: {shard_rows: 500, shard_seconds: 0.5}
+ray: {actors: 1, actor_num_cpus: 0.5, batch_size: 256}
+"""
+LINE = re.compile(r"^interrupted( \(SIGTERM\))? during infer; (\d+) requests stored; re-run with --run-id (\S+) to resume$")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def _manifest(run: Path) -> dict:
+    try:
+        return json.loads((run / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _interrupt_during_infer(job: Path, store: Path, run_id: str, sig: int) -> subprocess.CompletedProcess:
+    """Start `raylc run`; once infer is running and has stored a shard (so Ray is up: its core
+    worker installs a SIGTERM handler of its own), send ``sig``."""
+    run = store / run_id
+    proc = subprocess.Popen([sys.executable, "-m", "raylc", "run", str(job), "--store", str(store), "--run-id", run_id],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        running = _manifest(run).get("stages", {}).get("infer", {}).get("status") == "running"
+        if running and any((run / "infer").rglob("part-*.parquet")):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _check_interrupted(proc: subprocess.CompletedProcess, store: Path, run_id: str, code: int, sigterm: bool) -> int:
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    match = LINE.match(lines[-1])
+    assert match, lines[-1]
+    assert [line for line in lines if line.startswith("interrupted")] == [lines[-1]]  # one line
+    assert bool(match.group(1)) == sigterm and match.group(3) == run_id
+    run = store / run_id
+    stages = _manifest(run)["stages"]
+    assert stages["infer"]["status"] == "interrupted" and stages["sample"]["status"] == "done"
+    assert not (run / "_lock.json").exists()  # released
+    assert not (run / "requests").exists()  # the request table is removed
+    stored = int(match.group(2))
+    ok = pl.read_parquet(run / "infer" / "**" / "*.parquet", hive_partitioning=True).filter(pl.col("error").is_null())
+    assert ok["request_id"].n_unique() == stored > 0
+    return stored
+
+
+def test_sigint_during_infer_then_resume(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    store, run_id = tmp_path / "store", "int"
+    proc = _interrupt_during_infer(job, store, run_id, signal.SIGINT)
+    stored = _check_interrupted(proc, store, run_id, 130, sigterm=False)
+
+    proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(job), "--store", str(store), "--run-id", run_id],
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"[infer] {stored} completions kept from earlier attempts" in proc.stderr
+    manifest = _manifest(store / run_id)
+    assert {s["status"] for s in manifest["stages"].values()} == {"done"}
+    infer = manifest["stages"]["infer"]["rows"]
+    assert infer["reused"] == stored and infer["errors"] == 0
+    assert infer["requests"] == manifest["stages"]["sample"]["rows"]["spans"]
+    shards = pl.read_parquet(store / run_id / "infer" / "**" / "*.parquet", hive_partitioning=True)
+    assert shards["request_id"].n_unique() == shards.height  # no finished request was issued again
+
+
+def test_sigterm_during_infer(tmp_path):
+    """What Ray Jobs' `ray job stop` sends: the same line (naming SIGTERM), exit code 143."""
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    store = tmp_path / "store"
+    proc = _interrupt_during_infer(job, store, "term", signal.SIGTERM)
+    _check_interrupted(proc, store, "term", 143, sigterm=True)
+    assert "SIGTERM received" not in proc.stderr  # not Ray's failure signal handler (a stack, then abort)

@@ -1,0 +1,264 @@
+"""Time limits on remote waits (issue 14, item 2): joining a Ray cluster (`ray.init` with an
+address, RAY_ADDRESS) and the Jobs API client of `raylc submit` fail within
+`ray.connect_timeout_s` (60 s by default) with one line naming the address.
+
+Every server here is started by the test on 127.0.0.1: a closed port, a port that accepts
+connections and never replies, and a fake Jobs API that stops answering part way."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+RAYLC = [sys.executable, "-m", "raylc"]
+SMALL = "name: small\nsuite: {kind: planted, tasks: [planted-a], problems_per_task: 2, min_units: 20, max_units: 40}\n"
+_PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in _PROXIES}
+    return {**env, "NO_PROXY": "127.0.0.1,localhost", **extra}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when the socket is
+
+
+class SilentPort:
+    """A socket on 127.0.0.1 that accepts connections and never replies."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture
+def silent():
+    port = SilentPort()
+    yield port
+    port.close()
+
+
+class FakeJobsAPI:
+    """A Jobs API on 127.0.0.1 that answers ``GET /api/version`` and then, per ``mode``:
+    ``hang``: nothing else ever; ``status``: packages exist, a submission is accepted, the log
+    websocket never answers, and the job's status is RUNNING once, then never answers."""
+
+    def __init__(self, mode: str) -> None:
+        self.release = threading.Event()
+        self.status_calls = 0
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _json(self, data: dict) -> None:
+                body = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _hang(self) -> None:
+                api.release.wait(600)
+
+            def do_GET(self):
+                if self.path == "/api/version":
+                    return self._json({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"})
+                if mode == "status" and self.path.startswith("/api/packages/"):
+                    return self._json({})
+                if mode == "status" and self.path == "/api/jobs/raysubmit_t":
+                    api.status_calls += 1
+                    if api.status_calls == 1:
+                        return self._json({"type": "SUBMISSION", "submission_id": "raysubmit_t", "job_id": None,
+                                           "status": "RUNNING", "entrypoint": "python -m raylc run x"})
+                self._hang()
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if mode == "status" and self.path == "/api/jobs/":
+                    return self._json({"job_id": "raysubmit_t", "submission_id": "raysubmit_t"})
+                self._hang()
+
+            do_PUT = do_POST
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _job(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(SMALL + extra)
+    return path
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    return lines[0]
+
+
+def test_stale_ray_address_closed_port_fails_fast(tmp_path):
+    """RAY_ADDRESS naming a dead cluster (closed port), default limit: one line, exit 1, before
+    anything is written (it used to write build and sample, then print GCS warnings forever)."""
+    port = _closed_port()
+    store = tmp_path / "store"
+    t0 = time.monotonic()
+    proc = subprocess.run([*RAYLC, "run", str(_job(tmp_path)), "--store", str(store)], capture_output=True, text=True,
+                          timeout=120, env=_env(RAY_ADDRESS=f"127.0.0.1:{port}"))
+    took = time.monotonic() - t0
+    assert proc.returncode == 1
+    assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{port} (from the environment) refused the connection "
+                               f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
+    assert took < 30, took
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("where", ["environment", "job file"])
+def test_silent_cluster_fails_within_the_job_files_limit(tmp_path, silent, where):
+    store = tmp_path / "store"
+    address = f"127.0.0.1:{silent.port}"
+    if where == "environment":
+        job, env = _job(tmp_path, "ray: {connect_timeout_s: 2}\n"), _env(RAY_ADDRESS=address)
+        expected = (f"error: RAY_ADDRESS={address} (from the environment) did not answer within 2 s (no reply); "
+                    f"unset RAY_ADDRESS to start a local Ray")
+    else:  # ray.address wins over RAY_ADDRESS
+        job, env = _job(tmp_path, f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n"), _env(RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+        expected = (f"error: ray.address {address} (from the job file) did not answer within 2 s (no reply); "
+                    f"fix ray.address, or remove it to start a local Ray")
+    t0 = time.monotonic()
+    proc = subprocess.run([*RAYLC, "run", str(job), "--store", str(store)], capture_output=True, text=True, timeout=120, env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1
+    assert _one_line(proc) == expected
+    assert 2 <= took < 20, took
+    assert not store.exists()
+
+
+def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
+    """Acceptance at the default ray.connect_timeout_s (60 s), both at once so that the test
+    takes about a minute, not two: `raylc run` with RAY_ADDRESS at a silent port and `raylc
+    submit` to a silent port each fail in under 70 s with one line."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "job.yaml").write_text(SMALL)
+    t0 = time.monotonic()
+    run = subprocess.Popen([*RAYLC, "run", "job.yaml", "--store", str(tmp_path / "store")], cwd=wd, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=_env(RAY_ADDRESS=f"127.0.0.1:{silent.port}"))
+    sub = subprocess.Popen([*RAYLC, "submit", "job.yaml", "--address", f"http://127.0.0.1:{silent.port}", "--working-dir", str(wd)],
+                           cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    ended = {}
+    for name, proc in (("run", run), ("submit", sub)):
+        out, err = proc.communicate(timeout=120)
+        ended[name] = (time.monotonic() - t0, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    took, proc = ended["run"]
+    assert proc.returncode == 1 and took < 70, (took, proc.stderr[-2000:])
+    assert _one_line(proc).startswith(f"error: RAY_ADDRESS=127.0.0.1:{silent.port} (from the environment) did not answer within 60 s")
+    assert not (tmp_path / "store").exists()
+    took, proc = ended["submit"]
+    assert proc.returncode == 1 and took < 70, (took, proc.stderr[-2000:])
+    assert _one_line(proc).startswith(f"error: http://127.0.0.1:{silent.port}: did not answer within 60 s")
+
+
+def _submit(tmp_path: Path, address: str, timeout_s: float) -> tuple[float, subprocess.CompletedProcess]:
+    """`raylc submit` of a small job in its own working directory (a tiny upload)."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "job.yaml").write_text(SMALL + f"ray: {{connect_timeout_s: {timeout_s}}}\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([*RAYLC, "submit", "job.yaml", "--address", address, "--working-dir", str(wd)],
+                          cwd=wd, capture_output=True, text=True, timeout=120, env=_env())
+    return time.monotonic() - t0, proc
+
+
+def test_submit_silent_port_within_job_files_limit(tmp_path, silent):
+    took, proc = _submit(tmp_path, f"http://127.0.0.1:{silent.port}", 2)
+    assert proc.returncode == 1 and took < 20, (took, proc.stderr)
+    assert _one_line(proc) == (f"error: http://127.0.0.1:{silent.port}: did not answer within 2 s to GET /api/version "
+                               f"(ray.connect_timeout_s); is it the Ray dashboard address (http://HEAD:8265)?")
+
+
+def test_submit_jobs_api_that_stops_answering(tmp_path):
+    """The version check answers, the next request (the client's own version check or the
+    upload) never does: the client's requests are bounded too."""
+    api = FakeJobsAPI("hang")
+    try:
+        took, proc = _submit(tmp_path, api.address, 2)
+    finally:
+        api.close()
+    assert proc.returncode == 1 and took < 20, (took, proc.stderr)
+    assert _one_line(proc) == f"error: {api.address}: did not answer within 2 s to the Jobs API while submitting (ray.connect_timeout_s)"
+
+
+def test_submit_log_following_is_bounded(tmp_path):
+    """Submitted; the log stream never answers and the status answers once (RUNNING), then
+    never: the following ends with one line instead of waiting forever."""
+    api = FakeJobsAPI("status")
+    try:
+        took, proc = _submit(tmp_path, api.address, 2)
+    finally:
+        api.close()
+    assert proc.returncode == 1 and took < 30, (took, proc.stderr)
+    assert proc.stdout.strip() == "submitted raysubmit_t"
+    assert "Traceback" not in proc.stderr
+    *ray_info, last = proc.stderr.strip().splitlines()  # Ray's own INFO line: the package exists already
+    assert all("INFO dashboard_sdk.py" in line for line in ray_info), proc.stderr
+    assert last == (f"error: {api.address}: stopped answering (no reply within 2 s asking for the status of "
+                               f"raysubmit_t); the job may still run: `ray job status raysubmit_t --address {api.address}`")
+    assert api.status_calls == 2
+
+
+@pytest.mark.ray
+def test_live_gcs_passes_the_check(ray_session):
+    """The reachability check (a TCP connect, then an HTTP/2 SETTINGS reply) accepts a real GCS
+    at once; an HTTP/1 server is named as not a Ray cluster."""
+    from raylc.pipeline.ray_exec import RayUnavailable, check_ray_address
+
+    port = int(ray_session.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+    t0 = time.monotonic()
+    check_ray_address(f"127.0.0.1:{port}", 5)
+    check_ray_address(f"ray://127.0.0.1:{port}", 5)
+    assert time.monotonic() - t0 < 2
+    api = FakeJobsAPI("hang")
+    try:
+        with pytest.raises(RayUnavailable, match=r"^ray.address 127.0.0.1:\d+ \(from the job file\) answered, but not as a Ray cluster"):
+            check_ray_address(api.address.removeprefix("http://"), 5, "ray.address")
+    finally:
+        api.close()
