@@ -1,6 +1,7 @@
 """SIGKILL a run during inference (the quickstart five times, a length sweep twice); the resumed
 run repeats no finished request and its tables equal an uninterrupted run's."""
 
+import json
 import os
 import random
 import signal
@@ -26,9 +27,11 @@ def _request_ids(run_dir: Path) -> list[str]:
     return ids
 
 
-def _kill_during_inference(job_file: Path, store: Path, address: str, kills: int, seed: int) -> set[str]:
-    """Start the run and SIGKILL its driver at a random point of the infer stage, ``kills``
-    times; each time every stored request id is unique and more are stored. Returns the ids."""
+def _kill_during_inference(job_file: Path, store: Path, address: str, kills: int, seed: int,
+                           max_delay: float = 2.0) -> set[str]:
+    """Start the run and SIGKILL its driver at a random point of the infer stage (up to
+    ``max_delay`` s after a new shard appears), ``kills`` times; each time every stored request
+    id is unique and more are stored. Returns the ids."""
     run_dir = store / "k"
     rng = random.Random(seed)
     for attempt in range(kills):
@@ -38,7 +41,7 @@ def _kill_during_inference(job_file: Path, store: Path, address: str, kills: int
         while time.time() < deadline and proc.poll() is None and len(_request_ids(run_dir)) <= before:
             time.sleep(0.2)
         assert proc.poll() is None, f"attempt {attempt}: the run ended before it could be killed"
-        time.sleep(rng.uniform(0.0, 2.0))  # a random point during inference
+        time.sleep(rng.uniform(0.0, max_delay))  # a random point during inference
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
         ids = _request_ids(run_dir)
@@ -95,12 +98,15 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     job_file = tmp_path / "helmet-ckpt.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     store = tmp_path / "store"
-    stored = _kill_during_inference(job_file, store, address, kills=2, seed=3)
+    stored = _kill_during_inference(job_file, store, address, kills=2, seed=3, max_delay=0.2)  # a short stage
 
     proc = _start(job_file, store, address)
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    assert f"{len(stored)} completions kept from earlier attempts" in err
+    manifest = json.loads((store / "k" / "manifest.json").read_text())
+    # the last kill may land after the stage finished (then it is skipped), never mid-way unseen
+    assert (f"{len(stored)} completions kept from earlier attempts" in err
+            or ("[infer] done already, skipped" in err and len(stored) == manifest["stages"]["infer"]["rows"]["requests"]))
     ids = _request_ids(store / "k")
     assert len(ids) == len(set(ids)) and stored <= set(ids)
     clean = run_job(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
