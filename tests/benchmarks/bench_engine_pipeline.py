@@ -104,35 +104,19 @@ MIB = 1 << 20
 
 
 def head_engine_kwargs(probe: Any) -> dict[str, Any]:
-    """6eebbf7 ``vllm_engine.engine_kwargs``: ``vllm.LLM(**kwargs)`` (no ``disable_log_stats``,
-    so ``LLM`` turns stats off; no ``max_num_seqs``)."""
-    kw: dict[str, Any] = {
-        "model": probe.model,
-        "max_model_len": probe.max_model_len,
-        "tensor_parallel_size": probe.tensor_parallel_size,
-        "gpu_memory_utilization": probe.gpu_memory_utilization,
-        "enable_prefix_caching": probe.enable_prefix_caching,
-        "enable_chunked_prefill": probe.enable_chunked_prefill,
-        "dtype": probe.dtype,
-    }
-    if probe.tokenizer:
-        kw["tokenizer"] = probe.tokenizer.removeprefix("hf:")
-    if probe.max_num_batched_tokens is not None:
-        kw["max_num_batched_tokens"] = probe.max_num_batched_tokens
-    if probe.hf_overrides:
-        kw["hf_overrides"] = dict(probe.hf_overrides)
-    kw["distributed_executor_backend"] = "uni" if probe.tensor_parallel_size == 1 else "mp"
-    return kw
+    """6eebbf7 ``vllm_engine.engine_kwargs``: today's :func:`raylc.backends.vllm_engine.engine_kwargs`
+    without the two arguments added since (``disable_log_stats``, so ``LLM`` turns stats off, and
+    ``max_num_seqs``)."""
+    from raylc.backends.vllm_engine import engine_kwargs
+
+    return {k: v for k, v in engine_kwargs(probe).items() if k not in ("disable_log_stats", "max_num_seqs")}
 
 
 def head_sampling_kwargs(params: Any) -> dict[str, Any]:
-    """6eebbf7 ``vllm_engine.sampling_kwargs``."""
-    kw: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens}
-    if params.stop:
-        kw["stop"] = list(params.stop)
-    if params.seed is not None:
-        kw["seed"] = params.seed
-    return kw
+    """6eebbf7 ``vllm_engine.sampling_kwargs``: unchanged since."""
+    from raylc.backends.vllm_engine import sampling_kwargs
+
+    return sampling_kwargs(params)
 
 
 class HeadEngineTokenizer:
