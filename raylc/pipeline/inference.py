@@ -197,10 +197,6 @@ def prepare(rows: pl.DataFrame, problems: ProblemSource, job: Any,
     return tokenize(rendered, tokenizer, probe.max_model_len, probe.sampling.max_tokens, probe.truncation)
 
 
-def _limits(rows: pl.DataFrame, default: int) -> list[int]:
-    return rows["max_tokens"].fill_null(default).to_list() if "max_tokens" in rows.columns else [default] * rows.height
-
-
 def _passthrough(rows: pl.DataFrame) -> pl.DataFrame:
     """The columns that travel from the request to its completion row (ids and keys)."""
     return rows.drop([c for c in (*INLINE, *SIM_COLUMNS, *TOKEN_COLUMNS, "max_tokens") if c in rows.columns])
@@ -219,9 +215,10 @@ def simulated_backend(rows: pl.DataFrame, job: Any) -> Any:
     return SimulatedBackend(job.probe, known, seed=job.seed)
 
 
-def generate_text(rows: pl.DataFrame, backend: Any, default_max_tokens: int) -> pl.DataFrame:
+def generate_text(rows: pl.DataFrame, backend: Any) -> pl.DataFrame:
     """The engine stage for text backends (simulated, OpenAI-compatible): rendered
-    ``head, context, tail`` in, the pass-through columns plus the generation columns out."""
+    ``head, context, tail`` in, the pass-through columns plus the generation columns out (a
+    null ``max_tokens`` is the backend's own default)."""
     from raylc.backends.base import generations_frame
 
     prompts = list(rows.select(INLINE).iter_rows())
@@ -233,10 +230,11 @@ def generate_text(rows: pl.DataFrame, backend: Any, default_max_tokens: int) -> 
 async def generate_tokens(rows: pl.DataFrame, engine: Any, default_max_tokens: int) -> pl.DataFrame:
     """The engine stage for token engines (vLLM): rows of :func:`tokenize` in, the pass-through
     columns plus the generation columns out; refused prompts keep their error and skip the engine."""
-    from raylc.backends.base import generation, generations_frame
+    from raylc.backends.base import generation, generations_frame, request_max_tokens
 
     ids = rows["prompt_token_ids"].to_list()
-    limits = _limits(rows, default_max_tokens)
+    limits = request_max_tokens(rows["max_tokens"].to_list() if "max_tokens" in rows.columns else None,
+                                rows.height, default_max_tokens)
     todo = [i for i, x in enumerate(ids) if x is not None]
     done = await engine.generate([ids[i] for i in todo], [limits[i] for i in todo]) if todo else []
     n, cut, err = rows["prompt_tokens"].to_list(), rows["truncated_tokens"].to_list(), rows["error"].to_list()
@@ -269,4 +267,4 @@ def infer_frame(requests: pl.DataFrame, problems: Optional[pl.DataFrame], job: A
         from raylc.backends import make_backend
 
         backend = simulated_backend(rows, job) if probe.backend == "simulated" else make_backend(job, None)
-    return generate_text(rows, backend, getattr(getattr(probe, "sampling", None), "max_tokens", 0))
+    return generate_text(rows, backend)

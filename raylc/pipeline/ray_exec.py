@@ -291,7 +291,7 @@ class TextEngineActor(PrepareActor):
 
         rows = self.prepared(batch)
         backend = self.backend or simulated_backend(rows, self.job)
-        return generate_text(rows, backend, getattr(getattr(self.job.probe, "sampling", None), "max_tokens", 0)).to_arrow()
+        return generate_text(rows, backend).to_arrow()
 
 
 class EngineActor:
