@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Literal, Optional, get_args, get_origin
 
 import polars as pl
 import typer
+from pydantic import ValidationError
 
-from raylc.pipeline.ray_exec import RayUnavailable
+from raylc.dolce.options import FitOptions
+from raylc.io.store import StoreError, StoreUnavailable
+from raylc.run.ray_exec import RayUnavailable
 from raylc.spec import JobSpecError, load_job
-from raylc.store import StoreError, StoreUnavailable
 
 app = typer.Typer(
     name="raylc",
@@ -28,10 +32,10 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
-    """Refuse (:class:`raylc.preflight.PreflightError`, a JobSpecError) a vLLM job that vLLM would
+    """Refuse (:class:`raylc.backends.preflight.PreflightError`, a JobSpecError) a vLLM job that vLLM would
     refuse at start-up; warnings go to stderr. Without ``hub`` only local configs are read, and a
     model whose config is not found locally is not checked (a warning)."""
-    from raylc.preflight import preflight
+    from raylc.backends.preflight import preflight
 
     for report in preflight(job, source=job_file, hub=hub, require_config=False):
         for warning in report.warnings:
@@ -48,8 +52,9 @@ def run(
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
     from raylc.backends.base import BackendUnavailable
     from raylc.dolce.fit import ObservationError
-    from raylc.names import UnsafeName, path_segment
-    from raylc.pipeline.runner import InferenceFailed, NothingWritten, RunError, RunInterrupted, default_run_id, run_job
+    from raylc.evaluate import evaluate
+    from raylc.io.names import UnsafeName, path_segment
+    from raylc.run.skeleton import InferenceFailed, NothingWritten, RunError, RunInterrupted, default_run_id
 
     overrides: dict[str, Any] = {}
     if store is not None:
@@ -58,14 +63,14 @@ def run(
         overrides["seed"] = seed
     try:
         job = load_job(job_file, overrides)
-        if run_id is not None:  # the run's folder name (raylc/names.py)
+        if run_id is not None:  # the run's folder name (raylc/io/names.py)
             try:
                 path_segment(run_id, "--run-id")
             except UnsafeName as exc:
                 raise JobSpecError(str(exc)) from None
         _preflight(job, job_file)  # before Ray starts and anything is written
         run_id = run_id or default_run_id(job)
-        run_job(job, run_id, log=lambda m: typer.echo(m, err=True))
+        evaluate(job, run_id, log=lambda m: typer.echo(m, err=True))
     except RunInterrupted as exc:  # SIGINT / SIGTERM: one line, exit 130 / 143
         typer.echo(str(exc), err=True)
         raise typer.Exit(exc.exit_code)
@@ -85,13 +90,13 @@ def run(
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """Print a finished run's report tables: DOLCE categories and planted recovery, or scores per length and LongScore (also in report/summary.md)."""
-    from raylc.report import load_report, print_report
+    from raylc.evaluate import load_report
 
     try:
-        tables, _ = load_report(run_dir)
+        tables, _, evaluation = load_report(run_dir)
     except StoreError as exc:
         _fail(str(exc))
-    print_report(tables)
+    evaluation.print_report(tables)
 
 
 @app.command()
@@ -104,8 +109,8 @@ def submit(
     working_dir: Path = typer.Option(Path("."), "--working-dir", help="Folder uploaded as the job's working directory."),
 ) -> None:
     """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
-    from raylc.submit import SubmitError
-    from raylc.submit import submit as do_submit
+    from raylc.run.submit import SubmitError
+    from raylc.run.submit import submit as do_submit
 
     try:
         _preflight(load_job(job_file), job_file, hub=True)
@@ -127,15 +132,17 @@ def longscore(
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
     from rich.console import Console
 
-    from raylc.length_report import run_longscore
-    from raylc.report import rich_table
+    from raylc.io.tables import rich_table
+    from raylc.sweep.commands import run_longscore
 
     try:
         lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
     except ValueError:
         _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
     try:
-        result = run_longscore(scores, out, lengths, n_boot, seed, ray)
+        from raylc.run.ray_exec import task_mapper
+
+        result = run_longscore(scores, out, lengths, n_boot, seed, task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))))
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -145,37 +152,75 @@ def longscore(
     Console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
 
 
+def _with_fit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` one option per :class:`raylc.dolce.options.FitOptions` field
+    (``--em-steps-cow`` for ``em_steps_cow``; help from the field's description, choices from
+    its Literal type, the default shown) and call it with ``options: FitOptions`` built from
+    them. An invalid value is one ``error:`` line naming the option (exit 2)."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+    fields = FitOptions.model_fields
+    assert not {p.name for p in own} & set(fields), "a command parameter shadows a fit option"
+    choices = {name: get_args(f.annotation) for name, f in fields.items() if get_origin(f.annotation) is Literal}
+    added = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=str,
+            default=typer.Option(
+                str(f.default), "--" + name.replace("_", "-"), help=f.description, rich_help_panel="Fit options",
+                metavar="[" + "|".join(choices[name]) + "]" if name in choices else
+                {int: "INTEGER", float: "FLOAT"}.get(f.annotation, "TEXT"),
+            ),
+        )
+        for name, f in fields.items()
+    ]
+
+    def wrapper(**kwargs: Any) -> None:
+        given = {name: kwargs.pop(name) for name in fields}
+        try:
+            options = FitOptions(**given)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            name = str(error["loc"][0])
+            expected = f"expected one of {', '.join(choices[name])}" if name in choices else error["msg"]
+            _fail(f"--{name.replace('_', '-')} {given[name]!r}: {expected}")
+        command(**kwargs, options=options)
+
+    wrapper.__name__, wrapper.__doc__, wrapper.__module__ = command.__name__, command.__doc__, command.__module__
+    wrapper.__signature__ = inspect.Signature([*own, *added])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _table_mapper(ray: Optional[bool]) -> Any:
+    """Ray tasks (joining RAY_ADDRESS or a local Ray, at the first map: after the table was
+    read and checked) unless ``ray`` is False (in process)."""
+    if ray is False:
+        return None
+    from raylc.run.ray_exec import task_mapper
+
+    def mapper(fn: Callable[..., Any], frames: list, *args: Any) -> list:
+        return task_mapper(True, default=True)(fn, frames, *args)
+
+    return mapper
+
+
 @app.command()
+@_with_fit_options
 def fit(
     observations: str = typer.Argument(..., help="Observation table (Parquet/CSV/JSONL, local or s3://): task, problem_id, L, C, start, score, metric."),
     out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for problems.parquet, tasks.parquet and figures."),
-    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0, help="Binarization threshold for COW on continuous scores."),
-    scenario: str = typer.Option("auto", "--scenario", help="auto (dip test), cow or pig."),
-    em_steps_cow: int = typer.Option(10, "--em-steps-cow", min=1, help="EM steps, COW (Algorithm 1)."),
-    em_steps_pig: int = typer.Option(5, "--em-steps-pig", min=1, help="EM steps, PIG (Algorithm 2)."),
-    pig_likelihood: str = typer.Option("hit_rate", "--pig-likelihood", help="PIG: hit_rate (Algorithm 2), score (option: rho at each observed score) or binned (option: oracle mass per 0.1 score bin)."),
-    pig_hit_rate: str = typer.Option("mode", "--pig-hit-rate", help="PIG: mode (Algorithm 2) or mean (option: expected covered fraction)."),
     compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),
+    *,
+    options: FitOptions,
 ) -> None:
     """DOLCE fit of an observation table: lambda, k and focus category per problem."""
     from rich.console import Console
 
-    from raylc.fit_report import run_fit
-    from raylc.report import category_matrix, rich_table
+    from raylc.dolce.commands import run_fit
+    from raylc.dolce.report import category_matrix
+    from raylc.io.tables import rich_table
 
-    if scenario not in ("auto", "cow", "pig"):
-        _fail(f"--scenario {scenario!r}: expected auto, cow or pig")
-    from raylc.dolce.pig import PIG_HIT_RATES, PIG_LIKELIHOODS
-
-    if pig_likelihood not in PIG_LIKELIHOODS:
-        _fail(f"--pig-likelihood {pig_likelihood!r}: expected one of {', '.join(PIG_LIKELIHOODS)}")
-    if pig_hit_rate not in PIG_HIT_RATES:
-        _fail(f"--pig-hit-rate {pig_hit_rate!r}: expected one of {', '.join(PIG_HIT_RATES)}")
     try:
-        out_frames = run_fit(observations, out, scenario=scenario, threshold=threshold, em_steps_cow=em_steps_cow,
-                             em_steps_pig=em_steps_pig, pig_likelihood=pig_likelihood, pig_hit_rate=pig_hit_rate,
-                             compare_uri=compare, use_ray=ray)
+        out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray))
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -190,21 +235,24 @@ def fit(
 
 
 @app.command()
+@_with_fit_options
 def sensitivity(
     observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
-    out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet and sensitivity.png."),
+    out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet, sensitivity.png and sensitivity.json."),
     experiments: str = typer.Option("take_every,threshold", "--experiments", help="Comma-separated: take_every, take_ip_rate, sample_rate, sample_ip_rate, min_length, max_length (Appendix K.1, vs full enumeration), threshold (K.4)."),
     every: str = typer.Option("2,5,10", "--every", help="Take-every strides N to compare with full enumeration."),
-    thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds", help="Binarization thresholds to compare with 0.5."),
+    thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds", help="Binarization thresholds to compare with the reference's --threshold (0.5)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Settings of one experiment, NAME=V1,V2 (repeatable; adds NAME to --experiments), e.g. sample_rate=0.1,0.3."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random strategies (sample_rate, sample_ip_rate)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Grid cells as Ray tasks (default) or in-process."),
+    *,
+    options: FitOptions,
 ) -> None:
-    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6)."""
+    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6); the reference and every refit use the fit options."""
     from rich.console import Console
 
-    from raylc.fit_report import run_sensitivity_grid
-    from raylc.report import rich_table
+    from raylc.dolce.commands import run_sensitivity_grid
+    from raylc.io.tables import rich_table
 
     try:
         ev = [int(x) for x in every.split(",") if x.strip()]
@@ -223,7 +271,8 @@ def sensitivity(
     names = [e.strip() for e in experiments.split(",") if e.strip()]
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment
     try:
-        sens = run_sensitivity_grid(observations, out, names, ev, th, ray, settings=settings, seed=seed)
+        sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings, seed=seed,
+                                    mapper=_table_mapper(ray))
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -244,7 +293,7 @@ def units(
     from rich import box
     from rich.console import Console
 
-    from raylc.report import rich_table
+    from raylc.io.tables import rich_table
     from raylc.suites.documents import DocumentsError, unit_report
 
     try:
@@ -276,14 +325,14 @@ def plan(
     """Plan a job without inference: requests, tokens, strides, prefix reuse and cost."""
     from rich.console import Console
 
-    from raylc.plan import plan as make_plan
-    from raylc.report import rich_table
+    from raylc.evaluate import evaluation_for
+    from raylc.io.tables import rich_table
 
     try:
         job = load_job(job_file)
         _preflight(job, job_file)
-        planned = make_plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
-                            tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
+        planned = evaluation_for(job).plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+                                           tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     except StoreUnavailable as exc:
         _fail(str(exc), 1)
     except (ValueError, StoreError) as exc:  # JobSpecError, PlanError, a suite's data errors: bad input
@@ -309,11 +358,12 @@ def check(
     gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0, help="GPU memory in GiB (default: from probe.accelerator_type)."),
 ) -> None:
     """Check a vLLM job against its model before any GPU time: length limit, tensor parallelism, KV cache, prompt lengths."""
-    from raylc.preflight import preflight
+    from raylc.backends.preflight import preflight
+    from raylc.evaluate import evaluation_for
 
     try:
         job = load_job(job_file)
-        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=True)
+        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job))
     except JobSpecError as exc:  # a bad job file, or what vLLM would refuse (PreflightError)
         _fail(str(exc))
     if not reports:

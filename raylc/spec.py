@@ -16,7 +16,21 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from raylc.dolce.options import FitOptions
+from raylc.suites import PlantedSuite
+from raylc.suites.registry import SuiteConfig, config_of, parse_suite
+from raylc.text.sampling import Sampling
 
 
 class JobSpecError(ValueError):
@@ -25,272 +39,6 @@ class JobSpecError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Length = Union[int, Literal["L"]]
-
-
-class PlantedSuite(_Strict):
-    """Synthetic suite with planted evidence of known complexity lambda and redundancy k.
-
-    Each problem's context is ``L`` filler sentences (units); ``k`` non-overlapping runs of
-    ``lambda`` consecutive clue sentences are hidden in it, and the answer can only be
-    derived from one complete run. ``"L"`` in ``lambdas`` means lambda = L (the whole
-    context is one run of clues, k = 1).
-    """
-
-    kind: Literal["planted"] = "planted"
-    tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1)
-    problems_per_task: int = Field(default=100, ge=1)
-    lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1)
-    ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1)
-    min_units: int = Field(default=50, ge=2)
-    max_units: int = Field(default=400, ge=2)
-
-    @field_validator("lambdas")
-    @classmethod
-    def _positive_lambdas(cls, v: list[Length]) -> list[Length]:
-        if any(isinstance(x, int) and x < 1 for x in v):
-            raise ValueError("every lambda must be >= 1 or 'L'")
-        return v
-
-    @field_validator("ks")
-    @classmethod
-    def _positive_ks(cls, v: list[int]) -> list[int]:
-        if any(x < 1 for x in v):
-            raise ValueError("every k must be >= 1")
-        return v
-
-    @model_validator(mode="after")
-    def _units_range(self) -> "PlantedSuite":
-        if self.min_units > self.max_units:
-            raise ValueError("min_units must be <= max_units")
-        return self
-
-
-LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
-
-
-def _check_axis(axis: list[int], base: list[int], name: str, base_name: str, smallest: int) -> None:
-    """Every value of a length axis is >= ``smallest`` and LongScore's base values lie on it."""
-    if any(x < smallest for x in axis):
-        raise ValueError(f"every value of {name} must be >= {smallest}")
-    missing = sorted(set(base) - set(axis))
-    if missing:
-        raise ValueError(f"{base_name} {missing} are not in {name}")
-
-
-class _LengthSuite(_Strict):
-    """Shared fields of the length-controlled suites (100-LongBench Section 3, HELMET):
-    every sample is rebuilt at each target length in ``lengths`` (tokens of the context,
-    counted with ``tokenizer``: None = the offline default, ``hf:<name>`` a real one);
-    LongScore's Base is the mean over ``base_lengths`` (must be a subset of ``lengths``)."""
-
-    lengths: list[int] = Field(default=LENGTHS_DEFAULT, min_length=1)
-    base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1)
-    samples_per_length: int = Field(default=100, ge=1)
-    tokenizer: Optional[str] = None
-
-    @model_validator(mode="after")
-    def _base_in_lengths(self):
-        _check_axis(self.lengths, self.base_lengths, "lengths", "base_lengths", 1)
-        return self
-
-
-LONGBENCH100_TASKS = ("kv_retrieval", "counting_stars", "passage_retrieval", "passage_count",
-                      "single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
-
-
-LONGBENCH100_JUDGED = ("single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
-
-
-class LongBench100Suite(_LengthSuite):
-    """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
-    real source documents (``sources``) and a pool of distractor documents (``distractors``),
-    JSONL/Parquet/CSV, local or s3://. QA samples scoring above ``prior_knowledge_threshold``
-    with no context are dropped from the statistics (null disables the filter, and the
-    no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
-    (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
-    document repeated 1..``max_repeats`` times."""
-
-    kind: Literal["longbench100"]
-    tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]
-    sources: str = Field(min_length=1)
-    distractors: str = Field(min_length=1)
-    prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0)
-    kv_pairs: int = Field(default=3, ge=1)
-    star_passages: int = Field(default=4, ge=2)
-    max_repeats: int = Field(default=3, ge=1)
-
-
-HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
-
-
-class HelmetRecallSuite(_LengthSuite):
-    """HELMET's synthetic recall tasks (Section 2.1, Appendix B.5): JSON KV, RULER multi-key
-    needle with number / UUID values (the haystack is noisy needles with other keys) and
-    multi-value needle (four values for one key in an essay haystack), SubEM-scored (recall
-    over the four values for the multi-value needle); the gold key or needle sits at
-    ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
-    pool (JSONL/Parquet/CSV with a ``text`` column, local or s3://) for the multi-value
-    needle's essay; unset, RULER's repeated noise sentences are the filler."""
-
-    kind: Literal["helmet_recall"]
-    tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
-    depths: int = Field(default=6, ge=1)
-    haystack: Optional[str] = None
-
-
-class LongBenchV2Suite(_Strict):
-    """A LongBench v2 run on data in its released JSON/JSONL format (``data``), zero-shot or
-    two-call chain of thought (Appendix C); contexts are truncated from the middle to the
-    probe's window; invalid outputs count 0.25 in the compensated score."""
-
-    kind: Literal["longbench_v2"]
-    data: str = Field(min_length=1)
-    mode: Literal["zero_shot", "cot"] = "zero_shot"
-    tokenizer: Optional[str] = None
-
-
-THESIS_TASKS = ("key_retrieval", "filter", "exclusion")
-
-
-class ThesisSuite(_Strict):
-    """Unit tasks of the long-context prediction thesis (Section 3.2, Table A.1): key retrieval,
-    filter by predicates and information exclusion over generated candidate pieces.
-
-    A piece is one candidate with its context sentences; ``pieces`` are the piece counts (the
-    length axis: the thesis adjusts context length by the number of pieces) and LongScore's
-    Base is the mean over ``base_pieces`` (a subset of ``pieces``). The samples table's
-    ``length`` is a token count (the largest context of the task and piece count) and the
-    piece count is its ``n_pieces`` column. ``selectivity`` is the fraction of candidates that
-    satisfy every predicate (Section 5.2), ``exclusion`` the fraction the exclusion task tells
-    the model to ignore (Section 5.3; the thesis ignores 2 of 20)."""
-
-    kind: Literal["thesis_units"]
-    tasks: list[Literal[THESIS_TASKS]] = Field(default=list(THESIS_TASKS), min_length=1)  # type: ignore[valid-type]
-    pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1)
-    base_pieces: list[int] = Field(default=[16], min_length=1)
-    samples_per_setting: int = Field(default=50, ge=1)
-    selectivity: float = Field(default=0.2, ge=0.0, le=1.0)
-    exclusion: float = Field(default=0.1, ge=0.0, le=1.0)
-    tokenizer: Optional[str] = None
-
-    @model_validator(mode="after")
-    def _base_in_pieces(self) -> "ThesisSuite":
-        _check_axis(self.pieces, self.base_pieces, "pieces", "base_pieces", 2)
-        return self
-
-
-class DocumentsSuite(_Strict):
-    """User-provided problems for the DOLCE pipeline (:mod:`raylc.suites.documents`): a
-    JSONL/Parquet/CSV file (``data``, local or s3://) with fields ``task, id, context, question,
-    answer`` (or ``answers``) and optional ``choices``. Contexts are split into units by
-    ``units`` (DOLCE Table 3 letters, e.g. ``ls``), per task by ``task_units``; prompts use
-    ``template`` (a name in :data:`raylc.prompts.TEMPLATES`, or ``auto``: ``choice`` for rows
-    with choices, else ``qa``), per task ``task_templates``. ``tasks`` keeps only those tasks;
-    ``problems_per_task`` keeps a seeded sample of that many problems per task."""
-
-    kind: Literal["documents"]
-    data: str = Field(min_length=1)
-    units: str = "s"
-    task_units: dict[str, str] = {}
-    template: str = "auto"
-    task_templates: dict[str, str] = {}
-    tasks: Optional[list[str]] = Field(default=None, min_length=1)
-    problems_per_task: Optional[int] = Field(default=None, ge=1)
-
-    @field_validator("units")
-    @classmethod
-    def _unit_spec(cls, v: str) -> str:
-        from raylc.units import parse_spec
-
-        return parse_spec(v)
-
-    @field_validator("task_units")
-    @classmethod
-    def _task_unit_specs(cls, v: dict[str, str]) -> dict[str, str]:
-        from raylc.units import parse_spec
-
-        return {task: parse_spec(spec) for task, spec in v.items()}
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, v: str) -> str:
-        from raylc.prompts import check_template
-
-        return check_template(v, auto=True)
-
-    @field_validator("task_templates")
-    @classmethod
-    def _task_templates(cls, v: dict[str, str]) -> dict[str, str]:
-        from raylc.prompts import check_template
-
-        return {task: check_template(name, auto=True) for task, name in v.items()}
-
-
-Suite = Annotated[
-    Union[PlantedSuite, LongBench100Suite, HelmetRecallSuite, LongBenchV2Suite, ThesisSuite, DocumentsSuite],
-    Field(discriminator="kind"),
-]
-LENGTH_SUITES = ("longbench100", "helmet_recall", "longbench_v2", "thesis_units")
-
-
-class Sampling(_Strict):
-    """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
-
-    ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
-    explicit list where ``"L"`` is the full context; ``min_length`` / ``max_length`` keep only
-    partial lengths in that range ("only >= 10", "only <= 10"; C = 0 and C = L are kept).
-    Strategies over each length's candidate starts 0, 1, ..., L - C:
-
-    - ``enumerate``: every start;
-    - ``take_every``: starts 0, s, 2s, ... with s = max(every, floor(stride_fraction * C));
-      ``every`` is one stride or a mapping ``{C: stride}`` of per-length strides (lengths it
-      does not list use 1), as written by ``raylc plan --budget-tokens`` (:mod:`raylc.plan`);
-    - ``take_ip_rate``: the same with s = max(1, floor(stride_fraction * C)), a take rate
-      inversely proportional to C (``stride_fraction`` > 0 required);
-    - ``sample_rate``: each start kept with probability ``rate``;
-    - ``sample_ip_rate``: each start kept with probability min(1, ``rate`` / C).
-
-    Random strategies draw from a hash of (job seed, problem, C, start), so a span's fate
-    does not depend on the other spans or on the row order. The single C = 0 and C = L
-    spans are always kept.
-    """
-
-    lengths: Union[Literal["exponential"], list[Length]] = "exponential"
-    strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = "take_every"
-    every: Union[int, dict[int, int]] = 1
-    stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
-    rate: float = Field(default=1.0, gt=0.0)
-    min_length: int = Field(default=0, ge=0)
-    max_length: Optional[int] = Field(default=None, ge=0)
-
-    @field_validator("every", mode="before")
-    @classmethod
-    def _every_strides(cls, v: Any) -> Union[int, dict[int, int]]:
-        """One stride >= 1, or ``{C: stride}`` with lengths >= 0 and strides >= 1 (sorted by C)."""
-        def whole(x: Any) -> int:
-            if isinstance(x, float) and not x.is_integer():
-                raise ValueError(x)
-            return int(x)
-
-        try:
-            every = {whole(c): whole(s) for c, s in v.items()} if isinstance(v, dict) else whole(v)
-            bad = every < 1 if isinstance(every, int) else any(c < 0 or s < 1 for c, s in every.items())
-        except (TypeError, ValueError):
-            bad = True
-        if bad:
-            raise ValueError("every must be a stride >= 1 or a mapping {length >= 0: stride >= 1}")
-        return dict(sorted(every.items())) if isinstance(every, dict) else every
-
-    @model_validator(mode="after")
-    def _strategy_params(self) -> "Sampling":
-        if self.strategy == "take_ip_rate" and self.stride_fraction <= 0:
-            raise ValueError("strategy take_ip_rate needs stride_fraction > 0")
-        if self.strategy == "sample_rate" and self.rate > 1:
-            raise ValueError("strategy sample_rate needs rate <= 1")
-        return self
 
 
 class SimulatedProbe(_Strict):
@@ -435,24 +183,6 @@ class Scoring(_Strict):
         return v
 
 
-class Fit(_Strict):
-    """DOLCE fit settings (Sections 3.1-3.4, Algorithms 1-2).
-
-    ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
-    Appendix H; accuracy-scored problems are COW); ``cow`` / ``pig`` force one.
-    ``threshold`` binarizes continuous scores for COW. ``em_steps_cow`` / ``em_steps_pig``:
-    the paper's 10 / 5 by default. ``pig_likelihood`` / ``pig_hit_rate``: options of
-    :class:`raylc.dolce.pig.PIGFit`, off by default (``hit_rate`` / ``mode`` = Algorithm 2).
-    """
-
-    scenario: Literal["auto", "cow", "pig"] = "auto"
-    em_steps_cow: int = Field(default=10, ge=1)
-    em_steps_pig: int = Field(default=5, ge=1)
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    pig_likelihood: Literal["hit_rate", "score", "binned"] = "hit_rate"
-    pig_hit_rate: Literal["mode", "mean"] = "mode"
-
-
 class Inference(_Strict):
     """Checkpointing and failure policy of the infer stage (row-level resume)."""
 
@@ -491,11 +221,11 @@ class Job(_Strict):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = Field(default=0, ge=0)  # numpy's generators take non-negative seeds
-    suite: Suite = PlantedSuite()
+    suite: SerializeAsAny[Annotated[SuiteConfig, BeforeValidator(parse_suite)]] = PlantedSuite()
     sampling: Sampling = Sampling()
     probe: Probe = SimulatedProbe()
     scoring: Scoring = Scoring()
-    fit: Fit = Fit()
+    fit: FitOptions = FitOptions()
     judge: Optional[Probe] = None
     inference: Inference = Inference()
     store: Store = Store()
@@ -503,18 +233,10 @@ class Job(_Strict):
 
     @model_validator(mode="after")
     def _judge_when_judged(self) -> "Job":
-        judged = sorted(set(getattr(self.suite, "tasks", [])) & set(LONGBENCH100_JUDGED)) if self.suite.kind == "longbench100" else []
+        judged = self.suite.judged_tasks()
         if judged and self.judge is None:
             raise ValueError(f"suite tasks {', '.join(judged)} are scored by an LLM judge: add a judge section")
         return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _planted_by_default(cls, data: Any) -> Any:
-        """A ``suite`` mapping without ``kind`` is the planted suite (the foundation's job files)."""
-        if isinstance(data, dict) and isinstance(data.get("suite"), dict) and "kind" not in data["suite"]:
-            data = {**data, "suite": {"kind": "planted", **data["suite"]}}
-        return data
 
     def resolved(self) -> dict[str, Any]:
         """The full spec with every default filled in, as plain JSON data."""
@@ -525,6 +247,33 @@ class Job(_Strict):
         if self.judge is None:
             raise ValueError("the job has no judge section")
         return self.model_copy(update={"probe": self.judge})
+
+    def probe_fingerprint(self) -> str:
+        """What determines a completion besides the prompt: the whole probe section and the seed
+        (part of every request id, so a changed probe never reuses a stored completion)."""
+        data = {"probe": probe_settings(self.probe), "seed": self.seed}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def count_tokenizer(self) -> Optional[str]:
+        """The tokenizer prompts are counted with: the probe's, the suite's, a vLLM probe's
+        model, else None (the offline default)."""
+        probe = self.probe if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else None
+        spec = (probe.tokenizer if probe is not None else None) or self.suite.tokenizer_spec()
+        if spec is None and isinstance(self.probe, VLLMProbe):
+            spec = f"hf:{self.probe.model}"
+        return spec
+
+    def max_tokens(self) -> int:
+        """The probe's default completion bound (``sampling.max_tokens``)."""
+        return self.probe.sampling.max_tokens if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else GenerationParams().max_tokens
+
+    def window(self) -> Optional[int]:
+        """The probe's context window (``max_model_len``), None when unbounded."""
+        return self.probe.max_model_len if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else None
+
+    def model_name(self) -> str:
+        """The probe's model name for score tables (``simulated`` for the simulated probe)."""
+        return self.probe.model if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else self.probe.backend
 
     def fingerprint(self) -> str:
         """Hash of what determines the results (everything except store, ray, inference and
@@ -561,11 +310,14 @@ def _tag_of(model: type[BaseModel]) -> Optional[str]:
     )
 
 
-def _walk(loc: tuple[Any, ...]) -> tuple[Optional[type[BaseModel]], list[str]]:
-    """Follow ``loc`` through the model tree: (model holding the last key, key path without union tags)."""
+def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseModel]], list[str]]:
+    """Follow ``loc`` through the model tree: (model holding the last key, key path without union
+    tags). ``data`` (the raw job) names the config model of a registry-backed field (``suite``)."""
     models: list[type[BaseModel]] = [Job]
     path: list[str] = []
     for part in loc:
+        data = data.get(part) if isinstance(data, dict) and isinstance(part, str) else (
+            data[part] if isinstance(data, list) and isinstance(part, int) and part < len(data) else None)
         if isinstance(part, int):
             path.append(str(part))
             continue
@@ -579,21 +331,26 @@ def _walk(loc: tuple[Any, ...]) -> tuple[Optional[type[BaseModel]], list[str]]:
         if holder is None:
             return None, path
         models = _members(holder.model_fields[part].annotation)
+        if models == [SuiteConfig]:  # the registry decides which config a suite section is
+            config = config_of(data)
+            models = [config] if config is not None else models
     return (models[0] if len(models) == 1 else None), path
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: dict[str, Any], data: Any = None) -> str:
     loc = tuple(err["loc"])
-    parent, parent_path = _walk(loc[:-1]) if loc else (Job, [])
-    _, path = _walk(loc)
+    parent, parent_path = _walk(loc[:-1], data) if loc else (Job, [])
+    _, path = _walk(loc, data)
     key = ".".join(path) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = ", ".join(parent.model_fields) if parent else "?"
         return f"unknown key '{key}' (allowed: {allowed})"
     if err["type"] == "missing":
         return f"missing key '{key}'"
+    if err["type"] == "suite_kind":
+        return f"key '{key}.kind': {err['msg']}"
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        holder = _walk(loc[:-1])[0] if loc else Job
+        holder = _walk(loc[:-1], data)[0] if loc else Job
         field = holder.model_fields.get(str(loc[-1])) if holder is not None and loc else None
         tags = [t for t in (_tag_of(m) for m in _members(field.annotation))] if field is not None else []
         expected = ", ".join(f"'{t}'" for t in tags) or err.get("ctx", {}).get("expected_tags", "")
@@ -614,7 +371,7 @@ def parse_job(data: Any, source: str = "<job>") -> Job:
     except ValidationError as exc:
         errors = exc.errors()
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise JobSpecError(f"{source}: {_describe(errors[0])}{more}") from None
+        raise JobSpecError(f"{source}: {_describe(errors[0], data)}{more}") from None
 
 
 class DuplicateKey(yaml.YAMLError):

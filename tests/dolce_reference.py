@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 from fractions import Fraction
 from functools import lru_cache
 
@@ -15,6 +16,7 @@ import polars as pl
 
 from raylc.dolce.cells import LL_TIE_RTOL
 from raylc.dolce.cover import cow_cover_prob
+from raylc.scoring import OBSERVATION_SCHEMA as OBS_SCHEMA
 
 IDK = None
 X_VALUES = (1, 0, IDK)  # the order of COWFit.noise_
@@ -267,3 +269,47 @@ def simulate_cow_task(
         }
     )
     return obs, pl.DataFrame(planted), noise
+
+
+# ------------------------------------------------------------------------------ synthetic observation tables
+
+def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: int = 60, metric: str = "f1",
+               stride: int = 2):
+    """A continuous-metric task: ``n_bimodal`` COW-like problems (score ~U(.85, 1) when a span of
+    C >= lambda hits, else ~U(0, .12) or IDK) then ``n_unimodal`` PIG-like problems (score
+    ~N(0.1 + 0.6 C / L, 0.08) clipped to [.01, .99]). Ladder 0, 1, 2, 5, 10, 20, L; starts every
+    ``stride`` (1: a full enumeration)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_bimodal + n_unimodal):
+        bimodal = i < n_bimodal
+        pid = f"{task}-{'b' if bimodal else 'u'}{i:03d}"
+        lam = int(rng.choice([1, 2, 5, 10, 20]))
+        for C in (0, 1, 2, 5, 10, 20, L):
+            for start in ([0] if C in (0, L) else range(0, L - C + 1, stride)):
+                if bimodal:
+                    hit = C >= lam and rng.random() < 0.6
+                    s = rng.uniform(0.85, 1.0) if hit else rng.uniform(0.0, 0.12)
+                    if not hit and rng.random() < 0.3:
+                        s = None
+                else:
+                    s = float(np.clip(rng.normal(0.1 + 0.6 * C / L, 0.08), 0.01, 0.99))
+                rows.append((task, pid, L, C, start, s, metric))
+    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
+
+
+def scores_task(task: str, problem_scores: dict[str, list], *, L: int = 50, metric: str = "rouge_l"):
+    """A task whose problem p has exactly the scores ``problem_scores[p]`` (C cycles 1, 2, 5, 10, 20)."""
+    rows = []
+    for pid, scores in problem_scores.items():
+        for j, s in enumerate(scores):
+            C = (1, 2, 5, 10, 20)[j % 5]
+            rows.append((task, pid, L, C, j % (L - C + 1), s, metric))
+    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
+
+
+def identity_mapper_pickled(fn, frames, *args):
+    """Fake mapper: serializes every frame and argument as Ray would and runs the cells in
+    reverse order, returning results in input order."""
+    out = [fn(pickle.loads(pickle.dumps(f)), *pickle.loads(pickle.dumps(args))) for f in reversed(frames)]
+    return out[::-1]

@@ -9,13 +9,13 @@ from raylc.backends import make_backend
 from raylc.backends.base import GENERATION_COLUMNS, GENERATION_SCHEMA, BackendUnavailable, generation, generations_frame
 from raylc.backends.simulated import SimulatedBackend
 from raylc.backends.vllm_engine import INSTALL_HINT, VLLMEngine, actor_options, engine_kwargs, sampling_kwargs
-from raylc.pipeline.inference import PromptTokenizer, tokenize
-from raylc.truncation import split_prompt
-from raylc.prompts import TEMPLATE, render_prompts
-from raylc.sampling import sample_spans
+from raylc.run.inference import PromptTokenizer, tokenize
 from raylc.spec import GenerationParams, Job, SimulatedProbe, VLLMProbe
 from raylc.suites.planted import build_planted
-from raylc.tokenize import DefaultTokenizer, get_tokenizer
+from raylc.text.prompts import TEMPLATE, render_prompts
+from raylc.text.sampling import sample_spans
+from raylc.text.tokenize import DefaultTokenizer, get_tokenizer
+from raylc.text.truncation import split_prompt
 
 # Names read from the vllm==0.33.0 wheel (pip download vllm==0.33.0 --no-deps):
 # vllm/entrypoints/llm.py  LLM.__init__ (l.177-219): model, tokenizer, tensor_parallel_size, dtype,

@@ -253,7 +253,6 @@ README = REPO / "cluster" / "README.md"
 
 def _pinned_vllm() -> str:
     import tomllib
-
     from packaging.requirements import Requirement
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]

@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylc.suites.context import (BuiltContext, ContextTooLong, PoolError, build_context, load_distractors,
-                                  load_sources, pool_from_frame)
-from raylc.tokenize import get_tokenizer
+from raylc.suites.context import (
+    BuiltContext,
+    ContextTooLong,
+    PoolError,
+    build_context,
+    load_distractors,
+    load_sources,
+    pool_from_frame,
+)
+from raylc.text.tokenize import get_tokenizer
 
 TOK = get_tokenizer()
 WORDS = ("river harbour lantern copper orchard ledger meadow signal granary chapel festival kettle bridge "

@@ -10,14 +10,21 @@ import pytest
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.prompts import (
-    IDK_ANSWER, IDK_CHOICE, NO_CONTEXT, TEMPLATE, TEMPLATES, TemplateError, render_prompt_parts, render_prompts,
-)
-from raylc.sampling import sample_spans
-from raylc.spec import DocumentsSuite, JobSpecError, Sampling, parse_job
-from raylc.suites.documents import PROBLEM_SCHEMA, DocumentsError, build_documents, read_documents
+from raylc.spec import JobSpecError, parse_job
+from raylc.suites.documents import PROBLEM_SCHEMA, DocumentsError, DocumentsSuite, build_documents, read_documents
 from raylc.suites.planted import build_planted
-from raylc.units import split_units
+from raylc.text.prompts import (
+    IDK_ANSWER,
+    IDK_CHOICE,
+    NO_CONTEXT,
+    TEMPLATE,
+    TEMPLATES,
+    TemplateError,
+    render_prompt_parts,
+    render_prompts,
+)
+from raylc.text.sampling import Sampling, sample_spans
+from raylc.text.units import split_units
 
 DATA = Path(__file__).resolve().parents[1] / "jobs" / "data" / "documents" / "example.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines()]
@@ -128,7 +135,7 @@ def test_documents_suite_in_job_files():
 # ---- prompts --------------------------------------------------------------------------------------------------------
 
 def test_planted_prompts_unchanged():
-    from raylc.spec import PlantedSuite
+    from raylc.suites.planted import PlantedSuite
 
     problems = build_planted(PlantedSuite(problems_per_task=3, min_units=5, max_units=30), seed=1)
     spans = sample_spans(problems, Sampling(), 1)

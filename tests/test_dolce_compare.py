@@ -9,7 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from dolce_reference import identity_mapper_pickled, synth_task
 
+from raylc.dolce import stages
 from raylc.dolce.compare import (
     COMPARE_SCHEMA,
     SENSITIVITY_SCHEMA,
@@ -24,9 +26,9 @@ from raylc.dolce.compare import (
     take_every,
 )
 from raylc.dolce.fit import fit_observations
-from raylc.pipeline import stages
+from raylc.dolce.options import FitOptions
+from raylc.run.inference import infer_frame
 from raylc.spec import load_job
-from test_dolce_fit import identity_mapper_pickled, synth_task
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -115,7 +117,7 @@ def planted_enumeration():
     job = job.model_copy(update={"sampling": job.sampling.model_copy(update={"strategy": "enumerate"})})
     problems = stages.build(job)
     spans = stages.sample(problems, job)
-    return stages.score(stages.infer(spans, problems, job), problems, job)
+    return stages.score(infer_frame(spans, problems, job), problems, job)
 
 
 def test_planted_enumeration_is_complete(planted_enumeration):
@@ -171,6 +173,39 @@ def test_run_sensitivity_with_fake_mapper_matches_in_process(mixed):
     assert a.group_by("experiment").len().sort("experiment").rows() == [("take_every", 6), ("threshold", 2)]
     with pytest.raises(ValueError, match="unknown experiment"):
         run_sensitivity(obs, experiments=("granularity",))
+
+
+def test_sensitivity_fits_with_the_options_throughout(mixed):
+    """One FitOptions for the reference fit and every refit (mapped as one argument); the
+    threshold experiment compares with options.threshold."""
+    obs = mixed[0]
+    options = FitOptions(em_steps_cow=3, em_steps_pig=2, pig_likelihood="binned", threshold=0.25)
+    seen = []
+
+    def mapper(fn, frames, *args):
+        seen.append((fn.__name__, [a for a in args if isinstance(a, FitOptions)]))
+        return identity_mapper_pickled(fn, frames, *args)
+
+    res = run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95), options=options, mapper=mapper)
+    assert seen == [("fit_subset", [options]), ("sensitivity_cell", [options])]
+    assert_frame_equal(res, run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95), options=options))
+    assert not res.equals(run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95)))
+    # a take-every cell is compare_fits of the two fits with these options, on the same selection
+    ref_p, ref_t = fit_observations(obs, options)
+    test_p, test_t = fit_observations(take_every(obs, 2), options, selection=ref_p)
+    want = compare_fits(ref_p, ref_t, test_p, test_t)
+    got = res.filter(pl.col("experiment") == "take_every").select(list(COMPARE_SCHEMA))
+    assert_frame_equal(got, want)
+    # the reference threshold is options.threshold: its own setting compares equal
+    same = res.filter((pl.col("experiment") == "threshold") & (pl.col("setting") == 0.25)).row(0, named=True)
+    assert same["delta_lam"] == 0 and same["kl_noise"] == 0 and same["category_agreement"] == 1
+    other = res.filter((pl.col("experiment") == "threshold") & (pl.col("setting") == 0.95)).row(0, named=True)
+    assert other["kl_noise"] > 0
+    # an invalid threshold setting fails before any fit
+    seen.clear()
+    with pytest.raises(ValueError, match=r"^threshold = 1.5: "):
+        run_sensitivity(obs, experiments=("threshold",), thresholds=(1.5,), options=options, mapper=mapper)
+    assert seen == []
 
 
 def test_take_every_needs_a_full_enumeration():

@@ -7,10 +7,10 @@ from math import comb
 
 import numpy as np
 import pytest
+from dolce_reference import brute_cover_prob, placements
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dolce_reference import brute_cover_prob, placements
 from raylc.dolce import cow_cover_prob
 
 

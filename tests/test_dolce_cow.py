@@ -1,23 +1,23 @@
-"""COW EM (Algorithm 1) on sufficient statistics, fit_cow_task, and the Figure 1 categories."""
+"""COW EM (Algorithm 1) on sufficient statistics, COWFit on a task table (fit_cow_task), and the Figure 1 categories."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 import pytest
+from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
-from raylc.dolce import COWFit, assign_categories, category_thresholds, fit_cow_task
+from raylc.dolce import CellStats, COWFit, assign_categories, category_thresholds, fit_cow_task
 from raylc.dolce.cow import _add_rows, _by_entry, _jagged_layout
 
 
 # --------------------------------------------------------------------------- vs literal Algorithm 1
 def assert_matches_reference(observations, n_steps=10):
     ref = reference_cow_em(observations, n_steps=n_steps)
-    fit = COWFit(n_steps=n_steps).fit(*counts_from_observations(observations))
+    fit = COWFit(n_steps=n_steps).fit_stats(CellStats(*counts_from_observations(observations)))
     assert list(fit.problems_) == ref["problems"]
     assert fit.lam_.dtype == np.int64 and fit.k_.dtype == np.int64
     assert fit.lam_.tolist() == ref["lam"]
@@ -102,7 +102,7 @@ def _toy():
 
 
 def test_fit_attributes():
-    fit = COWFit().fit(*_toy())
+    fit = COWFit().fit_stats(CellStats(*_toy()))
     assert fit.problems_.tolist() == [3, 7]
     assert fit.lam_q_.tolist() == [20, 5]
     for name in ("lam_", "k_", "loglik_", "prior_oracle_", "lam_q_"):
@@ -120,20 +120,20 @@ def test_candidates_follow_section_4_literally():
     """K_i = {C_ij} U {0, maxC_i + 1, L_i}: without an observation at C = 1, k = 1 is no
     candidate, so lambda in {maxC_i + 1, L_i} (which needs k = 1) cannot be chosen."""
     problem, L, C, n1, n0, nidk = (a[(_toy()[0] == 3) & (_toy()[2] != 1)] for a in _toy())
-    fit = COWFit().fit(problem, L, C, n1, n0, nidk)
+    fit = COWFit().fit_stats(CellStats(problem, L, C, n1, n0, nidk))
     assert fit.lam_[0] <= fit.lam_q_[0] == 20
 
 
 def test_invariant_to_row_order_duplicates_and_empty_cells():
-    base = COWFit().fit(*_toy())
+    base = COWFit().fit_stats(CellStats(*_toy()))
     problem, L, C, n1, n0, nidk = _toy()
     perm = np.random.default_rng(0).permutation(problem.size)
-    shuffled = COWFit().fit(problem[perm], L[perm], C[perm], n1[perm], n0[perm], nidk[perm])
+    shuffled = COWFit().fit_stats(CellStats(problem[perm], L[perm], C[perm], n1[perm], n0[perm], nidk[perm]))
     # split every cell into two rows and add an empty cell with a new C
-    split = COWFit().fit(
+    split = COWFit().fit_stats(CellStats(
         np.r_[problem, problem, 7], np.r_[L, L, 40], np.r_[C, C, 11],
         np.r_[n1 / 2, n1 / 2, 0], np.r_[n0 / 2, n0 / 2, 0], np.r_[nidk / 2, nidk / 2, 0],
-    )
+    ))
     for other in (shuffled, split):
         assert other.lam_.tolist() == base.lam_.tolist() and other.k_.tolist() == base.k_.tolist()
         np.testing.assert_allclose(other.loglik_, base.loglik_, rtol=1e-12)
@@ -164,8 +164,8 @@ def test_jagged_rows_add_each_group_sequentially():
 
 def test_scaling_counts_scales_loglik_only():
     problem, L, C, n1, n0, nidk = _toy()
-    base = COWFit().fit(problem, L, C, n1, n0, nidk)
-    double = COWFit().fit(problem, L, C, 2 * n1, 2 * n0, 2 * nidk)
+    base = COWFit().fit_stats(CellStats(problem, L, C, n1, n0, nidk))
+    double = COWFit().fit_stats(CellStats(problem, L, C, 2 * n1, 2 * n0, 2 * nidk))
     assert double.lam_.tolist() == base.lam_.tolist() and double.k_.tolist() == base.k_.tolist()
     np.testing.assert_allclose(double.loglik_, 2 * base.loglik_, rtol=1e-10)
     np.testing.assert_allclose(double.prior_oracle_, base.prior_oracle_, rtol=1e-10)
@@ -173,10 +173,10 @@ def test_scaling_counts_scales_loglik_only():
 
 def test_closed_book_problem_gets_lambda_zero():
     # correct even without context, at every length: lambda = 0 with the smallest k >= 1 candidate
-    fit = COWFit().fit(
+    fit = COWFit().fit_stats(CellStats(
         np.zeros(4, dtype=int), np.full(4, 50), np.array([0, 5, 20, 50]),
         np.array([9.0, 9, 9, 9]), np.zeros(4), np.zeros(4),
-    )
+    ))
     assert fit.lam_.tolist() == [0] and fit.k_.tolist() == [5]
 
 
@@ -184,20 +184,20 @@ def test_closed_book_problem_gets_lambda_zero():
     "change, message",
     [
         (lambda a: a.update(C=np.r_[a["C"][:-1], 41]), "exceed"),
-        (lambda a: a.update(n0=-a["n0"]), "non-negative"),
+        (lambda a: a.update(y0=-a["y0"]), "non-negative"),
         (lambda a: a.update(L=np.r_[a["L"][:-1], 39]), "several context lengths"),
         (lambda a: a.update(C=a["C"][:-1]), "aligned"),
-        (lambda a: a.update(n1=np.where(a["problem"] == 3, 0, a["n1"]), nidk=np.where(a["problem"] == 3, 0, a["nidk"]),
-                            n0=np.where(a["problem"] == 3, 0, a["n0"])), "no observations"),
+        (lambda a: a.update(y1=np.where(a["problem"] == 3, 0, a["y1"]), nidk=np.where(a["problem"] == 3, 0, a["nidk"]),
+                            y0=np.where(a["problem"] == 3, 0, a["y0"])), "no observations"),
         (lambda a: a.update({k: v[:0] for k, v in a.items()}), "empty"),
     ],
 )
 def test_fit_validation(change, message):
-    args = dict(zip(("problem", "L", "C", "n1", "n0", "nidk"), _toy()))
+    args = dict(zip(("problem", "L", "C", "y1", "y0", "nidk"), _toy()))
     args["L"] = np.where(args["problem"] == 7, 40, 30)
     change(args)
     with pytest.raises(ValueError, match=message):
-        COWFit().fit(**args)
+        COWFit().fit_stats(CellStats(**args))
 
 
 # --------------------------------------------------------------------------- parameter recovery
@@ -285,16 +285,43 @@ def test_fit_cow_task_output_and_consistency_with_cowfit():
         x=pl.when(pl.col("score").is_null()).then(2).when(pl.col("score") >= 0.6).then(0).otherwise(1)
     )
     cells = x.group_by("problem_id", "L", "C").agg([(pl.col("x") == v).sum().alias(f"n{v}") for v in range(3)])
-    fit = COWFit(n_steps=7).fit(
+    fit = COWFit(n_steps=7).fit_stats(CellStats(
         cells["problem_id"].to_numpy(), cells["L"].to_numpy(), cells["C"].to_numpy(),
         cells["n0"].to_numpy(), cells["n1"].to_numpy(), cells["n2"].to_numpy(),
-    )
+    ))
     assert problems["lam"].to_list() == fit.lam_.tolist() and problems["k"].to_list() == fit.k_.tolist()
     np.testing.assert_allclose(problems["loglik"].to_numpy(), fit.loglik_)
     np.testing.assert_allclose(problems["prior_oracle"].to_numpy(), fit.prior_oracle_)
     np.testing.assert_allclose([info["p_noise_1"], info["p_noise_0"], info["p_noise_idk"]], fit.noise_)
     cats = assign_categories(fit.lam_, fit.k_, info["lam_p"], info["k_p"], fit.lam_q_)
     assert problems["category"].to_list() == cats.tolist()
+
+
+def test_cowfit_fits_a_task_table():
+    """COWFit.fit(obs): the CellFit contract on one task's table (fit_cow_task is its frames())."""
+    obs = _obs_frame()
+    model = COWFit(n_steps=7, threshold=0.6)
+    assert model.fit(obs) is model
+    problems, info = fit_cow_task(obs, n_steps=7, threshold=0.6)
+    got_problems, got_info = model.frames()
+    assert got_problems.equals(problems) and got_info == info
+    assert model.task_ == "T" and (model.lam_p_, model.k_p_) == (info["lam_p"], info["k_p"])
+    assert model.problems_.tolist() == ["a", "b"] and model.category_.tolist() == problems["category"].to_list()
+    # its cell statistics: the counts of outcomes 1 / 0 / IDK per (problem, C) of the binarized scores
+    stats = model.cell_stats(obs)
+    rows = sorted(zip(stats.problem, stats.C, stats.y1, stats.y0, stats.nidk, stats.n))
+    assert rows[:4] == [("a", 0, 0, 1, 1, 2), ("a", 5, 0, 0, 6, 6), ("a", 20, 0, 1, 2, 3), ("a", 30, 2, 1, 0, 3)]
+    refit = COWFit(n_steps=7).fit_stats(stats)
+    assert refit.lam_.tolist() == model.lam_.tolist() and refit.loglik_.tolist() == model.loglik_.tolist()
+
+
+def test_cowfit_keeps_binary_metrics_at_one_half():
+    """The threshold binarizes continuous metrics only (raylc.dolce.scenario.binarize_scores):
+    threshold 0 does not turn the wrong answers of an exact-match task into correct ones."""
+    obs = _obs_frame().with_columns(score=(pl.col("score") >= 0.6).cast(pl.Float64), metric=pl.lit("exact_match"))
+    (zero, zero_info), (half, half_info) = (COWFit(threshold=t).fit(obs).frames() for t in (0.0, 0.5))
+    assert zero.equals(half) and zero_info == half_info and zero_info["p_noise_0"] > 0
+    assert COWFit(threshold=0.0).fit(obs.with_columns(metric=pl.lit("f1"))).noise_[1] == 0.0  # f1: every score >= 0
 
 
 def test_fit_cow_task_threshold_binarizes_scores():

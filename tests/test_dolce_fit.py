@@ -1,7 +1,9 @@
-"""Scenario selection (Section 3.1, Appendix H) and the whole-table DOLCE fit (Section 4)."""
+"""Scenario selection (Section 3.1, Appendix H), the whole-table DOLCE fit (Section 4) and the
+estimator contracts (DolceFit; COWFit and PIGFit as CellFit)."""
 
 from __future__ import annotations
 
+import inspect
 import pickle
 
 import numpy as np
@@ -9,59 +11,31 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from raylc.dolce.fit import PROBLEM_COLUMNS, TASK_COLUMNS, ObservationError, fit_observations, validate_observations
+from raylc.dolce.cells import OBS_COLUMNS, CellFit, CellStats
+from raylc.dolce.cow import COWFit
+from raylc.dolce.fit import (
+    PROBLEM_COLUMNS,
+    PROBLEM_SCHEMA,
+    TASK_COLUMNS,
+    TASK_SCHEMA,
+    DolceFit,
+    ObservationError,
+    fit_observations,
+    validate_observations,
+)
+from raylc.dolce.options import FitOptions
+from raylc.dolce.pig import PIGFit
 from raylc.dolce.scenario import (
+    SELECTION_SCHEMA,
     binarize_scores,
     bucketize_scores,
     dip_pvalue,
     histogram_points,
     select_scenarios,
 )
+from raylc.scoring import OBSERVATION_SCHEMA as OBS_SCHEMA
 
-OBS_SCHEMA = {"task": pl.String, "problem_id": pl.String, "L": pl.Int64, "C": pl.Int64, "start": pl.Int64,
-              "score": pl.Float64, "metric": pl.String}
-
-
-def synth_task(task: str, n_bimodal: int, n_unimodal: int, *, seed: int = 0, L: int = 60, metric: str = "f1",
-               stride: int = 2):
-    """A continuous-metric task: ``n_bimodal`` COW-like problems (score ~U(.85, 1) when a span of
-    C >= lambda hits, else ~U(0, .12) or IDK) then ``n_unimodal`` PIG-like problems (score
-    ~N(0.1 + 0.6 C / L, 0.08) clipped to [.01, .99]). Ladder 0, 1, 2, 5, 10, 20, L; starts every
-    ``stride`` (1: a full enumeration)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n_bimodal + n_unimodal):
-        bimodal = i < n_bimodal
-        pid = f"{task}-{'b' if bimodal else 'u'}{i:03d}"
-        lam = int(rng.choice([1, 2, 5, 10, 20]))
-        for C in (0, 1, 2, 5, 10, 20, L):
-            for start in ([0] if C in (0, L) else range(0, L - C + 1, stride)):
-                if bimodal:
-                    hit = C >= lam and rng.random() < 0.6
-                    s = rng.uniform(0.85, 1.0) if hit else rng.uniform(0.0, 0.12)
-                    if not hit and rng.random() < 0.3:
-                        s = None
-                else:
-                    s = float(np.clip(rng.normal(0.1 + 0.6 * C / L, 0.08), 0.01, 0.99))
-                rows.append((task, pid, L, C, start, s, metric))
-    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
-
-
-def scores_task(task: str, problem_scores: dict[str, list], *, L: int = 50, metric: str = "rouge_l"):
-    """A task whose problem p has exactly the scores ``problem_scores[p]`` (C cycles 1, 2, 5, 10, 20)."""
-    rows = []
-    for pid, scores in problem_scores.items():
-        for j, s in enumerate(scores):
-            C = (1, 2, 5, 10, 20)[j % 5]
-            rows.append((task, pid, L, C, j % (L - C + 1), s, metric))
-    return pl.DataFrame(rows, schema=OBS_SCHEMA, orient="row")
-
-
-def identity_mapper_pickled(fn, frames, *args):
-    """Fake mapper: serializes every frame and argument as Ray would and runs the cells in
-    reverse order, returning results in input order."""
-    out = [fn(pickle.loads(pickle.dumps(f)), *pickle.loads(pickle.dumps(args))) for f in reversed(frames)]
-    return out[::-1]
+from dolce_reference import identity_mapper_pickled, scores_task, synth_task
 
 
 # ------------------------------------------------------------------------------ dip test
@@ -264,11 +238,14 @@ def test_cow_subset_matches_fit_cow_task_on_binarized_scores(mixed_obs, mixed_fi
 
 def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_fit):
     problems, _ = mixed_fit
-    p1, _ = fit_observations(mixed_obs, threshold=0.95)
+    p1, _ = fit_observations(mixed_obs, FitOptions(threshold=0.95))
     unchanged = pl.col("subset").is_in(["acc", "mix/PIG", "pig"])
     assert_frame_equal(problems.filter(unchanged), p1.filter(unchanged))
+    assert not problems.filter(~unchanged).equals(p1.filter(~unchanged))
     with pytest.raises(ValueError, match="threshold"):
-        fit_observations(mixed_obs, threshold=1.5)
+        fit_observations(mixed_obs, FitOptions(threshold=1.5))
+    with pytest.raises(ValueError, match="threshold"):  # options built without validation are checked by fit
+        fit_observations(mixed_obs, FitOptions.model_construct(threshold=1.5))
 
 
 def test_fake_mapper_gives_identical_frames(mixed_obs, mixed_fit):
@@ -289,13 +266,113 @@ def test_selection_fixes_scenarios(mixed_obs, mixed_fit):
     p2, t2 = fit_observations(mixed_obs, selection=problems)
     assert_frame_equal(p2, problems)
     assert_frame_equal(t2, tasks)
+    # a fixed selection wins over options.scenario
+    p3, _ = fit_observations(mixed_obs, FitOptions(scenario="pig"), selection=problems)
+    assert_frame_equal(p3, problems)
     with pytest.raises(ObservationError, match="column 'problem_id'"):
         fit_observations(mixed_obs, selection=problems.filter(pl.col("task") != "pig"))
 
 
+# ------------------------------------------------------------------------------ estimator contracts
+def test_dolce_fit_contract(mixed_obs, mixed_fit):
+    """scikit-learn style: hyperparameters in __init__ (stored as given), fit returns self,
+    learned attributes end in ``_`` and equal fit_observations' frames."""
+    assert list(inspect.signature(DolceFit).parameters) == ["options", "mapper"]
+    options = FitOptions()
+    est = DolceFit(options)
+    assert est.options is options and est.mapper is None and not [a for a in vars(est) if a.endswith("_")]
+    assert est.fit(mixed_obs) is est
+    assert sorted(vars(est)) == ["mapper", "options", "problems_", "selection_", "tasks_"]
+    assert_frame_equal(est.problems_, mixed_fit[0])
+    assert_frame_equal(est.tasks_, mixed_fit[1])
+    assert est.problems_.schema == pl.Schema(PROBLEM_SCHEMA) and est.tasks_.schema == pl.Schema(TASK_SCHEMA)
+    assert est.selection_.schema == pl.Schema(SELECTION_SCHEMA)
+    assert_frame_equal(est.selection_, select_scenarios(mixed_obs))
+    assert est.selection_.select("task", "problem_id", "subset", "scenario").equals(
+        est.problems_.sort("task", "problem_id").select("task", "problem_id", "subset", "scenario"))
+    # a mapper is a hyperparameter too; fit_observations is DolceFit as a function
+    calls = []
+    mapped = DolceFit(FitOptions(scenario="cow"), mapper=lambda fn, frames, *args: calls.append(args) or
+                      identity_mapper_pickled(fn, frames, *args)).fit(mixed_obs)
+    assert calls == [(FitOptions(scenario="cow"),)]  # the options travel whole, as one argument
+    assert_frame_equal(mapped.problems_, fit_observations(mixed_obs, FitOptions(scenario="cow"))[0])
+    assert set(mapped.selection_["scenario"]) == {"COW"}
+
+
+@pytest.mark.parametrize("options", [
+    {"em_steps_cow": 2}, {"em_steps_pig": 1}, {"pig_likelihood": "score"}, {"pig_likelihood": "binned"},
+    {"pig_hit_rate": "mean"}, {"threshold": 0.95},
+])
+def test_each_fit_option_reaches_its_subsets(mixed_obs, mixed_fit, options):
+    """Each FitOptions field changes the fits of the subsets it concerns, and only those (COW:
+    em_steps_cow, threshold; PIG: em_steps_pig, pig_likelihood, pig_hit_rate)."""
+    problems, _ = fit_observations(mixed_obs, FitOptions(**options))
+    name = next(iter(options))
+    cow = name in ("em_steps_cow", "threshold")
+    concerned = pl.col("scenario") == ("COW" if cow else "PIG")
+    if name == "threshold":  # binary-metric problems are binarized at 0.5 whatever the threshold
+        concerned = concerned & (pl.col("task") != "acc")
+    assert_frame_equal(problems.filter(~concerned), mixed_fit[0].filter(~concerned))
+    assert not problems.filter(concerned).equals(mixed_fit[0].filter(concerned))
+
+
+def _binary_task():
+    return synth_task("t", 6, 0, seed=3).with_columns(
+        score=pl.when(pl.col("score").is_null()).then(None).otherwise((pl.col("score") >= 0.5).cast(pl.Float64)))
+
+
+def test_cow_and_pig_share_the_cell_fit_interface():
+    """COWFit and PIGFit: the same constructor style (keyword hyperparameters with defaults,
+    stored as given), fit(task table) -> self, fit_stats(CellStats) -> self, the same learned
+    attributes and frames(); both form their cell statistics through cells.cell_statistics."""
+    obs = _binary_task()
+    fitted_attrs = None
+    for cls, params in ((COWFit, {"n_steps": 3, "threshold": 0.4}),
+                        (PIGFit, {"n_steps": 2, "likelihood": "binned", "hit_rate": "mean"})):
+        assert issubclass(cls, CellFit)
+        sig = inspect.signature(cls)
+        assert list(sig.parameters)[0] == "n_steps"
+        assert all(p.default is not p.empty for p in sig.parameters.values())
+        model = cls(**params)
+        assert {k: getattr(model, k) for k in params} == params  # hyperparameters stored as given
+        assert inspect.signature(cls.fit) == inspect.signature(CellFit.fit)
+        assert inspect.signature(cls.fit_stats) == inspect.signature(CellFit.fit_stats)
+        assert model.fit(obs) is model
+        attrs = {a for a in vars(model) if a.endswith("_")}
+        assert {"problems_", "lam_", "k_", "loglik_", "prior_oracle_", "lam_q_", "noise_", "cells_problem_",
+                "cells_C_", "task_", "lam_p_", "k_p_", "category_"} <= attrs
+        fitted_attrs = attrs if fitted_attrs is None else fitted_attrs & attrs
+        problems, info = model.frames()
+        assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle"]
+        assert set(problems["scenario"]) == {cls.scenario}
+        assert problems["problem_id"].to_list() == model.problems_.tolist()
+        assert (info["lam_p"], info["k_p"]) == (model.lam_p_, model.k_p_)
+        assert model.fit_stats(model.cell_stats(obs)) is model  # the statistics fit() used
+    # on binary scores the two cell statistics coincide: counts of 1, 0, IDK per (problem, C)
+    cow, pig = COWFit().cell_stats(obs), PIGFit().cell_stats(obs)
+    for field in ("problem", "L", "C", "y1", "y0", "nidk", "n"):
+        np.testing.assert_array_equal(getattr(cow, field), getattr(pig, field))
+    assert isinstance(cow, CellStats) and cow.score_counts is None
+
+
+def test_cell_stats_checks():
+    ok = dict(problem=np.array(["a", "a"]), L=np.array([10, 10]), C=np.array([2, 5]), y1=np.array([1.0, 0.5]),
+              y0=np.array([0.0, 0.5]), nidk=np.array([1.0, 0.0]))
+    np.testing.assert_array_equal(CellStats(**ok).outcomes(), [[1.0, 0.0, 1.0], [0.5, 0.5, 0.0]])
+    for change, message in (({"y1": np.array([1.0])}, "y1 must be a 1-D array aligned"),
+                            ({"nidk": np.array([-1.0, 0.0])}, "non-negative"),
+                            ({"y0": np.array([np.nan, 0.5])}, "finite"),
+                            ({"n": np.array([2.0, 2.0])}, "n must equal")):
+        with pytest.raises(ValueError, match=message):
+            CellStats(**{**ok, **change}).outcomes()
+    with pytest.raises(ValueError, match="must hold integers"):
+        COWFit().fit_stats(CellStats(**{**ok, "C": np.array([2.5, 5.0])}))
+    assert OBS_COLUMNS == tuple(OBS_SCHEMA)  # one definition: raylc.scoring.OBSERVATION_SCHEMA
+
+
 @pytest.mark.ray
 def test_ray_map_tasks_gives_identical_frames(ray_session, mixed_obs, mixed_fit):
-    from raylc.pipeline.ray_exec import map_tasks
+    from raylc.run.ray_exec import map_tasks
 
     problems, tasks = fit_observations(mixed_obs, mapper=map_tasks)
     assert_frame_equal(problems, mixed_fit[0])

@@ -26,6 +26,7 @@ from pig_reference import (  # noqa: E402
 )
 
 from raylc.dolce.categories import assign_categories, category_thresholds  # noqa: E402
+from raylc.dolce.cells import CellStats  # noqa: E402
 from raylc.dolce.pig import (  # noqa: E402
     PIGFit,
     fit_pig_task,
@@ -259,7 +260,7 @@ def small_tasks(draw):
 @given(obs=small_tasks(), hit_rate=st.sampled_from(["mode", "mean"]), n_steps=st.sampled_from([1, 2, 5]))
 def test_em_matches_literal_algorithm_2(obs, hit_rate, n_steps):
     ref = reference_pig_em(obs, n_steps=n_steps, hit_rate=hit_rate)
-    fit = PIGFit(n_steps=n_steps, hit_rate=hit_rate).fit(*_arrays(obs))
+    fit = PIGFit(n_steps=n_steps, hit_rate=hit_rate).fit_stats(CellStats.from_scores(*_arrays(obs)))
     _compare(fit, ref)
 
 
@@ -276,14 +277,14 @@ def test_em_matches_literal_algorithm_2_seeded(seed):
             r = rng.random()
             s = None if r < 0.15 else (float(rng.integers(0, lam + 1)) / lam if r < 0.7 else float(rng.random()))
             obs.append((f"p{p}", L, C, s))
-    _compare(PIGFit().fit(*_arrays(obs)), reference_pig_em(obs))
+    _compare(PIGFit().fit_stats(CellStats.from_scores(*_arrays(obs))), reference_pig_em(obs))
 
 
-def test_fit_stats_equals_fit_and_merges_duplicates():
+def test_cell_stats_from_counts_equal_from_scores_and_merge_duplicates():
     obs, _ = simulate_pig_task(4, seed=5, L_range=(20, 40))
     problem, L, C, s = (obs[c].to_numpy() for c in ("problem_id", "L", "C", "score"))
     s = s.astype(float)
-    a = PIGFit().fit(problem, L, C, s)
+    a = PIGFit().fit_stats(CellStats.from_scores(problem, L, C, s))
     idk = np.isnan(s)
     half = np.arange(s.size) % 2 == 0  # split every cell into two rows
     rows = [
@@ -293,7 +294,8 @@ def test_fit_stats_equals_fit_and_merges_duplicates():
         )
         for mk in (half, ~half)
     ]
-    b = PIGFit().fit_stats(*(np.concatenate(col) for col in zip(*rows)))
+    problem, L, C, n, y1, y0, nidk = (np.concatenate(col) for col in zip(*rows))
+    b = PIGFit().fit_stats(CellStats(problem, L, C, y1, y0, nidk, n=n))
     for attr in ("lam_", "k_", "loglik_", "prior_oracle_", "noise_", "hit_rate_", "cells_C_"):
         np.testing.assert_allclose(getattr(a, attr), getattr(b, attr), rtol=1e-12)
 
@@ -338,24 +340,25 @@ def test_fit_pig_task_frame_and_categories():
     assert sum(info[f"p_noise_{y}"] for y in ("1", "0", "idk")) == pytest.approx(1.0)
     ladder = obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique().to_numpy()
     assert (info["lam_p"], info["k_p"]) == category_thresholds(ladder)
-    fit = PIGFit().fit(*(obs[c].to_numpy() for c in ("problem_id", "L", "C")), obs["score"].to_numpy().astype(float))
+    fit = PIGFit().fit_stats(CellStats.from_scores(
+        *(obs[c].to_numpy() for c in ("problem_id", "L", "C")), obs["score"].to_numpy().astype(float)))
     np.testing.assert_array_equal(problems["lam"].to_numpy(), fit.lam_)
     np.testing.assert_array_equal(problems["k"].to_numpy(), fit.k_)
     np.testing.assert_allclose(problems["loglik"].to_numpy(), fit.loglik_, rtol=1e-12)
     cats = assign_categories(fit.lam_, fit.k_, info["lam_p"], info["k_p"], fit.lam_q_)
     assert problems["category"].to_list() == list(cats)
-    # the option path groups by score and agrees with PIGFit.fit(likelihood="score")
+    # the option path groups by score and agrees with PIGFit(likelihood="score") on per-observation statistics
     p2, _ = fit_pig_task(obs, likelihood="score")
-    fit2 = PIGFit(likelihood="score").fit(
+    fit2 = PIGFit(likelihood="score").fit_stats(CellStats.from_scores(
         *(obs[c].to_numpy() for c in ("problem_id", "L", "C")), obs["score"].to_numpy().astype(float)
-    )
+    ))
     np.testing.assert_array_equal(p2["lam"].to_numpy(), fit2.lam_)
     np.testing.assert_allclose(p2["loglik"].to_numpy(), fit2.loglik_, rtol=1e-10)
     # likewise for likelihood="binned"
     p3, _ = fit_pig_task(obs, likelihood="binned")
-    fit3 = PIGFit(likelihood="binned").fit(
+    fit3 = PIGFit(likelihood="binned").fit_stats(CellStats.from_scores(
         *(obs[c].to_numpy() for c in ("problem_id", "L", "C")), obs["score"].to_numpy().astype(float)
-    )
+    ))
     np.testing.assert_array_equal(p3["lam"].to_numpy(), fit3.lam_)
     np.testing.assert_array_equal(p3["k"].to_numpy(), fit3.k_)
     np.testing.assert_allclose(p3["loglik"].to_numpy(), fit3.loglik_, rtol=1e-10)
@@ -375,16 +378,23 @@ def test_input_validation():
     with pytest.raises(ValueError, match="partial"):
         fit_pig_task(ok.with_columns(C=pl.lit(10, dtype=pl.Int64)))
     with pytest.raises(ValueError):
-        PIGFit().fit(np.array(["a"]), np.array([10]), np.array([5]), np.array([1.5]))
+        PIGFit().fit_stats(CellStats.from_scores(np.array(["a"]), np.array([10]), np.array([5]), np.array([1.5])))
     with pytest.raises(ValueError, match="several context lengths"):
-        PIGFit().fit(np.array(["a", "a"]), np.array([10, 11]), np.array([5, 5]), np.array([0.5, 0.5]))
+        PIGFit().fit_stats(CellStats.from_scores(np.array(["a", "a"]), np.array([10, 11]), np.array([5, 5]),
+                                                 np.array([0.5, 0.5])))
     one_cell = (np.array(["a"]), np.array([10]), np.array([5]))
     with pytest.raises(ValueError, match="n must equal"):
-        PIGFit().fit_stats(*one_cell, np.array([3.0]), np.array([1.0]), np.array([1.0]), np.array([0.0]))
+        PIGFit().fit_stats(CellStats(*one_cell, np.array([1.0]), np.array([1.0]), np.array([0.0]), n=np.array([3.0])))
     with pytest.raises(ValueError, match="hit_rate"):
-        PIGFit(hit_rate="median").fit(np.array(["a"]), np.array([10]), np.array([5]), np.array([0.5]))
+        PIGFit(hit_rate="median").fit_stats(CellStats.from_scores(np.array(["a"]), np.array([10]), np.array([5]),
+                                                                  np.array([0.5])))
+    with pytest.raises(ValueError, match="hit_rate"):
+        PIGFit(hit_rate="median").fit(ok)
+    with pytest.raises(ValueError, match="likelihood"):
+        PIGFit(likelihood="exact").fit(ok)
     with pytest.raises(ValueError, match="score_counts"):
-        PIGFit(likelihood="score").fit_stats(*one_cell, np.array([1.0]), np.array([0.5]), np.array([0.5]), np.array([0.0]))
+        PIGFit(likelihood="score").fit_stats(CellStats(*one_cell, np.array([0.5]), np.array([0.5]), np.array([0.0]),
+                                                       n=np.array([1.0])))
 
 
 # =============================================================================== recovery

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from doubles.model_dir import make_model_dir
-from raylc.pipeline.runner import InferenceFailed, run_job
+
+from raylc.evaluate import evaluate
+from raylc.run.skeleton import InferenceFailed
 from raylc.spec import Job
 
 pytestmark = pytest.mark.ray
@@ -38,7 +39,7 @@ def _stats(folder: Path) -> list[dict]:
 def test_dolce_run_on_the_engine_double(ray_session, tmp_path):
     stats = tmp_path / "stats"
     model = make_model_dir(tmp_path / "m", double={**FAST, "stats_dir": str(stats)})
-    run = run_job(_job(model, tmp_path / "s"), "r", log=lambda m: None)
+    run = evaluate(_job(model, tmp_path / "s"), "r", log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
     spans = run.read("sample/spans.parquet")
     assert shards.height == spans.height and shards["request_id"].n_unique() == spans.height
@@ -58,7 +59,7 @@ def test_length_sweep_on_the_engine_double(ray_session, tmp_path):
     model = make_model_dir(tmp_path / "m", double=FAST)
     suite = {"kind": "helmet_recall", "tasks": ["json_kv", "mk_needle_uuid"], "lengths": [1024, 2048],
              "base_lengths": [1024], "samples_per_length": 3}
-    run = run_job(_job(model, tmp_path / "s", suite=suite), "r", log=lambda m: None)
+    run = evaluate(_job(model, tmp_path / "s", suite=suite), "r", log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
     samples = run.read("build/samples.parquet")
     assert shards.height == samples.height and shards["latency_s"].null_count() == 0
@@ -74,7 +75,7 @@ def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_p
     model = make_model_dir(tmp_path / "m", double={**FAST, "fail_on_init": reason})
     t0 = time.monotonic()
     with pytest.raises(InferenceFailed) as err:
-        run_job(_job(model, tmp_path / "s"), "r", log=lambda m: None)
+        evaluate(_job(model, tmp_path / "s"), "r", log=lambda m: None)
     assert time.monotonic() - t0 < 60
     message = str(err.value)
     assert "\n" not in message and reason in message and "failed to start" in message
@@ -83,7 +84,7 @@ def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_p
 def test_engine_that_dies_is_restarted_and_the_run_completes(ray_session, tmp_path):
     stats = tmp_path / "stats"
     model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 200, "stats_dir": str(stats)})
-    run = run_job(_job(model, tmp_path / "s", max_engine_restarts=5), "r", log=lambda m: None)
+    run = evaluate(_job(model, tmp_path / "s", max_engine_restarts=5), "r", log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
     spans = run.read("sample/spans.parquet")
     assert shards["request_id"].n_unique() == spans.height and shards["error"].null_count() == shards.height
@@ -94,7 +95,7 @@ def test_engine_restarts_are_bounded(ray_session, tmp_path):
     model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 5})
     t0 = time.monotonic()
     with pytest.raises(InferenceFailed) as err:
-        run_job(_job(model, tmp_path / "s", max_engine_restarts=1), "r", log=lambda m: None)
+        evaluate(_job(model, tmp_path / "s", max_engine_restarts=1), "r", log=lambda m: None)
     message = str(err.value)
     assert time.monotonic() - t0 < 120 and "\n" not in message
     assert "ActorDiedError" in message and "probe.max_engine_restarts = 1" in message

@@ -11,10 +11,11 @@ import polars as pl
 import pytest
 import yaml
 
-from raylc.pipeline import stages
-from raylc.pipeline.runner import run_job
+from raylc.dolce import stages
+from raylc.evaluate import evaluate
+from raylc.io.store import Store, StoreError
+from raylc.run.inference import infer_frame
 from raylc.spec import load_job
-from raylc.store import Store, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress_timeout_s": 300}
@@ -22,7 +23,7 @@ SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress
 
 def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path), **SMALL})
-    run_job(job, "r", log=lambda m: None)
+    evaluate(job, "r", log=lambda m: None)
     before = {rel: pl.read_parquet(tmp_path / "r" / rel) for rel in ("score/observations.parquet", "fits/problems.parquet")}
     obs = tmp_path / "r" / "score" / "observations.parquet"
     obs.write_bytes(obs.read_bytes()[: obs.stat().st_size // 2])  # truncated
@@ -30,7 +31,7 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
     with pytest.raises(StoreError, match="observations.parquet: unreadable Parquet"):
         Store(str(tmp_path)).read_table("r", "score", "observations.parquet")
     logs: list[str] = []
-    run_job(job, "r", log=logs.append)
+    evaluate(job, "r", log=logs.append)
     skipped = {line.split("]")[0].strip("[") for line in logs if "skipped" in line}
     assert skipped == {"build", "sample", "infer"}
     for rel, df in before.items():
@@ -75,7 +76,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
     _kill_inference_workers(job_file, tmp_path)
     problems = stages.build(job)
     spans = stages.sample(problems, job)
-    expected = stages.score(stages.infer(spans, problems, job), problems, job)
+    expected = stages.score(infer_frame(spans, problems, job), problems, job)
     assert pl.read_parquet(tmp_path / "k" / "score" / "observations.parquet").equals(expected)
 
 
@@ -87,6 +88,6 @@ def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     job_file = tmp_path / "helmet.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     _kill_inference_workers(job_file, tmp_path / "store")
-    clean = run_job(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
+    clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.read(rel)), rel

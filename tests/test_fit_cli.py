@@ -7,8 +7,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import typer
+from polars.testing import assert_frame_equal
+from dolce_reference import synth_task
 
-from raylc.pipeline import stages
+from raylc import __version__
+from raylc.dolce import stages
+from raylc.dolce.compare import run_sensitivity
+from raylc.dolce.fit import fit_observations
+from raylc.dolce.options import FitOptions
+from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +28,7 @@ def obs_path(tmp_path_factory):
                                                         "sampling.strategy": "enumerate"})
     problems = stages.build(job)
     spans = stages.sample(problems, job)
-    obs = stages.score(stages.infer(spans, problems, job), problems, job)
+    obs = stages.score(infer_frame(spans, problems, job), problems, job)
     path = tmp_path_factory.mktemp("obs") / "observations.parquet"
     obs.write_parquet(path)
     return path
@@ -112,24 +120,105 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
     ],
 )
 def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
-    from raylc.dolce import fit_observations
-
     proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
     assert proc.returncode == 0, proc.stderr
+    fit_options = FitOptions(**options)
+    # fit.json: the input, every fit option (FitOptions' dump), the compared fit and the version
     settings = json.loads((tmp_path / "fit.json").read_text())
-    assert settings["observations"] == str(obs_path) and {k: settings[k] for k in options} == options
+    assert settings == {"observations": str(obs_path), **fit_options.model_dump(), "compare": None,
+                        "raylc": __version__}
+    assert {k: settings[k] for k in options} == options
     obs = pl.read_parquet(obs_path)
-    expected, tasks = fit_observations(obs, **options)
+    expected, tasks = fit_observations(obs, fit_options)
     assert pl.read_parquet(tmp_path / "problems.parquet").equals(expected)
     assert pl.read_parquet(tmp_path / "tasks.parquet").equals(tasks)
     assert set(expected["scenario"]) == {options["scenario"].upper()}
     # the options matter: the same scenario with the default settings fits differently
-    default, _ = fit_observations(obs, scenario=options["scenario"])
+    default, _ = fit_observations(obs, FitOptions(scenario=options["scenario"]))
     assert not default.equals(expected)
 
 
-def test_fit_rejects_unknown_pig_option(obs_path, tmp_path):
-    proc = _raylc("fit", obs_path, "--out", tmp_path / "out", "--no-ray", "--pig-likelihood", "exact")
+def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
+    proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray")
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads((tmp_path / "fit.json").read_text())
+    assert settings == {"observations": str(obs_path), **FitOptions().model_dump(), "compare": None,
+                        "raylc": __version__}
+
+
+@pytest.mark.parametrize(
+    "command, args, line",
+    [
+        ("fit", ["--pig-likelihood", "exact"],
+         "error: --pig-likelihood 'exact': expected one of hit_rate, score, binned"),
+        ("fit", ["--scenario", "COW"], "error: --scenario 'COW': expected one of auto, cow, pig"),
+        ("fit", ["--threshold", "1.5"], "error: --threshold '1.5': Input should be less than or equal to 1"),
+        ("sensitivity", ["--pig-hit-rate", "median"], "error: --pig-hit-rate 'median': expected one of mode, mean"),
+        ("sensitivity", ["--em-steps-pig", "0"],
+         "error: --em-steps-pig '0': Input should be greater than or equal to 1"),
+        ("sensitivity", ["--em-steps-cow", "x"],
+         "error: --em-steps-cow 'x': Input should be a valid integer, unable to parse string as an integer"),
+    ],
+)
+def test_commands_reject_bad_fit_options(obs_path, tmp_path, command, args, line):
+    proc = _raylc(command, obs_path, "--out", tmp_path / "out", "--no-ray", *args, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: --pig-likelihood 'exact': expected one of hit_rate, score, binned"]
+    assert proc.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "out").exists()
+
+
+def test_both_commands_take_every_fit_option_from_fit_options():
+    """One option per FitOptions field on `raylc fit` and `raylc sensitivity`, named after the
+    field, its help the field's description; sensitivity keeps --thresholds beside --threshold."""
+    from raylc.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for name in ("fit", "sensitivity"):
+        params = {p.name: p for p in commands[name].params}
+        for field, info in FitOptions.model_fields.items():
+            assert params[field].opts == ["--" + field.replace("_", "-")], (name, field)
+            assert params[field].help == info.description
+            assert params[field].default == str(info.default)
+    assert {p.name: p.opts for p in commands["sensitivity"].params}["thresholds"] == ["--thresholds"]
+
+
+@pytest.mark.parametrize(
+    "args, options",
+    [
+        (["--em-steps-cow", "3", "--threshold", "0.6"], {"em_steps_cow": 3, "threshold": 0.6}),
+        (["--scenario", "pig", "--em-steps-pig", "2", "--pig-likelihood", "binned", "--pig-hit-rate", "mean"],
+         {"scenario": "pig", "em_steps_pig": 2, "pig_likelihood": "binned", "pig_hit_rate": "mean"}),
+    ],
+)
+def test_sensitivity_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
+    proc = _raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "take_every", "--every", "5",
+                  "--no-ray", *args)
+    assert proc.returncode == 0, proc.stderr
+    fit_options = FitOptions(**options)
+    settings = json.loads((tmp_path / "sensitivity.json").read_text())
+    assert settings == {"observations": str(obs_path), **fit_options.model_dump(), "experiments": ["take_every"],
+                        "every": [5], "thresholds": [0.0, 0.25, 0.5, 0.75, 1.0], "settings": {}, "seed": 0,
+                        "raylc": __version__}
+    obs = pl.read_parquet(obs_path)
+    expected = run_sensitivity(obs, ("take_every",), every=(5,), options=fit_options)
+    assert_frame_equal(pl.read_parquet(tmp_path / "sensitivity.parquet"), expected)
+    # the options matter: the same scenario with the default settings gives other figures
+    default = run_sensitivity(obs, ("take_every",), every=(5,), options=FitOptions(scenario=fit_options.scenario))
+    assert not default.equals(expected)
+
+
+def test_sensitivity_threshold_option_is_the_reference_of_thresholds(tmp_path):
+    """--threshold (FitOptions.threshold, the reference fit) and --thresholds (the threshold
+    experiment's settings) are separate options."""
+    path = tmp_path / "f1.parquet"
+    synth_task("mix", 4, 0, seed=1, stride=3).write_parquet(path)
+    proc = _raylc("sensitivity", path, "--out", tmp_path / "out", "--experiments", "threshold",
+                  "--thresholds", "0.25,0.95", "--threshold", "0.25", "--no-ray")
+    assert proc.returncode == 0, proc.stderr
+    sens = pl.read_parquet(tmp_path / "out" / "sensitivity.parquet").sort("setting")
+    assert sens["setting"].to_list() == [0.25, 0.95]
+    same, other = sens.rows(named=True)
+    assert same["delta_lam"] == 0 and same["kl_noise"] == 0 and same["category_agreement"] == 1
+    assert other["kl_noise"] > 0
+    settings = json.loads((tmp_path / "out" / "sensitivity.json").read_text())
+    assert settings["threshold"] == 0.25 and settings["thresholds"] == [0.25, 0.95]

@@ -7,16 +7,16 @@ import pytest
 
 from raylc.scoring.extract import EXTRACTORS
 from raylc.scoring.metrics import METRICS
-from raylc.spec import HelmetRecallSuite
 from raylc.suites.context import PoolError
 from raylc.suites.helmet_recall import (
     RULER_NOISE,
     HelmetRecallError,
+    HelmetRecallSuite,
     build_helmet_recall,
     depth_grid,
 )
 from raylc.suites.samples import check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.text.tokenize import get_tokenizer
 
 LENGTHS = [200, 700, 3000]
 SUITE = HelmetRecallSuite(kind="helmet_recall", lengths=LENGTHS, base_lengths=[200], samples_per_length=6)

@@ -8,11 +8,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-
 from raycluster import free_port
+
 from raylc.backends.testserver import SimulatedOpenAIServer, backend_for_job
-from raylc.pipeline import stages
-from raylc.pipeline.runner import InferenceFailed, run_job
+from raylc.dolce import stages
+from raylc.evaluate import evaluate
+from raylc.run.inference import infer_frame
+from raylc.run.skeleton import InferenceFailed
 from raylc.spec import load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,12 +39,12 @@ def test_run_completes_through_30_percent_503s(ray_session, tmp_path):
     probe_job = load_job(ROOT / "jobs" / "quickstart.yaml", {f"suite.{k}": v for k, v in SMALL.items()})
     with SimulatedOpenAIServer(backend_for_job(probe_job), fail_rate=0.3, seed=1) as server:
         simulated, job_file = _jobs(tmp_path, server.base_url)
-        run = run_job(load_job(job_file), "http", log=lambda m: None)
+        run = evaluate(load_job(job_file), "http", log=lambda m: None)
         stats = dict(server.stats)
     assert stats["injected_failures"] > 0.2 * stats["requests"]
     problems = stages.build(simulated)
     spans = stages.sample(problems, simulated)
-    expected = stages.score(stages.infer(spans, problems, simulated), problems, simulated)
+    expected = stages.score(infer_frame(spans, problems, simulated), problems, simulated)
     got = pl.read_parquet(Path(run.store.root, "http", "score", "observations.parquet"))
     assert got.equals(expected)
     infer = pl.read_parquet(f"{run.store.root}/http/infer/**/*.parquet", hive_partitioning=True)
@@ -54,7 +56,7 @@ def test_run_completes_through_30_percent_503s(ray_session, tmp_path):
 def _expected_observations(simulated):
     problems = stages.build(simulated)
     spans = stages.sample(problems, simulated)
-    return spans, stages.score(stages.infer(spans, problems, simulated), problems, simulated)
+    return spans, stages.score(infer_frame(spans, problems, simulated), problems, simulated)
 
 
 @pytest.mark.ray
@@ -66,7 +68,7 @@ def test_null_replies_are_errors_counted_and_retried_on_resume(ray_session, tmp_
         simulated, job_file = _jobs(tmp_path, server.base_url, TINY)
         job = load_job(job_file)
         with pytest.raises(InferenceFailed) as err:
-            run_job(job, "nulls", log=lambda m: None)
+            evaluate(job, "nulls", log=lambda m: None)
         nulls, first = server.stats["null_replies"], server.stats["requests"]
         spans, expected = _expected_observations(simulated)
         assert first == spans.height and 0.3 * first < nulls < 0.7 * first
@@ -79,7 +81,7 @@ def test_null_replies_are_errors_counted_and_retried_on_resume(ray_session, tmp_
         assert (failed["finish_reason"] == "content_filter").all()
 
         server.null_rate = 0.0  # the filter relents: resume retries the failed requests only
-        run = run_job(job, "nulls", log=lambda m: None)
+        run = evaluate(job, "nulls", log=lambda m: None)
         assert server.stats["requests"] == first + nulls
     assert run.manifest["stages"]["infer"]["rows"]["errors"] == 0
     assert pl.read_parquet(Path(run.store.root, "nulls", "score", "observations.parquet")).equals(expected)
@@ -130,7 +132,7 @@ def test_vllm_without_gpus_fails_fast_in_one_line(tmp_path):
 
 
 def test_root_cause_is_the_innermost_error():
-    from raylc.pipeline.ray_exec import root_cause
+    from raylc.run.ray_exec import root_cause
 
     try:
         try:

@@ -16,14 +16,13 @@ from typer.testing import CliRunner
 
 from raylc.cli import app
 from raylc.dolce import ObservationError, validate_observations
-from raylc.longscore import longscore
-from raylc.spec import DocumentsSuite, LongBench100Suite
-from raylc.store import StoreError, json_records, read_input
+from raylc.io.store import StoreError, json_records, read_input
 from raylc.suites.context import PoolError, pool_from_frame
-from raylc.suites.documents import DocumentsError, build_documents
-from raylc.suites.longbench100 import build_longbench100
+from raylc.suites.documents import DocumentsError, DocumentsSuite, build_documents
+from raylc.suites.longbench100 import LongBench100Suite, build_longbench100
 from raylc.suites.samples import SampleTableError, check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.sweep.longscore import longscore
+from raylc.text.tokenize import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 RAYLC = str(ROOT / ".venv" / "bin" / "raylc")

@@ -5,7 +5,7 @@ import pytest
 
 from raylc.backends.simulated import SimulatedBackend
 from raylc.backends.testserver import SimulatedOpenAIServer
-from raylc.pipeline.ray_exec import generate_on_ray
+from raylc.run.ray_exec import generate_on_ray
 from raylc.scoring.judge import judge_sample_prompts, judge_sample_scores, simulated_judgement
 from raylc.spec import SimulatedProbe, parse_job
 

@@ -5,10 +5,11 @@ import pytest
 
 from raylc.backends import make_backend
 from raylc.backends.simulated import SIMULATED_COT, SimulatedLengthBackend
-from raylc.pipeline import length
-from raylc.prompts import IDK_ANSWER
 from raylc.spec import Job
+from raylc.suites.helmet_recall import HelmetRecallSuite
 from raylc.suites.samples import check_samples
+from raylc.sweep import stages as length
+from raylc.text.prompts import IDK_ANSWER
 
 JOB = Job(name="t")
 
@@ -104,5 +105,5 @@ def test_simulated_probe_on_samples_decays_with_length_and_runs_two_calls():
 
 def test_prior_filter_marks_length_zero_rows_not_kept_without_a_threshold():
     scores = pl.DataFrame({"task": ["a", "a"], "sample_id": ["x", "x"], "length": [0, 1024], "score": [1.0, 0.0]})
-    out = length.apply_prior_filter(scores, JOB)
+    out = HelmetRecallSuite(kind="helmet_recall").kept(scores)  # a sweep suite without a prior-knowledge filter
     assert out["kept"].to_list() == [False, True]

@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.pipeline import checkpoint
-from raylc.pipeline.runner import run_job
+from raylc.evaluate import evaluate
+from raylc.run import checkpoint
 from raylc.spec import load_job
 from raylc.suites.longbench_v2 import longbench_v2_report
 
@@ -21,7 +21,7 @@ def v2_run(ray_session, tmp_path_factory):
     store = tmp_path_factory.mktemp("v2")
     job = load_job(ROOT / "jobs" / "longbench-v2.yaml", {"store.path": str(store), **FAST})
     logs: list[str] = []
-    run = run_job(job, "cot", log=logs.append)
+    run = evaluate(job, "cot", log=logs.append)
     return job, run, logs
 
 
@@ -44,9 +44,9 @@ def test_longbench_v2_cot_runs_two_calls_and_reports_exact_splits(v2_run):
 def test_rerun_skips_finished_stages_and_a_new_run_is_identical(v2_run):
     job, run, _ = v2_run
     logs: list[str] = []
-    run_job(job, "cot", log=logs.append)
+    evaluate(job, "cot", log=logs.append)
     assert sum("done already, skipped" in m for m in logs) == 4
-    again = run_job(job, "cot-again", log=logs.append)
+    again = evaluate(job, "cot-again", log=logs.append)
     assert again.manifest["stages"]["infer"]["rows"]["requests"] == 24
     assert again.read("score/scores.parquet").equals(run.read("score/scores.parquet"))
 
@@ -55,7 +55,7 @@ def test_helmet_recall_sweep_longscore(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "helmet-recall.yaml", {
         "store.path": str(tmp_path), "suite.lengths": [2048, 4096, 8192], "suite.base_lengths": [2048],
         "suite.samples_per_length": 6, **FAST})
-    run = run_job(job, "h", log=lambda m: None)
+    run = evaluate(job, "h", log=lambda m: None)
     samples = run.read("build/samples.parquet")
     assert (samples["context_tokens"] <= samples["length"]).all()
     summary = run.read("report/summary.parquet")
@@ -87,7 +87,7 @@ def test_longbench100_with_judge_and_prior_knowledge_filter(ray_session, tmp_pat
         "store.path": str(tmp_path), "suite.tasks": ["kv_retrieval", "single_doc_qa", "single_doc_sum"],
         "suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 4,
         "probe.knowledge_rate": 0.5, **FAST})
-    run = run_job(job, "lb", log=lambda m: None)
+    run = evaluate(job, "lb", log=lambda m: None)
     scores = run.read("score/scores.parquet")
     assert set(scores.filter(pl.col("length") == 0)["task"]) == {"single_doc_qa"}  # the no-context probe
     assert scores["score"].is_between(0, 1).all() and scores["score"].null_count() == 0

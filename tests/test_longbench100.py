@@ -12,10 +12,16 @@ import pytest
 from raylc.scoring.extract import EXTRACTORS
 from raylc.scoring.judge import JUDGE_TEMPLATES, judge_sample_prompts, judge_sample_scores, parse_judgements
 from raylc.scoring.metrics import METRICS
-from raylc.spec import LONGBENCH100_TASKS, LongBench100Suite
 from raylc.suites.context import PoolError
-from raylc.suites.longbench100 import (QA_TASKS, build_longbench100, longbench100_report,
-                                       prior_knowledge_filter, star_options)
+from raylc.suites.longbench100 import (
+    LONGBENCH100_TASKS,
+    QA_TASKS,
+    LongBench100Suite,
+    build_longbench100,
+    longbench100_report,
+    prior_knowledge_filter,
+    star_options,
+)
 from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
 
 DATA = Path(__file__).resolve().parents[1] / "jobs" / "data" / "longbench100"

@@ -5,16 +5,16 @@ import polars as pl
 import pytest
 
 from raylc.scoring.extract import EXTRACTORS
-from raylc.spec import LongBenchV2Suite
 from raylc.suites.longbench_v2 import (
     FIELDS,
     LongBenchV2DataError,
+    LongBenchV2Suite,
     build_longbench_v2,
     load_longbench_v2,
     longbench_v2_report,
 )
 from raylc.suites.samples import check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.text.tokenize import get_tokenizer
 
 FIXTURE = Path(__file__).resolve().parents[1] / "jobs" / "data" / "longbench_v2" / "fixture.json"
 

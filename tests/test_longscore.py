@@ -17,14 +17,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from raylc.longscore import (
+from raylc.sweep.longscore import (
     OVERALL,
     length_slopes,
     longscore,
     longscore_group,
     pair_slopes,
     task_correlation,
-    write_longscore,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -289,7 +288,7 @@ def test_bootstrap_deterministic_and_mapper_equals_in_process():
 
 @pytest.mark.ray
 def test_ray_mapper_equals_in_process(ray_session):
-    from raylc.pipeline.ray_exec import map_tasks as ray_mapper
+    from raylc.run.ray_exec import map_tasks as ray_mapper
 
     scores = _samples(40)
     local = longscore(scores, n_boot=100, seed=2)
@@ -309,10 +308,14 @@ def test_longscore_group_is_standalone():
 
 def test_results_open_in_duckdb(tmp_path):
     duckdb = pytest.importorskip("duckdb")
-    paths = write_longscore(T5_RESULT, tmp_path)
-    rows = duckdb.sql(f"select model, rank_lc from '{paths['summary']}' where rank_lc = 1").fetchall()
+    from raylc.io.store import Store
+    from raylc.sweep.report import write_longscore_result
+
+    write_longscore_result(T5_RESULT, Store(str(tmp_path)))  # what `raylc longscore` and a sweep's report write
+    rows = duckdb.sql(f"select model, rank_lc from '{tmp_path / 'summary.parquet'}' where rank_lc = 1").fetchall()
     assert rows == [("Yi (34B)", 1)]
-    assert set(pl.read_parquet(paths["per_length"]).columns) >= {"model", "task", "length", "score", "base", "lc", "lc_lo", "lc_hi"}
+    assert set(pl.read_parquet(tmp_path / "per_length.parquet").columns) >= {"model", "task", "length", "score", "base", "lc",
+                                                                              "lc_lo", "lc_hi"}
 
 
 # ------------------------------------------------------------------------------ correlations / slopes
@@ -401,7 +404,7 @@ def test_plots_write_png(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    from raylc.plots_length import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
+    from raylc.sweep.plots import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
 
     res = longscore(_samples(30), n_boot=50)
     corr = task_correlation(_constructed(), by="task")

@@ -1,4 +1,4 @@
-"""Safe names (raylc/names.py): one rule for every user value that becomes a path segment
+"""Safe names (raylc/io/names.py): one rule for every user value that becomes a path segment
 (tasks in ``infer/task=<task>/``, run ids), refused with one line when unsafe, never written
 outside ``<store>/<run_id>/``."""
 
@@ -16,11 +16,11 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from raylc.names import MAX_BYTES, UnsafeName, check_name, path_segment
-from raylc.pipeline.checkpoint import ShardWriter, iter_shards
-from raylc.pipeline.runner import RunError, default_run_id, open_run
+from raylc.io.names import MAX_BYTES, UnsafeName, check_name, path_segment
+from raylc.io.store import Store
+from raylc.run.checkpoint import ShardWriter, iter_shards
+from raylc.run.skeleton import RunError, default_run_id, open_run
 from raylc.spec import load_job
-from raylc.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 RAYLC = str(ROOT / ".venv" / "bin" / "raylc")
@@ -196,8 +196,7 @@ def test_run_refuses_a_run_id_that_is_not_a_safe_name(tmp_path, monkeypatch, run
 
 
 def test_tasks_differing_only_in_case_are_refused(tmp_path):
-    from raylc.spec import DocumentsSuite
-    from raylc.suites.documents import DocumentsError, build_documents
+    from raylc.suites.documents import DocumentsError, DocumentsSuite, build_documents
 
     rows = [json.loads(line) for line in DOCS.read_text().splitlines()]
     rows[1]["task"] = "QA"
@@ -212,7 +211,7 @@ def test_tasks_differing_only_in_case_are_refused(tmp_path):
 def test_a_documents_run_with_unicode_task_names(ray_session, tmp_path):
     """A CJK and an accented task name through the whole DOLCE pipeline: shards under
     infer/task=<name>/, read back as the same names by the score stage, fitted and reported."""
-    from raylc.pipeline.runner import run_job
+    from raylc.evaluate import evaluate
 
     names = {"qa": "问答", "mc": "Choix multiple", "sum": "résumé"}
     rows = [json.loads(line) for line in DOCS.read_text().splitlines()]
@@ -222,7 +221,7 @@ def test_a_documents_run_with_unicode_task_names(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "dolce-documents.yaml", {
         "suite.data": str(tmp_path / "docs.jsonl"), "suite.task_templates": {"résumé": "summary"},
         "store.path": str(tmp_path / "store")})
-    run_job(job, "unicode", log=lambda m: None)
+    evaluate(job, "unicode", log=lambda m: None)
     run = tmp_path / "store" / "unicode"
     assert {p.name for p in (run / "infer").iterdir()} == {f"task={n}" for n in names.values()}
     assert set(pl.read_parquet(run / "score" / "observations.parquet")["task"]) == set(names.values())

@@ -12,11 +12,11 @@ from raylc.backends.base import BackendUnavailable
 from raylc.backends.openai_http import OpenAIBackend
 from raylc.backends.simulated import SimulatedBackend
 from raylc.backends.testserver import SimulatedOpenAIServer
-from raylc.prompts import TEMPLATE, render_prompts
-from raylc.sampling import sample_spans
 from raylc.spec import Job, OpenAIProbe
 from raylc.suites.planted import build_planted
-from raylc.tokenize import DefaultTokenizer
+from raylc.text.prompts import TEMPLATE, render_prompts
+from raylc.text.sampling import sample_spans
+from raylc.text.tokenize import DefaultTokenizer
 
 JOB = Job(name="t", suite={"problems_per_task": 6, "max_units": 60, "lambdas": [1, 5], "ks": [1, 2]})
 SECRET = "sk-test-5f3c9a1e-DO-NOT-LEAK"

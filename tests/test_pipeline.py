@@ -9,11 +9,16 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from raylc.pipeline import checkpoint, stages
-from raylc.pipeline.runner import OUTPUTS, Run, RunError, run_job
-from raylc.report import load_report
+from raylc.dolce import stages
+from raylc.dolce.evaluation import DolceEvaluation
+from raylc.evaluate import evaluate, load_report
+from raylc.run import checkpoint
+from raylc.run.inference import infer_frame
+from raylc.run.skeleton import Run, RunError
+
+OUTPUTS = {name: outputs for name, outputs, _ in DolceEvaluation().stages(None)}
+from raylc.io.store import Store
 from raylc.spec import load_job
-from raylc.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "infer", "score/observations.parquet",
@@ -26,8 +31,8 @@ def quickstart_runs(ray_session, tmp_path_factory):
     overrides = {"store.path": str(store), "ray.no_progress_timeout_s": 300}
     job = load_job(ROOT / "jobs" / "quickstart.yaml", overrides)
     logs: list[str] = []
-    first = run_job(job, "first", log=logs.append)
-    second = run_job(job, "second", log=logs.append)
+    first = evaluate(job, "first", log=logs.append)
+    second = evaluate(job, "second", log=logs.append)
     return store, first, second, logs, job
 
 
@@ -79,7 +84,7 @@ def test_planted_category_recovery_at_least_90_percent(quickstart_runs):
 def test_rerun_same_run_id_skips_finished_stages(quickstart_runs):
     store, first, _, _, job = quickstart_runs
     logs: list[str] = []
-    run_job(job, "first", log=logs.append)
+    evaluate(job, "first", log=logs.append)
     assert sum("skipped" in line for line in logs) == len(OUTPUTS)
 
 
@@ -87,12 +92,12 @@ def test_same_run_id_different_spec_refused(quickstart_runs):
     store, _, _, _, job = quickstart_runs
     other = job.model_copy(update={"seed": job.seed + 1})
     with pytest.raises(RunError, match="different job spec"):
-        run_job(other, "first", log=lambda m: None)
+        evaluate(other, "first", log=lambda m: None)
 
 
 def test_report_command(quickstart_runs):
     store = quickstart_runs[0]
-    tables, manifest = load_report(str(Path(store, "first")))
+    tables, manifest, _ = load_report(str(Path(store, "first")))
     assert manifest["run_id"] == "first"
     proc = subprocess.run([sys.executable, "-m", "raylc", "report", str(Path(store, "first"))],
                           capture_output=True, text=True, timeout=120)
@@ -164,13 +169,13 @@ def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch
     """Many buckets, shards spanning several of them and a span stored by two attempts (the
     later with another completion): the streamed two-pass merge equals one sort of every
     shard's observations keeping each span's last score, and leaves no temporary parts."""
-    from raylc.pipeline import runner
+    from raylc.dolce import evaluation
 
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"suite.problems_per_task": 6, "store.path": str(tmp_path)})
     problems = stages.build(job)
-    spans = checkpoint.with_request_ids(stages.sample(problems, job), problems, job).sample(fraction=0.3, seed=1)
-    done = stages.infer(spans, problems, job)
-    run = Run(Store(str(tmp_path)), "r")
+    spans = stages.with_request_ids(stages.sample(problems, job), problems, job).sample(fraction=0.3, seed=1)
+    done = infer_frame(spans, problems, job)
+    run = Run(Store(str(tmp_path)), "r", job=job)
     run.write(problems, "build/problems.parquet")
     run.write(spans.drop("request_id"), "sample/spans.parquet")
     writer = checkpoint.ShardWriter(run.store, "r", max_rows=700, max_seconds=60.0)
@@ -180,8 +185,8 @@ def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch
     again = done.head(500).with_columns(completion=pl.lit("no idea"))  # stored again, in later shards
     writer.add(again)
     writer.flush()
-    monkeypatch.setattr(runner, "OBS_BUCKET_ROWS", 400)
-    n = runner.score_observations(run, job)
+    monkeypatch.setattr(evaluation, "OBS_BUCKET_ROWS", 400)
+    n = evaluation.score(run)["observations"]
 
     shards = list(checkpoint.iter_shards(run.store, "r"))
     assert len(shards) > 3

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.pipeline import stages
-from raylc.plan import PlanError, plan, prefill_tokens, prefix_order, prompt_pieces, prompt_tokens
-from raylc.prompts import render_prompts
-from raylc.sampling import sample_spans
-from raylc.spec import Sampling, load_job
-from raylc.tokenize import get_tokenizer
+from raylc.dolce import stages
+from raylc.dolce.plan import PlanError, plan, prefill_tokens, prefix_order, prompt_pieces, prompt_tokens
+from raylc.run.inference import infer_frame
+from raylc.spec import load_job
+from raylc.text.prompts import render_prompts
+from raylc.text.sampling import Sampling, sample_spans
+from raylc.text.tokenize import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
@@ -92,7 +93,7 @@ def test_a_run_sends_exactly_the_planned_prompt_tokens():
     job = _job(problems_per_task=4, max_units=120)
     problems = stages.build(job)
     planned = plan(job, problems=problems)
-    sent = stages.infer(planned.spans.drop("prompt_tokens"), problems, job)  # simulated probe, in-process
+    sent = infer_frame(planned.spans.drop("prompt_tokens"), problems, job)  # simulated probe, in-process
     assert sent["prompt_tokens"].to_list() == planned.spans["prompt_tokens"].to_list()
     assert planned.generated_tokens == planned.requests * 32 >= sent["generated_tokens"].sum()
 
@@ -269,13 +270,15 @@ def test_prefix_reuse_saves_on_aligned_exponential_ladder():
 
 
 def test_length_sweep_plan_counts_every_request_without_inference():
-    from raylc.pipeline.length import build_samples
-    from raylc.plan import SweepPlan
-    from raylc.tokenize import get_tokenizer
+    from raylc.evaluate import evaluation_for
+    from raylc.sweep.plan import SweepPlan
+    from raylc.sweep.stages import build_samples
+    from raylc.text.tokenize import get_tokenizer
 
     job = load_job(ROOT / "jobs" / "helmet-recall.yaml", {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048],
                                                           "suite.samples_per_length": 3})
-    planned = plan(job, price_per_mtok=1.0)
+    sweep = evaluation_for(job)
+    planned = sweep.plan(job, price_per_mtok=1.0)
     assert isinstance(planned, SweepPlan)
     samples = build_samples(job)
     tok = get_tokenizer(None)
@@ -284,8 +287,8 @@ def test_length_sweep_plan_counts_every_request_without_inference():
     assert planned.requests == samples.height == int(planned.lengths["samples"].sum())
     assert planned.summary().filter(pl.col("item") == "cost")["value"][0].startswith("$")
     with pytest.raises(PlanError, match="length sweep"):
-        plan(job, budget_tokens=10**6)
-    cot = plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"))
+        sweep.plan(job, budget_tokens=10**6)
+    cot = sweep.plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"))
     assert cot.requests == 2 * int(cot.lengths["samples"].sum())  # reasoning call + answer call
 
 

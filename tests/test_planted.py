@@ -2,10 +2,10 @@ import polars as pl
 import pytest
 
 from raylc.backends.simulated import SimulatedBackend
-from raylc.sampling import sample_spans
-from raylc.prompts import IDK_ANSWER, render_prompts
 from raylc.spec import Job, SimulatedProbe
 from raylc.suites.planted import build_planted
+from raylc.text.prompts import IDK_ANSWER, render_prompts
+from raylc.text.sampling import sample_spans
 
 JOB = Job(name="t", suite={"problems_per_task": 40, "max_units": 200})
 

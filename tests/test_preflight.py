@@ -1,4 +1,4 @@
-"""raylc.preflight / ``raylc check``: vLLM 0.33.0's start-up refusals before any GPU time.
+"""raylc.backends.preflight / ``raylc check``: vLLM 0.33.0's start-up refusals before any GPU time.
 
 Configs are written by the tests (shaped like Qwen2.5-7B and Llama-3.1-8B); expected numbers
 are computed by hand in the comments. Nothing here contacts an address outside 127.0.0.0/8:
@@ -23,10 +23,20 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylc.preflight import (
-    GPU_MEMORY_GIB, PreflightError, apply_hf_overrides, check_probe, derive_max_len, parameter_count, preflight,
-    prompt_fit, resolve_hf_config, text_config, valid_tensor_parallel_sizes,
+from raylc.backends.preflight import (
+    GPU_MEMORY_GIB,
+    PreflightError,
+    apply_hf_overrides,
+    check_probe,
+    derive_max_len,
+    parameter_count,
+    preflight,
+    prompt_fit,
+    resolve_hf_config,
+    text_config,
+    valid_tensor_parallel_sizes,
 )
+from raylc.evaluate import evaluation_for
 from raylc.spec import VLLMProbe, load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,27 +386,31 @@ def test_hub_download_and_a_missing_model_through_the_cli(tmp_path):
 # ---- prompts ------------------------------------------------------------------------------------
 
 def test_prompt_fit_counts_what_plan_counts(tmp_path):
-    from raylc.plan import plan
+    from raylc.dolce.plan import plan
 
     cfg = _write(tmp_path / "config.json", QWEN)
     job = _job(cfg, max_model_len=300, tokenizer="default", sampling={"max_tokens": 20})
-    fit = prompt_fit(job)
+    fit = prompt_fit(job, evaluation_for(job))
     reference = plan(_job(cfg, max_model_len=10 ** 6, tokenizer="default"), tokenizer="default").spans["prompt_tokens"]
     assert fit.requests == reference.len() and fit.longest_prompt == reference.max()
     assert fit.cut == int((reference + 20 > 300).sum()) > 0 and not fit.estimated
-    (report,) = preflight(job, prompts=True)
+    (report,) = preflight(job, prompts=evaluation_for(job))
     assert f"{fit.cut:,} of {fit.requests:,} requests above it" in "\n".join(report.lines())
+
+
+def _fit(job):
+    return prompt_fit(job, evaluation_for(job))
 
 
 def test_prompt_fit_on_a_length_suite_and_a_missing_tokenizer(tmp_path):
     cfg = _write(tmp_path / "config.json", QWEN)
     suite = {"kind": "helmet_recall", "lengths": [1024, 2048], "base_lengths": [1024], "samples_per_length": 3}
-    fit = prompt_fit(_job(cfg, suite, max_model_len=2048))
+    fit = _fit(_job(cfg, suite, max_model_len=2048))
     # the 2048-token contexts plus instruction, question and max_tokens exceed 2048; the 1024 ones fit
     assert (fit.requests, fit.cut) == (4 * 2 * 3, 4 * 3) and fit.longest_prompt > 2048
-    fit = prompt_fit(_job(cfg, {**suite, "samples_per_length": 12}, max_model_len=4096))
+    fit = _fit(_job(cfg, {**suite, "samples_per_length": 12}, max_model_len=4096))
     assert fit.requests == 4 * 2 * 12 and fit.cut == 0 and "counted on 8 of 12 samples" in fit.note
-    fit = prompt_fit(_job(cfg, max_model_len=4096, tokenizer=f"hf:{tmp_path / 'no-such-tokenizer'}"))
+    fit = _fit(_job(cfg, max_model_len=4096, tokenizer=f"hf:{tmp_path / 'no-such-tokenizer'}"))
     assert fit.estimated and fit.tokenizer == "default" and "is not available here" in fit.note
 
 

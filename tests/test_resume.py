@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 import polars as pl
-from polars.testing import assert_frame_equal
 import yaml
+from polars.testing import assert_frame_equal
 
-from raylc.pipeline import stages
+from raylc.dolce import stages
+from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
     problems = stages.build(job)
     spans = stages.sample(problems, job)
     assert len(ids) == spans.height
-    expected_obs = stages.score(stages.infer(spans, problems, job), problems, job)
+    expected_obs = stages.score(infer_frame(spans, problems, job), problems, job)
     assert pl.read_parquet(run_dir / "score" / "observations.parquet").equals(expected_obs)
     expected_fits, _ = stages.fit(expected_obs, job)
     assert pl.read_parquet(run_dir / "fits" / "problems.parquet").equals(expected_fits)
@@ -88,7 +89,7 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
 
 def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     """The same for a length-controlled suite (HELMET recall): the one inference path."""
-    from raylc.pipeline.runner import run_job
+    from raylc.evaluate import evaluate
 
     address = ray_session.get_runtime_context().gcs_address
     spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
@@ -109,7 +110,7 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
             or ("[infer] done already, skipped" in err and len(stored) == manifest["stages"]["infer"]["rows"]["requests"]))
     ids = _request_ids(store / "k")
     assert len(ids) == len(set(ids)) and stored <= set(ids)
-    clean = run_job(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
+    clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     assert len(ids) == len(_request_ids(tmp_path / "clean" / "c"))
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(store / "k" / rel).equals(clean.read(rel)), rel

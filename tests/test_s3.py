@@ -10,12 +10,12 @@ from pathlib import Path
 
 import boto3
 import polars as pl
-from polars.testing import assert_frame_equal
 import pytest
 import yaml
-
 from conftest import S3_CREDS, S3_PORT
-from raylc.pipeline.runner import run_job
+from polars.testing import assert_frame_equal
+
+from raylc.evaluate import evaluate
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +61,8 @@ def runs(s3, ray_session, tmp_path_factory):
     base = ROOT / "jobs" / "quickstart.yaml"
     job_s3 = load_job(base, {"store.path": f"s3://{BUCKET}/runs", "ray.no_progress_timeout_s": 300, **SMALL})
     job_local = load_job(base, {"store.path": str(local), "ray.no_progress_timeout_s": 300, **SMALL})
-    run_job(job_s3, "qs", log=logs.append)
-    run_job(job_local, "qs", log=logs.append)
+    evaluate(job_s3, "qs", log=logs.append)
+    evaluate(job_local, "qs", log=logs.append)
     return local, logs
 
 
@@ -185,8 +185,8 @@ def test_length_sweep_on_s3_equals_local(s3, ray_session, tmp_path):
     """A length-controlled run on S3: its request table is read from S3 by the Ray workers."""
     small = {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 6}
     base = ROOT / "jobs" / "helmet-recall.yaml"
-    run_job(load_job(base, {"store.path": f"s3://{BUCKET}/sweep", **small}), "h", log=lambda m: None)
-    run_job(load_job(base, {"store.path": str(tmp_path), **small}), "h", log=lambda m: None)
+    evaluate(load_job(base, {"store.path": f"s3://{BUCKET}/sweep", **small}), "h", log=lambda m: None)
+    evaluate(load_job(base, {"store.path": str(tmp_path), **small}), "h", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(f"s3://{BUCKET}/sweep/h/{rel}").equals(pl.read_parquet(tmp_path / "h" / rel)), rel
     # the bootstrap's float sums may differ in the last bits between any two runs

@@ -3,8 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylc.sampling import exponential_ladder, sample_spans
-from raylc.spec import Sampling
+from raylc.text.sampling import Sampling, exponential_ladder, sample_spans
 
 
 def _problems(Ls):

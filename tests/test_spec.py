@@ -74,8 +74,8 @@ def test_seed_override_is_checked_too(tmp_path):
 def test_refused_prompt_names_the_requests_own_max_tokens():
     """A suite's per-task max_tokens (HELMET json_kv: 100) overrides probe.sampling.max_tokens
     (say 16): the message gives the number used and where it can come from."""
-    from raylc.tokenize import get_tokenizer
-    from raylc.truncation import PromptTooLong, fit_to_window
+    from raylc.text.tokenize import get_tokenizer
+    from raylc.text.truncation import PromptTooLong, fit_to_window
 
     tok = get_tokenizer("default")
     context = "word " * 400
@@ -136,7 +136,8 @@ def test_read_only_store_nothing_written(tmp_path):
 
 def test_read_only_file_system_store(tmp_path, monkeypatch):
     """A store on a read-only mount (simulated: access() says no, statvfs says ST_RDONLY), even for root."""
-    from raylc.pipeline import runner
+    from raylc.evaluate import evaluate
+    from raylc.run import skeleton as runner
 
     store = tmp_path / "mnt" / "runs"
     (tmp_path / "mnt").mkdir()
@@ -145,7 +146,7 @@ def test_read_only_file_system_store(tmp_path, monkeypatch):
     monkeypatch.setattr(runner.os, "statvfs", lambda path: types.SimpleNamespace(f_flag=real.f_flag | os.ST_RDONLY))
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(store)})
     with pytest.raises(runner.RunError) as err:
-        runner.run_job(job, "ro", log=lambda m: None)
+        evaluate(job, "ro", log=lambda m: None)
     assert str(err.value) == f"{store}: the store is not writable ({tmp_path / 'mnt'}): read-only file system; nothing was written"
     assert not store.exists()
 

@@ -1,11 +1,11 @@
-"""raylc.store.read_input: user tables in Parquet, CSV or JSONL."""
+"""raylc.io.store.read_input: user tables in Parquet, CSV or JSONL."""
 
 import json
 
 import polars as pl
 import pytest
 
-from raylc.store import StoreError, read_input
+from raylc.io.store import StoreError, read_input
 
 
 def test_jsonl_field_first_seen_late_is_kept(tmp_path):

@@ -7,7 +7,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-
 from raycluster import LocalHead
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,12 +7,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from raylc.scoring.extract import EXTRACTORS
-from raylc.scoring.metrics import METRICS
-from raylc.spec import ThesisSuite
+from raylc.scoring.metrics import METRICS, candidate_accuracy
 from raylc.suites.samples import check_samples
-from raylc.scoring.metrics import candidate_accuracy
-from raylc.suites.thesis import PREDICATE, RELATIONS, build_thesis
-from raylc.tokenize import get_tokenizer
+from raylc.suites.thesis import PREDICATE, RELATIONS, ThesisSuite, build_thesis
+from raylc.text.tokenize import get_tokenizer
 
 PIECES = [4, 12, 40]
 SUITE = ThesisSuite(kind="thesis_units", pieces=PIECES, base_pieces=[4], samples_per_setting=8, selectivity=0.25,

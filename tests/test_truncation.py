@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylc.prompts import TEMPLATE, render_prompts
-from raylc.tokenize import DefaultTokenizer, get_tokenizer
-from raylc.truncation import PromptTooLong, fit_to_window, split_prompt
+from raylc.text.prompts import TEMPLATE, render_prompts
+from raylc.text.tokenize import DefaultTokenizer, get_tokenizer
+from raylc.text.truncation import PromptTooLong, fit_to_window, split_prompt
 
 HEAD, _rest = TEMPLATE.split("{context}")
 _MIDDLE, _TAIL = _rest.split("{question}")

@@ -1,4 +1,4 @@
-"""Unit splitting by DOLCE Table 3 specs (raylc.units): offsets, letters, composition."""
+"""Unit splitting by DOLCE Table 3 specs (raylc.text.units): offsets, letters, composition."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylc.tokenize import get_tokenizer
-from raylc.units import LETTERS, UnitSpecError, parse_spec, split_units, unit_stats
+from raylc.text.tokenize import get_tokenizer
+from raylc.text.units import LETTERS, UnitSpecError, parse_spec, split_units, unit_stats
 
 # Pieces that exercise every letter: markers, line breaks of all kinds, Unicode spaces, commas, pretokenized punctuation.
 PIECES = ["Review #1 ", "Review #23", "Passage 4:", "Passage:", "Question:", "Answer:\n", "Dialogue:", "Summary:",

@@ -10,13 +10,7 @@ from typing import Optional
 
 import polars as pl
 
-from raylc.backends.base import (
-    GENERATION_SCHEMA,
-    Backend,
-    BackendUnavailable,
-    Generation,
-    generations_frame,
-)
+from raylc.backends.base import GENERATION_SCHEMA, Backend, BackendUnavailable, Generation, generations_frame
 from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend, length_cases
 from raylc.spec import Job
 

@@ -85,9 +85,9 @@ MaxTokens = Optional[Sequence[Optional[int]]]
 
 def prompt_parts(prompt: Prompt) -> tuple[str, str, str]:
     """``(head, context, tail)``: given parts as they are; a string split by the DOLCE template
-    (:func:`raylc.truncation.split_prompt`)."""
+    (:func:`raylc.text.truncation.split_prompt`)."""
     if isinstance(prompt, str):
-        from raylc.truncation import split_prompt
+        from raylc.text.truncation import split_prompt
 
         return split_prompt(prompt)
     head, context, tail = prompt

@@ -37,7 +37,7 @@ more than :data:`USAGE_SLACK_TOKENS` tokens (room for a chat template), the back
 warning line on stderr (once per backend instance, i.e. per worker) and keeps the mismatch in
 :attr:`OpenAIBackend.usage_mismatch`; the stored ``prompt_tokens`` stay the server's.
 
-If ``max_model_len`` is set, prompts are fitted client-side (:mod:`raylc.truncation`)
+If ``max_model_len`` is set, prompts are fitted client-side (:mod:`raylc.text.truncation`)
 with ``tokenizer`` (default: the approximate offline tokenizer; use ``hf:<name>`` for
 exact counts; the server's chat template tokens are not counted, so leave a margin).
 """
@@ -64,11 +64,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
 from raylc.backends.base import (
-    Backend, BackendUnavailable, Generation, MaxTokens, Prompt, generation, prompt_parts, prompt_text, request_max_tokens,
+    Backend,
+    BackendUnavailable,
+    Generation,
+    MaxTokens,
+    Prompt,
+    generation,
+    prompt_parts,
+    prompt_text,
+    request_max_tokens,
 )
 from raylc.spec import OpenAIProbe
-from raylc.tokenize import get_tokenizer
-from raylc.truncation import PromptTooLong, fit_to_window
+from raylc.text.tokenize import get_tokenizer
+from raylc.text.truncation import PromptTooLong, fit_to_window
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_SLEEP_S = 60.0

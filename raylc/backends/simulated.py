@@ -13,19 +13,18 @@ judge prompt it grades by word overlap (:func:`raylc.scoring.judge.simulated_jud
 from __future__ import annotations
 
 import hashlib
-
 from typing import Sequence
 
 import numpy as np
 import polars as pl
 
 from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, generation, prompt_text
-from raylc.prompts import IDK_ANSWER
 from raylc.scoring.judge import simulated_judgement
 from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
 from raylc.suites.samples import COMPLETION
-from raylc.tokenize import get_tokenizer
+from raylc.text.prompts import IDK_ANSWER
+from raylc.text.tokenize import get_tokenizer
 
 
 def _complete_run(clues: list[tuple[int, int, int]]) -> int | None:

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from raylc.backends.simulated import SimulatedBackend
 from raylc.spec import SimulatedProbe
-from raylc.tokenize import get_tokenizer
+from raylc.text.tokenize import get_tokenizer
 
 
 def _unit(*parts: Any) -> float:

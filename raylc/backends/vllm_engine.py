@@ -1,7 +1,7 @@
 """vLLM engine backend (pinned ``vllm==0.33.0``, imported lazily: it needs CUDA).
 
-Design: the prepare stage (:mod:`raylc.pipeline.inference`, CPU actors) renders, fits and
-tokenizes every prompt; an engine actor (:class:`raylc.pipeline.ray_exec.EngineActor`,
+Design: the prepare stage (:mod:`raylc.run.inference`, CPU actors) renders, fits and
+tokenizes every prompt; an engine actor (:class:`raylc.run.ray_exec.EngineActor`,
 ``tensor_parallel_size`` GPUs) holds one :class:`VLLMEngine`, vLLM's asynchronous engine
 ``AsyncLLM``, built in the actor's constructor and fed token ids only. Ray Data gives each
 actor up to ``max_concurrent_batches`` batches at once (an async UDF), so the engine's

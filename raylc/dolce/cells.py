@@ -1,20 +1,28 @@
-"""The (problem, C) cell grid and the (lambda, k) candidates shared by the COW and PIG fits.
+"""The shared machinery of the COW and PIG fits: per-(problem, C) cell statistics, the cell
+grid with the (lambda, k) candidates, and :class:`CellFit`, the estimator contract of
+:class:`raylc.dolce.cow.COWFit` and :class:`raylc.dolce.pig.PIGFit`.
 
 Both likelihoods (Eq. 1 and Eq. 5) depend on an observation only through its problem, its
-span length C and its outcome statistics, so both EMs run on per-(problem, C) sums padded
-into (P, Mc) arrays, with the Section 4 candidates Lambda_i = K_i =
-{C_ij} U {0, maxC_i + 1, L_i} padded into (P, M) (maxC_i: largest C_ij < L_i).
+span length C and its outcome statistics, so both EMs run on per-(problem, C) sums
+(:class:`CellStats`, from one polars group_by in :func:`cell_statistics`) padded into (P, Mc)
+arrays, with the Section 4 candidates Lambda_i = K_i = {C_ij} U {0, maxC_i + 1, L_i} padded
+into (P, M) (maxC_i: largest C_ij < L_i) (:func:`cell_grid`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 import polars as pl
 
 from raylc.dolce.categories import assign_categories, category_thresholds
+from raylc.dolce.numeric import as_int
+from raylc.scoring.observations import OBSERVATION_SCHEMA
 
-#: Columns of the observation table the fitters consume.
-OBS_COLUMNS = ("task", "problem_id", "L", "C", "start", "score", "metric")
+#: Columns of the observation table the fitters consume (:data:`raylc.scoring.OBSERVATION_SCHEMA`).
+OBS_COLUMNS = tuple(OBSERVATION_SCHEMA)
 
 #: Numerical-tie tolerance of the EM's argmax over (lambda, k): objectives within
 #: LL_TIE_RTOL (1 + |max|) of a problem's maximum tie, and the first pair in (lambda
@@ -25,16 +33,6 @@ OBS_COLUMNS = ("task", "problem_id", "L", "C", "start", "score", "metric")
 #: likelihood difference that carries information) makes the choice independent of how the
 #: objective is evaluated.
 LL_TIE_RTOL = 1e-10
-
-
-def int_vector(x, name: str) -> np.ndarray:
-    """``x`` as int64, accepting integral floats; ValueError naming ``name`` otherwise."""
-    a = np.asarray(x)
-    if a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.floor(a)):
-        a = a.astype(np.int64)
-    if a.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
-    return a.astype(np.int64)
 
 
 def first_near_max(score: np.ndarray, allowed: np.ndarray, rtol: float = LL_TIE_RTOL) -> np.ndarray:
@@ -75,7 +73,7 @@ def cell_grid(problem, L, C, stats: np.ndarray) -> dict:
             raise ValueError(f"{name} must be a 1-D array aligned with problem (length {n})")
     if stats.ndim != 2 or stats.shape[0] != n:
         raise ValueError(f"statistics must be aligned with problem (length {n})")
-    L_a, C_a = int_vector(L, "L"), int_vector(C, "C")
+    L_a, C_a = as_int(L, "L"), as_int(C, "C")
     if np.any(L_a < 1):
         raise ValueError("L must be >= 1")
     if np.any(C_a < 0):
@@ -180,34 +178,203 @@ def check_task_table(obs: pl.DataFrame) -> None:
         raise ValueError(f"{s['bad_score']} score(s) outside [0, 1] (use null for IDK)")
 
 
-def fit_frames(model, task: str, scenario: str, lam_p: int, k_p: int) -> tuple[pl.DataFrame, dict]:
-    """A fitted COWFit/PIGFit as (problems frame, info dict) with Figure 1 categories."""
-    categories = assign_categories(model.lam_, model.k_, lam_p, k_p, model.lam_q_)
-    P = model.problems_.size
-    problems = pl.DataFrame(
-        {
-            "task": pl.Series("task", [task] * P, dtype=pl.String),
-            "problem_id": pl.Series("problem_id", model.problems_.astype(str), dtype=pl.String),
-            "scenario": pl.Series("scenario", [scenario] * P, dtype=pl.String),
-            "lam": pl.Series("lam", model.lam_, dtype=pl.Int64),
-            "k": pl.Series("k", model.k_, dtype=pl.Int64),
-            "category": pl.Series("category", categories.astype(str), dtype=pl.String),
-            "loglik": pl.Series("loglik", model.loglik_, dtype=pl.Float64),
-            "prior_oracle": pl.Series("prior_oracle", model.prior_oracle_, dtype=pl.Float64),
+@dataclass(frozen=True)
+class CellStats:
+    """Sufficient statistics of one task's observations, one row per (problem, C) cell: the
+    input of :meth:`CellFit.fit_stats`, the same for COW and PIG.
+
+    ``problem``, ``L``, ``C``: aligned 1-D arrays (problem ids or codes; L constant per
+    problem). ``y1`` and ``y0``: sums of y(1) = s and y(0) = 1 - s over the row's non-IDK
+    observations (COW: binary s, i.e. the counts of outcomes 1 and 0); ``nidk``: the row's IDK
+    count; float weights are allowed. ``n``: the row's number of observations (None:
+    y1 + y0 + nidk; otherwise checked against it). Rows of the same (problem, C) are summed;
+    all-zero rows are no observations. ``score_counts`` = (problem, C, s, count) per
+    distinct score (s NaN = IDK) is used only by PIGFit's ``likelihood="score"`` /
+    ``"binned"`` options.
+    """
+
+    problem: Any
+    L: Any
+    C: Any
+    y1: Any
+    y0: Any
+    nidk: Any
+    n: Any = None
+    score_counts: Optional[tuple] = None
+
+    @classmethod
+    def from_scores(cls, problem, L, C, s) -> "CellStats":
+        """One row per observation: score s in [0, 1], NaN = IDK (``score_counts`` included)."""
+        s_a = np.asarray(s, dtype=np.float64)
+        if s_a.ndim != 1:
+            raise ValueError("s must be a 1-D array")
+        ok = np.isnan(s_a) | ((s_a >= 0.0) & (s_a <= 1.0))
+        if not ok.all():
+            raise ValueError("scores s must lie in [0, 1] (NaN = IDK)")
+        idk = np.isnan(s_a)
+        ones = np.ones(s_a.size)
+        return cls(problem, L, C, np.where(idk, 0.0, s_a), np.where(idk, 0.0, 1.0 - s_a), idk.astype(float),
+                   n=ones, score_counts=(problem, C, s_a, ones))
+
+    def outcomes(self) -> np.ndarray:
+        """The checked (N, 3) statistics y1, y0, nidk (ValueError: misaligned, negative,
+        non-finite, or n != y1 + y0 + nidk)."""
+        N = np.shape(self.problem)[0] if np.ndim(self.problem) else 0
+        named = {"y1": self.y1, "y0": self.y0, "nidk": self.nidk, **({} if self.n is None else {"n": self.n})}
+        for name, a in named.items():
+            if np.ndim(a) != 1 or np.shape(a)[0] != N:
+                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {N})")
+        Y = np.stack([np.asarray(a, dtype=np.float64) for a in (self.y1, self.y0, self.nidk)], axis=1)
+        n = Y.sum(axis=1) if self.n is None else np.asarray(self.n, dtype=np.float64)
+        if not (np.all(np.isfinite(Y)) and np.all(np.isfinite(n))) or np.any(Y < 0) or np.any(n < 0):
+            raise ValueError("statistics y1, y0, nidk, n must be finite and non-negative")
+        if np.any(np.abs(Y.sum(axis=1) - n) > 1e-9 * np.maximum(1.0, n)):
+            raise ValueError("inconsistent statistics: n must equal y1 + y0 + nidk")
+        return Y
+
+
+def cell_statistics(obs: pl.DataFrame, cut: Optional[pl.Expr] = None, *, by_score: bool = False) -> CellStats:
+    """:class:`CellStats` of one task's observation table (score null = IDK), by one polars
+    group_by per (problem_id, L, C), sorted by problem_id, C.
+
+    With a ``cut`` (COW) the outcome of a score s is 1 if s >= cut, else 0, and y1, y0 are
+    counts; without (PIG) y1 = sum s and y0 = sum (1 - s). ``by_score`` groups per
+    (problem_id, L, C, score) instead (sorted by score last) and adds ``score_counts``.
+    """
+    score = pl.col("score").cast(pl.Float64)
+    if cut is not None:
+        cells = (  # integer counts, exact in any order: a lazy query, which polars optimizes
+            obs.lazy()
+            .group_by("problem_id", "L", "C")
+            .agg(n=pl.len(), y1=(score >= cut).sum(), y0=(score < cut).sum(), nidk=score.is_null().sum())
+            .sort("problem_id", "C")
+            .collect()
+        )
+    elif by_score:
+        cells = (
+            obs.with_columns(score=score)
+            .group_by("problem_id", "L", "C", "score")
+            .agg(n=pl.len())
+            .with_columns(
+                y1=pl.col("score").fill_null(0.0) * pl.col("n"),
+                y0=(1.0 - pl.col("score")).fill_null(0.0) * pl.col("n"),
+                nidk=pl.when(pl.col("score").is_null()).then(pl.col("n")).otherwise(0),
+            )
+            .sort("problem_id", "C", "score")
+        )
+    else:
+        cells = (  # eager: its float sums come out the same on every run (the lazy engine's need not)
+            obs.group_by("problem_id", "L", "C")
+            .agg(n=pl.len(), y1=score.sum(), y0=(1.0 - score).sum(), nidk=score.is_null().sum())
+            .sort("problem_id", "C")
+        )
+    problem = cells["problem_id"].cast(pl.String).to_numpy()
+    C = cells["C"].to_numpy()
+    n = cells["n"].to_numpy().astype(np.float64)
+    score_counts = None
+    if by_score:
+        score_counts = (problem, C, cells["score"].fill_null(float("nan")).to_numpy().astype(np.float64), n)
+    return CellStats(
+        problem, cells["L"].to_numpy(), C, cells["y1"].to_numpy().astype(np.float64),
+        cells["y0"].to_numpy().astype(np.float64), cells["nidk"].to_numpy().astype(np.float64), n=n,
+        score_counts=score_counts,
+    )
+
+
+class CellFit:
+    """The estimator contract of :class:`~raylc.dolce.cow.COWFit` and
+    :class:`~raylc.dolce.pig.PIGFit` (scikit-learn style: hyperparameters in ``__init__``,
+    learned attributes ending in ``_``).
+
+    * :meth:`fit` (one task's observation table, columns :data:`OBS_COLUMNS`) checks it
+      (:func:`check_task_table`), forms its :class:`CellStats` (:meth:`cell_stats`: COW binarizes
+      the scores first), sets the task-level attributes ``task_`` and ``lam_p_``, ``k_p_``
+      (Section 4, :func:`task_thresholds`), runs :meth:`fit_stats` and sets ``category_``
+      (Figure 1, per problem); returns self.
+    * :meth:`fit_stats` (:class:`CellStats`) runs the EM alone; returns self. Learned
+      attributes, indexed like ``problems_`` (sorted unique problem ids): ``lam_``, ``k_``
+      (int64), ``loglik_`` (the objective at the final pair), ``prior_oracle_`` (P_i(O)),
+      ``lam_q_`` (maxC_i, int64); ``noise_`` = (P(1|N), P(0|N), P(IDK|N)); per cell (sorted by
+      problem, C) ``cells_problem_`` (index into ``problems_``) and ``cells_C_``.
+    * :meth:`frames` gives the fit as (problems frame, task info dict).
+    """
+
+    #: "COW" or "PIG" (the ``scenario`` column of :meth:`frames`).
+    scenario = ""
+
+    def _check_params(self) -> None:
+        if int(self.n_steps) < 1:
+            raise ValueError("n_steps must be >= 1")
+
+    def cell_stats(self, obs: pl.DataFrame) -> CellStats:
+        """The :class:`CellStats` this estimator fits from a checked observation table."""
+        return cell_statistics(obs)
+
+    def fit(self, obs: pl.DataFrame) -> "CellFit":
+        """Fit one task's observation table (columns task, problem_id, L, C, start, score,
+        metric; score null = IDK)."""
+        self._check_params()
+        check_task_table(obs)
+        stats = self.cell_stats(obs)
+        lam_p, k_p = task_thresholds(stats.L, stats.C)
+        self.fit_stats(stats)
+        self.task_ = str(obs["task"][0])
+        self.lam_p_, self.k_p_ = lam_p, k_p
+        self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
+        return self
+
+    def fit_stats(self, stats: CellStats) -> "CellFit":
+        """Run the EM on per-(problem, C) statistics."""
+        self._check_params()
+        self._em(stats, cell_grid(stats.problem, stats.L, stats.C, stats.outcomes()))
+        return self
+
+    def _em(self, stats: CellStats, grid: dict) -> None:
+        raise NotImplementedError
+
+    def _set_fit(self, grid: dict, lam, k, loglik, prior_oracle, noise) -> None:
+        """The learned attributes every CellFit shares."""
+        self.problems_ = grid["problems"]
+        self.lam_ = np.asarray(lam).astype(np.int64)
+        self.k_ = np.asarray(k).astype(np.int64)
+        self.loglik_ = np.asarray(loglik).astype(np.float64)
+        self.prior_oracle_ = prior_oracle
+        self.lam_q_ = grid["maxC"].astype(np.int64)
+        self.noise_ = np.asarray(noise, dtype=np.float64)
+        cp, cc = np.nonzero(grid["cellmask"])
+        self.cells_problem_ = cp.astype(np.int64)
+        self.cells_C_ = grid["Cpad"][cp, cc]
+
+    def frames(self) -> tuple[pl.DataFrame, dict]:
+        """The fit of :meth:`fit` as (problems, info): problems has columns task, problem_id,
+        scenario, lam, k, category, loglik, prior_oracle, sorted by problem_id; info is
+        {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p"}."""
+        P = self.problems_.size
+        problems = pl.DataFrame(
+            {
+                "task": pl.Series("task", [self.task_] * P, dtype=pl.String),
+                "problem_id": pl.Series("problem_id", self.problems_.astype(str), dtype=pl.String),
+                "scenario": pl.Series("scenario", [self.scenario] * P, dtype=pl.String),
+                "lam": pl.Series("lam", self.lam_, dtype=pl.Int64),
+                "k": pl.Series("k", self.k_, dtype=pl.Int64),
+                "category": pl.Series("category", self.category_.astype(str), dtype=pl.String),
+                "loglik": pl.Series("loglik", self.loglik_, dtype=pl.Float64),
+                "prior_oracle": pl.Series("prior_oracle", self.prior_oracle_, dtype=pl.Float64),
+            }
+        ).sort("problem_id")
+        info = {
+            "p_noise_1": float(self.noise_[0]),
+            "p_noise_0": float(self.noise_[1]),
+            "p_noise_idk": float(self.noise_[2]),
+            "lam_p": int(self.lam_p_),
+            "k_p": int(self.k_p_),
         }
-    ).sort("problem_id")
-    info = {
-        "p_noise_1": float(model.noise_[0]),
-        "p_noise_0": float(model.noise_[1]),
-        "p_noise_idk": float(model.noise_[2]),
-        "lam_p": int(lam_p),
-        "k_p": int(k_p),
-    }
-    return problems, info
+        return problems, info
 
 
 def task_thresholds(L: np.ndarray, C: np.ndarray) -> tuple[int, int]:
     """lambda_p, k_p (Section 4) from a task's partial observation lengths 0 < C < L."""
+    L, C = np.asarray(L), np.asarray(C)
     ladder = np.unique(C[(C > 0) & (C < L)])
     if ladder.size == 0:
         raise ValueError("task has no partial observation length 0 < C < L; cannot set lambda_p, k_p")

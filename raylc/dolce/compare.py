@@ -16,20 +16,23 @@ Two fits of the same problems - a reference (ref) and a test setup - are compare
 
 :func:`run_sensitivity` runs two built-in experiments as a grid of (task x setting) cells,
 each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such as
-:func:`raylc.pipeline.ray_exec.map_tasks` can run the cells as Ray tasks:
+:func:`raylc.run.ray_exec.map_tasks` can run the cells as Ray tasks:
 
 * the sampling strategies of Appendix K.1 (:data:`SAMPLING_EXPERIMENTS`): the input must
   come from full enumeration (every start, stride 1); each setting keeps the rows the
   strategy would have observed (:func:`subsample`, the spans of
-  :func:`raylc.sampling.sample_spans`) and refits them: ``"take_every"`` (N: starts
+  :func:`raylc.text.sampling.sample_spans`) and refits them: ``"take_every"`` (N: starts
   0, N, 2N, ...), ``"take_ip_rate"`` (f: stride floor(f C)), ``"sample_rate"`` (r: each start
   with probability r), ``"sample_ip_rate"`` (r: probability min(1, r / C)),
   ``"min_length"`` / ``"max_length"`` (only C >= / <= the setting; the paper's "only >= 10"
   and "only <= 10"). C = 0 and C = L observations are always kept;
 * ``"threshold"`` (Appendix K.4): the COW subsets of continuous-metric tasks are refit with
-  binarization thresholds in ``thresholds`` and compared with the reference threshold 0.5.
+  binarization thresholds in ``thresholds`` and compared with the reference threshold
+  (``FitOptions.threshold``, 0.5 by default).
 
-Refits reuse the reference's scenario selection (the paper compares setups on "the same COW
+The reference and every refit use the same :class:`~raylc.dolce.options.FitOptions` (scenario
+selection, EM steps, PIG options; the threshold experiment varies only its threshold), and
+refits reuse the reference's scenario selection (the paper compares setups on "the same COW
 and PIG splits", Section 6), so both fits cover the same problems and subsets.
 """
 
@@ -43,10 +46,11 @@ import polars as pl
 from pydantic import ValidationError
 from scipy.stats import spearmanr
 
-from raylc.dolce.fit import Mapper, fit_observations, in_process, validate_observations
+from raylc.dolce.fit import fit_observations, validate_observations
+from raylc.dolce.options import FitOptions
 from raylc.dolce.scenario import binary_metric_expr
-from raylc.sampling import sample_spans
-from raylc.spec import Sampling
+from raylc.io.parallel import Mapper, in_process
+from raylc.text.sampling import Sampling, sample_spans
 
 __all__ = [
     "COMPARE_SCHEMA",
@@ -82,7 +86,6 @@ SENSITIVITY_SCHEMA = {
 NOISE_COLUMNS = ("p_noise_1", "p_noise_0", "p_noise_idk")
 DEFAULT_EVERY = (2, 5, 10)
 DEFAULT_THRESHOLDS = (0.0, 0.25, 0.5, 0.75, 1.0)
-REFERENCE_THRESHOLD = 0.5
 #: Appendix K.1's sampling strategies as one-parameter experiments: name -> (the Sampling
 #: fields its setting sets, default settings).
 SAMPLING_EXPERIMENTS = {
@@ -183,7 +186,7 @@ def compare_fits(
 
 # ------------------------------------------------------------------------------ experiments
 def sampling_for(experiment: str, setting: float) -> Sampling:
-    """The :class:`raylc.spec.Sampling` of one sampling experiment's setting (ValueError if invalid)."""
+    """The :class:`raylc.text.sampling.Sampling` of one sampling experiment's setting (ValueError if invalid)."""
     fields, _ = SAMPLING_EXPERIMENTS[experiment]
     try:
         return Sampling(**fields(setting))
@@ -191,9 +194,17 @@ def sampling_for(experiment: str, setting: float) -> Sampling:
         raise ValueError(f"{experiment} = {setting:g}: {exc.errors()[0]['msg']}") from None
 
 
+def with_threshold(options: FitOptions, threshold: float) -> FitOptions:
+    """``options`` with another COW binarization threshold (ValueError if invalid)."""
+    try:
+        return FitOptions.model_validate({**options.model_dump(), "threshold": threshold})
+    except ValidationError as exc:
+        raise ValueError(f"threshold = {threshold:g}: {exc.errors()[0]['msg']}") from None
+
+
 def subsample(obs: pl.DataFrame, sampling: Sampling, seed: int = 0) -> pl.DataFrame:
     """The rows of a full-enumeration observation table that ``sampling`` would have observed
-    (Appendix K.1): the spans :func:`raylc.sampling.sample_spans` draws (with ``seed``) over
+    (Appendix K.1): the spans :func:`raylc.text.sampling.sample_spans` draws (with ``seed``) over
     the table's problems, its own partial lengths and C = L, semi-joined on (task,
     problem_id, L, C, start)."""
     lengths = sorted(set(obs.filter(pl.col("C") < pl.col("L"))["C"].to_list()))
@@ -231,42 +242,39 @@ def sensitivity_cell(
     frame: pl.DataFrame,
     ref_problems: pl.DataFrame,
     ref_tasks: pl.DataFrame,
-    em_steps_cow: int = 10,
-    em_steps_pig: int = 5,
+    options: FitOptions = FitOptions(),
     seed: int = 0,
 ) -> pl.DataFrame:
     """One (task x setting) cell of :func:`run_sensitivity`, a plain function of one frame.
 
     ``frame`` is one task's validated observations plus constant columns ``experiment`` (one
-    of :data:`EXPERIMENTS`) and ``setting``. The test fit reuses the scenario selection of
-    ``ref_problems`` (the reference fit of all tasks, with ``ref_tasks``): a sampling
-    experiment refits the :func:`subsample` (random strategies drawn with ``seed``) of all
-    subsets at threshold 0.5; threshold refits the task's COW subsets of continuous-metric
-    problems at the given threshold. Returns :func:`compare_fits` rows with experiment,
-    setting, n_obs_ref and n_obs_test (observations behind the reference and test fits of the
-    compared subsets).
+    of :data:`EXPERIMENTS`) and ``setting``. The test fit uses ``options`` (those of the
+    reference) and reuses the scenario selection of ``ref_problems`` (the reference fit of all
+    tasks, with ``ref_tasks``): a sampling experiment refits the :func:`subsample` (random
+    strategies drawn with ``seed``) of all subsets; threshold refits the task's COW subsets of
+    continuous-metric problems with the setting as ``options.threshold``. Returns
+    :func:`compare_fits` rows with experiment, setting, n_obs_ref and n_obs_test (observations
+    behind the reference and test fits of the compared subsets).
     """
     head = frame.row(0, named=True)
     experiment, setting, task = head["experiment"], float(head["setting"]), head["task"]
     obs = frame.drop("experiment", "setting")
     sel = ref_problems.filter(pl.col("task") == task).select("task", "problem_id", "subset", "scenario", "dip_pvalue")
     if experiment in SAMPLING_EXPERIMENTS:
-        test_obs, threshold = subsample(obs, sampling_for(experiment, setting), seed), REFERENCE_THRESHOLD
+        test_obs, test_options = subsample(obs, sampling_for(experiment, setting), seed), options
     elif experiment == "threshold":
         cont = obs.group_by("problem_id").agg(pl.col("metric").first()).filter(
             ~binary_metric_expr()
         )
         sel = sel.filter((pl.col("scenario") == "COW") & pl.col("problem_id").is_in(cont["problem_id"].implode()))
         obs = obs.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()))
-        test_obs, threshold = obs, setting
+        test_obs, test_options = obs, with_threshold(options, setting)
     else:
         raise ValueError(f"unknown experiment {experiment!r}; use one of {', '.join(EXPERIMENTS)}")
     if sel.height == 0:
         return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
     ref_p = ref_problems.filter(pl.col("problem_id").is_in(sel["problem_id"].implode()) & (pl.col("task") == task))
-    test_p, test_t = fit_observations(
-        test_obs, threshold=threshold, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig, selection=sel
-    )
+    test_p, test_t = fit_observations(test_obs, test_options, selection=sel)
     cmp = compare_fits(ref_p, ref_tasks, test_p, test_t)
     n_obs = obs.join(sel.select("problem_id", "subset"), on="problem_id").group_by("subset").agg(n_obs_ref=pl.len())
     n_test = test_obs.join(sel.select("problem_id", "subset"), on="problem_id").group_by("subset").agg(
@@ -288,17 +296,17 @@ def run_sensitivity(
     every: Sequence[int] = DEFAULT_EVERY,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     settings: Optional[dict[str, Sequence[float]]] = None,
-    scenario: str = "auto",
-    em_steps_cow: int = 10,
-    em_steps_pig: int = 5,
+    options: FitOptions = FitOptions(),
     seed: int = 0,
 ) -> pl.DataFrame:
     """Sensitivity grid over (task x setting) (Section 6, Appendix K.1 and K.4).
 
-    The reference is :func:`raylc.dolce.fit.fit_observations` on the full ``obs`` (scenario
-    selection ``scenario``, threshold 0.5), itself mapped per subset by ``mapper``. Then every
-    (task, experiment, setting) cell runs :func:`sensitivity_cell` through ``mapper(fn, frames,
-    *args)`` (default in-process), for every setting of every experiment: ``settings[name]``,
+    The reference is :func:`raylc.dolce.fit.fit_observations` on the full ``obs`` with
+    ``options`` (scenario selection, threshold, EM steps, PIG options), itself mapped per
+    subset by ``mapper``; every test fit uses the same ``options`` (the threshold experiment
+    replaces its threshold by the setting). Then every (task, experiment, setting) cell runs
+    :func:`sensitivity_cell` through ``mapper(fn, frames, *args)`` (default in-process), for
+    every setting of every experiment: ``settings[name]``,
     else ``every`` (take_every), ``thresholds`` (threshold) or the defaults of
     :data:`SAMPLING_EXPERIMENTS`. Sampling experiments need ``obs`` from full enumeration;
     threshold cells exist only for tasks with continuous-metric COW problems. Returns one row
@@ -312,16 +320,18 @@ def run_sensitivity(
     values = {name: default for name, (_, default) in SAMPLING_EXPERIMENTS.items()}
     values.update({"take_every": tuple(every), "threshold": tuple(thresholds), **(settings or {})})
     values = {name: [float(v) for v in values[name]] for name in experiments}
-    for name in [n for n in experiments if n in SAMPLING_EXPERIMENTS]:  # invalid settings fail here, not in a Ray task
+    options = FitOptions.check(options)
+    for name in experiments:  # invalid settings fail here, not in a Ray task
         for v in values[name]:
-            sampling_for(name, v)
+            if name in SAMPLING_EXPERIMENTS:
+                sampling_for(name, v)
+            else:
+                with_threshold(options, v)
     obs = validate_observations(obs)
     if any(name in SAMPLING_EXPERIMENTS for name in experiments):
         check_full_enumeration(obs)
     mapper = mapper or in_process
-    ref_p, ref_t = fit_observations(
-        obs, scenario=scenario, em_steps_cow=em_steps_cow, em_steps_pig=em_steps_pig, mapper=mapper
-    )
+    ref_p, ref_t = fit_observations(obs, options, mapper)
     cont_cow = ref_p.join(
         obs.group_by("task", "problem_id").agg(pl.col("metric").first()), on=["task", "problem_id"]
     ).filter((pl.col("scenario") == "COW") & ~binary_metric_expr())
@@ -336,5 +346,5 @@ def run_sensitivity(
             ))
     if not frames:
         return pl.DataFrame(schema=SENSITIVITY_SCHEMA)
-    parts = mapper(sensitivity_cell, frames, ref_p, ref_t, int(em_steps_cow), int(em_steps_pig), int(seed))
+    parts = mapper(sensitivity_cell, frames, ref_p, ref_t, options, int(seed))
     return pl.concat(parts).sort("experiment", "setting", "task", "subset")

@@ -5,36 +5,12 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-__all__ = ["cover_prob_partial", "cow_cover_prob", "log_binom"]
+from raylc.dolce.numeric import as_int
+
+__all__ = ["cover_prob_partial", "cow_cover_prob"]
 
 #: Tabulate log n! when the table is shorter than this many times the number of lookups.
 _TABLE_FACTOR = 16
-
-
-def _as_int_array(x, name: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind in "iu":
-        out = a.astype(np.int64)
-    elif a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
-            raise ValueError(f"{name} must hold integers, got non-integral values")
-        out = a.astype(np.int64)
-    else:
-        raise ValueError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
-    if np.any(out < 0):
-        raise ValueError(f"{name} must be non-negative")
-    return out
-
-
-def log_binom(n, r) -> np.ndarray:
-    """log binom(n, r) via gammaln, with binom(n, r) = 0 (log = -inf) unless 0 <= r <= n."""
-    n = np.asarray(n, dtype=np.float64)
-    r = np.asarray(r, dtype=np.float64)
-    ok = (r >= 0) & (n >= r)
-    nn = np.where(ok, n, 0.0)
-    rr = np.where(ok, r, 0.0)
-    val = gammaln(nn + 1.0) - gammaln(rr + 1.0) - gammaln(nn - rr + 1.0)
-    return np.where(ok, val, -np.inf)
 
 
 def cow_cover_prob(lam, k, L, C):
@@ -72,7 +48,7 @@ def cow_cover_prob(lam, k, L, C):
     Parameters broadcast against each other (non-negative integers); returns float64, a
     scalar when all inputs are scalars.
     """
-    args = [_as_int_array(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
+    args = [as_int(a, n, non_negative=True) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
     scalar = all(a.ndim == 0 for a in args)
     lam_i, k_i, L_i, C_i = np.broadcast_arrays(*args)
     out = np.zeros(lam_i.shape, dtype=np.float64)

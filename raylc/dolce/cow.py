@@ -9,12 +9,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.dolce.cells import (
-    OBS_COLUMNS, cell_grid, check_task_table, first_near_max, fit_frames, segment_positions, task_thresholds,
-)
+from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
 from raylc.dolce.cover import cover_prob_partial
+from raylc.dolce.scenario import binarization_cut
 
-__all__ = ["COWFit", "fit_cow_task", "OUTCOMES", "OBS_COLUMNS"]
+__all__ = ["COWFit", "fit_cow_task", "OUTCOMES"]
 
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
@@ -81,7 +80,7 @@ def _add_rows(acc: np.ndarray, terms: np.ndarray, ends: np.ndarray) -> None:
         acc[a : a + hi - lo] += terms[lo:hi]
 
 
-class COWFit:
+class COWFit(CellFit):
     """Per-problem (lambda_i, k_i) of one task by EM over the COW mixture (Algorithm 1).
 
     Model (Section 3.2): x_ij comes from the noise component N (Eq. 2, one distribution
@@ -134,27 +133,34 @@ class COWFit:
     row j holds the j-th term of every sum with more than j terms). Cost
     O(P |Lambda|^2 |cells|) time and memory per step.
 
-    ``fit(problem, L, C, n1, n0, nidk)`` takes aligned 1-D arrays, one row per (problem, C)
-    cell (duplicate cells are summed; cells with zero counts are no observations): the
-    problem code, its length L (constant per problem), C, and the counts of outcomes 1, 0,
-    IDK (float weights allowed). Learned attributes, indexed like ``problems_`` (sorted unique
-    codes): ``lam_``, ``k_`` (int64), ``loglik_`` (objective of step (b) at the final pair),
-    ``prior_oracle_`` (P_i(O) from the last step (c)), ``lam_q_`` (maxC_i, int64) and
-    ``noise_`` = (P(1|N), P(0|N), P(IDK|N)) from the last step (a).
+    The :class:`~raylc.dolce.cells.CellFit` contract: hyperparameters ``n_steps`` (T) and
+    ``threshold``; :meth:`fit` takes one task's observation table and binarizes its scores as
+    :func:`raylc.dolce.scenario.binarize_scores` does (outcome 1 if score >= ``threshold`` for
+    continuous metrics, >= 0.5 for binary ones; null = IDK); :meth:`fit_stats` takes
+    :class:`~raylc.dolce.cells.CellStats` whose y1, y0, nidk are the counts of outcomes 1, 0,
+    IDK per (problem, C) cell (duplicate cells are summed; cells with zero counts are no
+    observations; float weights allowed). ``loglik_`` is the objective of step (b) at the final
+    pair, ``prior_oracle_`` P_i(O) from the last step (c), ``noise_`` P(x|N) from the last (a).
     """
 
-    def __init__(self, n_steps: int = 10):
+    scenario = "COW"
+
+    def __init__(self, n_steps: int = 10, threshold: float = 0.5):
         self.n_steps = n_steps
+        self.threshold = threshold
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if not np.isfinite(self.threshold):
+            raise ValueError("threshold must be finite")
+
+    def cell_stats(self, obs: pl.DataFrame) -> CellStats:
+        """Counts of outcomes 1, 0, IDK per (problem, C) cell of the binarized scores."""
+        return cell_statistics(obs, binarization_cut(obs, self.threshold))
 
     # ------------------------------------------------------------------ preparation
-    def _prepare(self, problem, L, C, n1, n0, nidk) -> dict:
-        for name, a in (("n1", n1), ("n0", n0), ("nidk", nidk)):
-            if np.ndim(a) != 1 or np.shape(a)[0] != np.shape(problem)[0]:
-                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {np.shape(problem)[0]})")
-        cnt = np.stack([np.asarray(a, dtype=np.float64) for a in (n1, n0, nidk)], axis=1)
-        if not np.all(np.isfinite(cnt)) or np.any(cnt < 0):
-            raise ValueError("counts n1, n0, nidk must be finite and non-negative")
-        g = cell_grid(problem, L, C, cnt)
+    @staticmethod
+    def _prepare(g: dict) -> dict:
         P, M, Mc, Lp, Cpad, cellmask, cand = g["P"], g["M"], g["Mc"], g["Lp"], g["Cpad"], g["cellmask"], g["cand"]
         cntpad = g["stats"]
         cell_cnt = cntpad.reshape(P * Mc, 3).T.copy()  # (3, P * Mc): n1, n0, nidk per flat cell
@@ -299,11 +305,9 @@ class COWFit:
         return ll
 
     # ------------------------------------------------------------------ EM
-    def fit(self, problem, L, C, n1, n0, nidk) -> "COWFit":
+    def _em(self, stats: CellStats, grid: dict) -> None:
         T = int(self.n_steps)
-        if T < 1:
-            raise ValueError("n_steps must be >= 1")
-        d = self._prepare(problem, L, C, n1, n0, nidk)
+        d = self._prepare(grid)
         P, Mc = d["P"], d["Mc"]
         cnt, cellmask, pad = d["cell_cnt"].reshape(3, P, Mc), d["cellmask"], d["pair_pad"]
         ar = np.arange(P)
@@ -359,47 +363,11 @@ class COWFit:
             qN[:] = prior_N[None, :, None]
             np.divide(a, den, out=qN, where=den > 0)
 
-        self.problems_ = d["problems"]
-        self.lam_ = d["cand"][ar, l_star].astype(np.int64)
-        self.k_ = d["cand"][ar, d["k_v"][v_star]].astype(np.int64)
-        self.loglik_ = loglik.astype(np.float64)
-        self.prior_oracle_ = prior_O
-        self.lam_q_ = d["maxC"].astype(np.int64)
-        self.noise_ = np.asarray(noise, dtype=np.float64)
-        return self
+        self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
 
 
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:
-    """Fit the COW model (Algorithm 1) to the observation table of one task.
-
-    ``obs`` has columns task, problem_id, L, C, start, score, metric; the outcome is IDK if
-    score is null, 1 if score >= ``threshold`` (Section 4 binarizes at 0.5), else 0. Counts per
-    (problem_id, L, C) come from one polars group_by; :class:`COWFit` runs ``n_steps`` EM
-    steps. Categories (Figure 1) use lambda_p = k_p from :func:`category_thresholds` over the
-    task's distinct C with 0 < C < L, and lambda_q = each problem's largest partial C.
-
-    Returns (problems, info): problems has columns task, problem_id, scenario ("COW"), lam, k,
-    category, loglik, prior_oracle, sorted by problem_id; info is {"p_noise_1", "p_noise_0",
-    "p_noise_idk", "lam_p", "k_p"}.
-    """
-    check_task_table(obs)
-    if not np.isfinite(threshold):
-        raise ValueError("threshold must be finite")
-    score = pl.col("score").cast(pl.Float64)
-    cells = (  # a lazy query: polars optimizes it (DataFrame.group_by runs without optimizations)
-        obs.lazy()
-        .group_by("problem_id", "L", "C")
-        .agg(n=pl.len(), n1=(score >= threshold).sum(), nidk=score.null_count())
-        .collect()
-    )
-    L = cells["L"].to_numpy()
-    C = cells["C"].to_numpy()
-    lam_p, k_p = task_thresholds(L, C)
-    n1, nidk = cells["n1"].to_numpy(), cells["nidk"].to_numpy()
-    n0 = cells["n"].to_numpy() - n1 - nidk  # score < threshold: the checked scores are null or in [0, 1]
-
-    # fit on dense integer codes of the problem ids (ranked in the sorted order of ``names``)
-    ids = cells["problem_id"].cast(pl.String)
-    model = COWFit(n_steps=n_steps).fit(ids.rank("dense").to_numpy(), L, C, n1, n0, nidk)
-    model.problems_ = ids.unique().sort().to_numpy()
-    return fit_frames(model, obs["task"][0], "COW", lam_p, k_p)
+    """``COWFit(n_steps, threshold).fit(obs).frames()``: the COW model (Algorithm 1) of one
+    task's observation table as (problems, info) (:meth:`raylc.dolce.cells.CellFit.frames`;
+    scenario "COW"; categories with lambda_p = k_p of the task's partial lengths)."""
+    return COWFit(n_steps=n_steps, threshold=threshold).fit(obs).frames()

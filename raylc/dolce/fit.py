@@ -6,45 +6,48 @@ likelihood (Eq. 5) for the dip-test PIG subsets; EM runs 10 steps in the COW sce
 in the PIG scenario (Algorithms 1 and 2, Appendix C). P(x | z = N) is shared by all problems
 of one fitted (task, subset), P_i(z) by the observations of problem i.
 
-:func:`fit_observations` validates the table (:class:`ObservationError`), selects scenarios
+:class:`DolceFit` (scikit-learn style: the :class:`~raylc.dolce.options.FitOptions` and a
+mapper in ``__init__``, ``fit(observations)`` returning self, learned ``problems_``,
+``tasks_``, ``selection_``) validates the table (:class:`ObservationError`), selects scenarios
 (:func:`raylc.dolce.scenario.select_scenarios`), cuts it into one frame per (task, subset)
 and runs :func:`fit_subset` on each, in-process or through a ``mapper`` such as
-:func:`raylc.pipeline.ray_exec.map_tasks` (one Ray task per subset). The per-subset fit is a
-pure function of its frame, so both ways give identical frames.
+:func:`raylc.run.ray_exec.map_tasks` (one Ray task per subset). The per-subset fit is a
+pure function of its frame, so both ways give identical frames. :func:`fit_observations` is
+the same as a function.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Optional
 
-import numpy as np
 import polars as pl
 
-from raylc.dolce.cells import OBS_COLUMNS
 from raylc.dolce.categories import CATEGORIES
-from raylc.dolce.cow import fit_cow_task
-from raylc.dolce.pig import PIG_HIT_RATES, PIG_LIKELIHOODS, fit_pig_task
+from raylc.dolce.cells import OBS_COLUMNS, CellFit
+from raylc.dolce.cow import COWFit
+from raylc.dolce.options import FitOptions
+from raylc.dolce.pig import PIGFit
 from raylc.dolce.scenario import (
     BINARY_METRICS,
     SELECTION_SCHEMA,
-    binarize_scores,
     binary_metric_expr,
     select_scenarios,
     task_dip_pvalues,
 )
+from raylc.io.parallel import Mapper, in_process
 
 __all__ = [
-    "OBS_COLUMNS",
+    "DolceFit",
     "ObservationError",
     "PROBLEM_COLUMNS",
+    "PROBLEM_SCHEMA",
     "TASK_COLUMNS",
+    "TASK_SCHEMA",
+    "cell_estimator",
     "fit_observations",
     "fit_subset",
-    "in_process",
     "validate_observations",
 ]
-
-#: Columns of the observation table (one row per observation span, score null = IDK).
 
 PROBLEM_SCHEMA = {
     "task": pl.String,
@@ -74,7 +77,6 @@ TASK_SCHEMA = {
 PROBLEM_COLUMNS = tuple(PROBLEM_SCHEMA)
 TASK_COLUMNS = tuple(TASK_SCHEMA)
 
-Mapper = Callable[..., list]
 SPAN_KEY = ("task", "problem_id", "C", "start")  #: one row per span: the key of the observation table
 
 
@@ -185,33 +187,33 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
 
 
 # ------------------------------------------------------------------------------ fitting
-def _cow_or_pig(frame: pl.DataFrame, scenario: str, threshold: float, em_steps_cow: int, em_steps_pig: int,
-                pig_likelihood: str, pig_hit_rate: str):
-    obs = frame.select(OBS_COLUMNS)
+def cell_estimator(scenario: str, options: FitOptions) -> CellFit:
+    """The unfitted per-(task, subset) estimator of ``scenario`` ("COW" / "PIG") with the
+    settings of ``options``: COWFit(em_steps_cow, threshold) or PIGFit(em_steps_pig,
+    pig_likelihood, pig_hit_rate)."""
     if scenario == "COW":
-        return fit_cow_task(binarize_scores(obs, threshold), n_steps=em_steps_cow, threshold=0.5)
-    return fit_pig_task(obs, n_steps=em_steps_pig, likelihood=pig_likelihood, hit_rate=pig_hit_rate)
+        return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold)
+    if scenario == "PIG":
+        return PIGFit(n_steps=options.em_steps_pig, likelihood=options.pig_likelihood, hit_rate=options.pig_hit_rate)
+    raise ValueError(f"scenario must be 'COW' or 'PIG', got {scenario!r}")
 
 
-def fit_subset(
-    frame: pl.DataFrame, threshold: float = 0.5, em_steps_cow: int = 10, em_steps_pig: int = 5,
-    pig_likelihood: str = "hit_rate", pig_hit_rate: str = "mode",
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Fit one (task, subset): a plain function of one frame, so it can run as a Ray task.
 
     ``frame`` holds the observations (OBS_COLUMNS) of a single (task, subset) plus the
     selection columns subset, scenario, dip_pvalue and task_dip_pvalue
-    (:func:`raylc.dolce.scenario.select_scenarios`), all constant except dip_pvalue. COW:
-    scores are binarized (:func:`raylc.dolce.scenario.binarize_scores`, ``threshold`` for
-    continuous metrics) and :func:`raylc.dolce.cow.fit_cow_task` runs ``em_steps_cow`` EM steps
-    (Algorithm 1); PIG: :func:`raylc.dolce.pig.fit_pig_task` on the raw scores with
+    (:func:`raylc.dolce.scenario.select_scenarios`), all constant except dip_pvalue. The
+    subset's :func:`cell_estimator` is fitted: COW binarizes the scores
+    (:func:`raylc.dolce.scenario.binarize_scores`, ``options.threshold`` for continuous
+    metrics) and runs ``em_steps_cow`` EM steps (Algorithm 1); PIG runs on the raw scores with
     ``em_steps_pig`` steps (Algorithm 2) and the :class:`~raylc.dolce.pig.PIGFit` options
     ``pig_likelihood`` / ``pig_hit_rate``. Returns (problems, one-row task summary) with the
     columns :data:`PROBLEM_COLUMNS` and :data:`TASK_COLUMNS`.
     """
     head = frame.row(0, named=True)
     task, subset, scenario = head["task"], head["subset"], head["scenario"]
-    fitted, info = _cow_or_pig(frame, scenario, threshold, em_steps_cow, em_steps_pig, pig_likelihood, pig_hit_rate)
+    fitted, info = cell_estimator(scenario, options).fit(frame.select(OBS_COLUMNS)).frames()
     pvals = frame.group_by("problem_id").agg(pl.col("dip_pvalue").first())
     problems = (
         fitted.with_columns(
@@ -233,63 +235,64 @@ def fit_subset(
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)
 
 
-def in_process(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:
-    """The default mapper: ``[fn(frame, *args) for frame in frames]``, same contract as
-    :func:`raylc.pipeline.ray_exec.map_tasks`."""
-    return [fn(frame, *args) for frame in frames]
+class DolceFit:
+    """DOLCE fit of an observation table with any number of tasks (Sections 3-4).
+
+    Hyperparameters: ``options`` (:class:`~raylc.dolce.options.FitOptions`: scenario
+    selection, COW threshold, EM steps, PIG options) and ``mapper`` (``mapper(fn, frames,
+    *args)``, e.g. :func:`raylc.run.ray_exec.map_tasks`; None: in process). :meth:`fit` sets:
+
+    * ``selection_``: the scenario of every problem (:data:`SELECTION_SCHEMA`: task, problem_id,
+      subset, scenario, dip_pvalue, task_dip_pvalue; sorted by task, problem_id);
+    * ``problems_``: one row per problem (:data:`PROBLEM_SCHEMA`: task, subset, problem_id,
+      scenario, dip_pvalue, lam, k, category, loglik, prior_oracle; sorted by task, subset,
+      problem_id);
+    * ``tasks_``: one row per (task, subset) (:data:`TASK_SCHEMA`: task, subset, scenario,
+      n_problems, share_I .. share_V, p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
+      k_p and dip_pvalue, the task-level p-value, null for binary-metric tasks).
+    """
+
+    def __init__(self, options: FitOptions = FitOptions(), mapper: Optional[Mapper] = None):
+        self.options = options
+        self.mapper = mapper
+
+    def fit(self, observations: pl.DataFrame, selection: Optional[pl.DataFrame] = None) -> "DolceFit":
+        """1. :func:`validate_observations` (raises :class:`ObservationError`);
+        2. scenario selection per problem (:func:`raylc.dolce.scenario.select_scenarios`:
+           ``options.scenario`` = "auto" runs the dip tests of Section 3.1 / Appendix H,
+           "cow" / "pig" forces one scenario), unless ``selection`` (a frame as returned by
+           :func:`select_scenarios`, or the problems frame of an earlier fit: task,
+           problem_id, subset, scenario, dip_pvalue and optionally task_dip_pvalue) fixes it,
+           as the paper does when comparing setups on "the same COW and PIG splits" (Section
+           6); problems missing from ``selection`` raise :class:`ObservationError`;
+        3. one :func:`fit_subset` per (task, subset), mapped by ``mapper``.
+        Returns self."""
+        options = FitOptions.check(self.options)
+        obs = validate_observations(observations)
+        if selection is None:
+            sel = select_scenarios(obs, options.scenario)
+        else:
+            sel = _normalize_selection(selection, obs)
+        frames = _subset_frames(obs, sel)
+        results = (self.mapper or in_process)(fit_subset, frames, options)
+        keys = obs.select("task", "problem_id").unique()
+        self.selection_ = sel.join(keys, on=["task", "problem_id"], how="semi").sort("task", "problem_id")
+        self.problems_ = pl.concat([p for p, _ in results]).sort("task", "subset", "problem_id")
+        self.tasks_ = pl.concat([t for _, t in results]).sort("task", "subset")
+        return self
 
 
 def fit_observations(
     obs: pl.DataFrame,
-    *,
-    scenario: str = "auto",
-    threshold: float = 0.5,
-    em_steps_cow: int = 10,
-    em_steps_pig: int = 5,
+    options: FitOptions = FitOptions(),
     mapper: Optional[Mapper] = None,
+    *,
     selection: Optional[pl.DataFrame] = None,
-    pig_likelihood: str = "hit_rate",
-    pig_hit_rate: str = "mode",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Fit DOLCE to an observation table with any number of tasks (Sections 3-4).
-
-    1. :func:`validate_observations` (raises :class:`ObservationError`);
-    2. scenario selection per problem (:func:`raylc.dolce.scenario.select_scenarios`:
-       ``scenario`` = "auto" runs the dip tests of Section 3.1 / Appendix H, "cow" / "pig"
-       forces one scenario), unless ``selection`` (a frame as returned by
-       :func:`select_scenarios`, or the problems frame of an earlier fit: task, problem_id,
-       subset, scenario, dip_pvalue and optionally task_dip_pvalue) fixes it, as the paper
-       does when comparing setups on "the same COW and PIG splits" (Section 6); problems
-       missing from ``selection`` raise :class:`ObservationError`;
-    3. one fit per (task, subset) with :func:`fit_subset` (COW: binarization at
-       ``threshold`` and ``em_steps_cow`` EM steps; PIG: ``em_steps_pig`` steps and the
-       off-by-default options ``pig_likelihood="score"`` or ``"binned"`` and
-       ``pig_hit_rate="mean"``), mapped by
-       ``mapper(fn, frames, *args)`` (e.g. :func:`raylc.pipeline.ray_exec.map_tasks`; default
-       :func:`in_process`).
-
-    Returns (problems, tasks): problems has one row per problem with task, subset,
-    problem_id, scenario, dip_pvalue, lam, k, category, loglik, prior_oracle (sorted by task,
-    subset, problem_id); tasks one row per (task, subset) with task, subset, scenario,
-    n_problems, share_I .. share_V, p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
-    k_p and dip_pvalue (the task-level p-value; null for binary-metric tasks).
-    """
-    obs = validate_observations(obs)
-    if not np.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must lie in [0, 1], got {threshold!r}")
-    if pig_likelihood not in PIG_LIKELIHOODS or pig_hit_rate not in PIG_HIT_RATES:
-        raise ValueError(f"pig_likelihood must be one of {PIG_LIKELIHOODS} and pig_hit_rate one of {PIG_HIT_RATES}, "
-                         f"got {pig_likelihood!r}, {pig_hit_rate!r}")
-    if selection is None:
-        sel = select_scenarios(obs, scenario)
-    else:
-        sel = _normalize_selection(selection, obs)
-    frames = _subset_frames(obs, sel)
-    results = (mapper or in_process)(fit_subset, frames, float(threshold), int(em_steps_cow), int(em_steps_pig),
-                                     pig_likelihood, pig_hit_rate)
-    problems = pl.concat([p for p, _ in results]).sort("task", "subset", "problem_id")
-    tasks = pl.concat([t for _, t in results]).sort("task", "subset")
-    return problems, tasks
+    """``DolceFit(options, mapper).fit(obs, selection)`` as (problems_, tasks_)
+    (:class:`DolceFit`)."""
+    fitted = DolceFit(options, mapper).fit(obs, selection)
+    return fitted.problems_, fitted.tasks_
 
 
 def _normalize_selection(selection: pl.DataFrame, obs: pl.DataFrame) -> pl.DataFrame:

@@ -12,13 +12,15 @@ an observation is awarded the partial point s = m / lambda when it covers exactl
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 import polars as pl
-from scipy.special import expit, gammaln, logsumexp
+from scipy.special import expit, logsumexp
 
-from raylc.dolce.cells import (
-    cell_grid, check_task_table, first_near_max, fit_frames, segment_positions, task_thresholds,
-)
+from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
+from raylc.dolce.numeric import as_int, lgamma_diff, log_binom
+from raylc.dolce.options import FitOptions
 from raylc.dolce.scenario import N_BINS, bucketize_scores
 
 __all__ = [
@@ -36,7 +38,6 @@ __all__ = [
 
 #: Sub-unit outcome order y in {1, 0, IDK} used for sufficient statistics and ``PIGFit.noise_``.
 PIG_OUTCOMES = ("1", "0", "IDK")
-#: Columns of the observation table consumed by :func:`fit_pig_task`.
 
 #: The signed log-sum-exp is accepted when sum|terms| / |sum| <= this (at most ~3 digits lost).
 _MAX_CANCELLATION = 1e3
@@ -45,58 +46,14 @@ _LSE_RTOL = 1e-10
 #: Numerical-tie tolerance of the pmf: values within a relative _MODE_TIE_RTOL of the maximum
 #: tie (smallest m wins). Log-likelihood ties: :data:`raylc.dolce.cells.LL_TIE_RTOL`.
 _MODE_TIE_RTOL = 1e-9
-#: PIGFit options: ``likelihood`` (Algorithm 2's "hit_rate" first) and ``hit_rate`` ("mode" first).
-PIG_LIKELIHOODS = ("hit_rate", "score", "binned")
-PIG_HIT_RATES = ("mode", "mean")
+#: PIGFit options: ``likelihood`` (Algorithm 2's "hit_rate" first) and ``hit_rate`` ("mode" first),
+#: the choices of FitOptions.pig_likelihood / pig_hit_rate.
+PIG_LIKELIHOODS = get_args(FitOptions.model_fields["pig_likelihood"].annotation)
+PIG_HIT_RATES = get_args(FitOptions.model_fields["pig_hit_rate"].annotation)
 _CHUNK = 1 << 21  # max elements of the (entries x terms) work arrays
 
 
 # =============================================================================== helpers
-def _as_int(x, name: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind in "iu":
-        return a.astype(np.int64)
-    if a.dtype.kind in "fb":
-        a = a.astype(np.float64)
-        if not np.all(np.isfinite(a)) or not np.all(a == np.floor(a)):
-            raise ValueError(f"{name} must hold integers, got non-integral values")
-        return a.astype(np.int64)
-    raise ValueError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
-
-
-def _stirling_tail(z: np.ndarray) -> np.ndarray:
-    """lgamma(z) - [(z - 1/2) log z - z + log(2 pi) / 2] for z >= 16 (error < 2e-16)."""
-    w = 1.0 / (z * z)
-    return (1.0 / 12.0 + w * (-1.0 / 360.0 + w * (1.0 / 1260.0 + w * (-1.0 / 1680.0 + w / 1188.0)))) / z
-
-
-def _lgd(x, a) -> np.ndarray:
-    """lgamma(x + a) - lgamma(x) for x >= 1, a >= 0, accurate to ~eps * |result|.
-
-    The plain gammaln difference has an absolute error of ~eps * lgamma(x + a) (~2e-9 at
-    x ~ 1e6); for x >= 16 the Stirling expansion of the difference,
-    (x + a - 1/2) log1p(a / x) + a log x - a + tail(x + a) - tail(x), avoids it.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    a = np.asarray(a, dtype=np.float64)
-    big = x >= 16.0
-    xb = np.where(big, x, 16.0)
-    stirling = (xb + a - 0.5) * np.log1p(a / xb) + a * np.log(xb) - a + (_stirling_tail(xb + a) - _stirling_tail(xb))
-    xs = np.where(big, 1.0, x)
-    direct = gammaln(xs + a) - gammaln(xs)
-    return np.where(big, stirling, direct)
-
-
-def _log_binom(n, r) -> np.ndarray:
-    """log binom(n, r) = lgd(n - r' + 1, r') - lgamma(r' + 1), r' = min(r, n - r); -inf unless 0 <= r <= n."""
-    n = np.asarray(n, dtype=np.float64)
-    r = np.asarray(r, dtype=np.float64)
-    ok = (r >= 0) & (n >= r)
-    rr = np.where(ok, np.minimum(r, n - r), 0.0)
-    nn = np.where(ok, n, 0.0)
-    return np.where(ok, _lgd(nn - rr + 1.0, rr) - gammaln(rr + 1.0), -np.inf)
-
-
 def _chunks(order: np.ndarray, widths_sorted: np.ndarray):
     """Split ``order`` (sorted by width) into chunks with rows * max width <= _CHUNK."""
     pos, n = 0, order.size
@@ -264,9 +221,9 @@ def _log_pmf_flat(m, lam, k, L, C, method: str) -> np.ndarray:
     else:
         # exact positive closed forms
         e0 = mm == 0
-        logS[e0] = _log_binom(n0[e0], Cv[e0])
+        logS[e0] = log_binom(n0[e0], Cv[e0])
         e1 = ~e0 & (kv == 1)  # [x^C] (1+x)^n0 x^m
-        logS[e1] = _log_binom(n0[e1], Cv[e1] - mm[e1])
+        logS[e1] = log_binom(n0[e1], Cv[e1] - mm[e1])
         rest = ~(e0 | e1)
         eC = rest & (Cv == mm)  # one member of each covered group: k^m
         logS[eC] = mm[eC] * np.log(kv[eC].astype(np.float64))
@@ -283,9 +240,9 @@ def _log_pmf_flat(m, lam, k, L, C, method: str) -> np.ndarray:
             def terms2(rows, i):
                 t = t0f[rows, None] + i
                 return (
-                    _log_binom(mf[rows, None], t)
+                    log_binom(mf[rows, None], t)
                     + (mf[rows, None] - t) * np.log(2.0)
-                    + _log_binom(n0f[rows, None], Cf[rows, None] - mf[rows, None] - t)
+                    + log_binom(n0f[rows, None], Cf[rows, None] - mf[rows, None] - t)
                 )
 
             v, _, _ = _row_terms_lse(terms2, np.maximum(t1 - t0 + 1, 1), signed=False)
@@ -314,14 +271,14 @@ def _log_pmf_flat(m, lam, k, L, C, method: str) -> np.ndarray:
             ik = i * kf[rows, None]
             N = Nf[rows, None]
             return (
-                _log_binom(mf[rows, None], i)
-                + _lgd(N - ik - Cf[rows, None] + 1.0, ik)
-                - _lgd(N - ik + 1.0, ik)
+                log_binom(mf[rows, None], i)
+                + lgamma_diff(N - ik - Cf[rows, None] + 1.0, ik)
+                - lgamma_diff(N - ik + 1.0, ik)
             )
 
         v, sgn, vabs = _row_terms_lse(terms, n_terms, signed=True)
-        v = v + _log_binom(Nf, Cf)
-        vabs = vabs + _log_binom(Nf, Cf)
+        v = v + log_binom(Nf, Cf)
+        vabs = vabs + log_binom(Nf, Cf)
         if method == "lse":
             logS[it] = np.where(sgn > 0, v, -np.inf)
         else:
@@ -337,7 +294,7 @@ def _log_pmf_flat(m, lam, k, L, C, method: str) -> np.ndarray:
             if bad.size:
                 logS[bad] = _log_coeff_fourier(n0[bad], kv[bad], mm[bad], Cv[bad])
 
-    val = _log_binom(lm, mm) - _log_binom(Lv, Cv) + logS
+    val = log_binom(lm, mm) - log_binom(Lv, Cv) + logS
     out[idx] = np.minimum(np.where(np.isnan(val), -np.inf, val), 0.0)
     return out
 
@@ -346,7 +303,7 @@ def pig_cover_logpmf(m, lam, k, L, C, *, method: str = "auto"):
     """log rho~(m / lambda, lambda, k; L, C); -inf where rho~ = 0. See :func:`pig_cover_pmf`."""
     if method not in ("auto", "lse", "fourier"):
         raise ValueError("method must be 'auto', 'lse' or 'fourier'")
-    args = [_as_int(a, n) for a, n in zip((m, lam, k, L, C), ("m", "lam", "k", "L", "C"))]
+    args = [as_int(a, n) for a, n in zip((m, lam, k, L, C), ("m", "lam", "k", "L", "C"))]
     scalar = all(a.ndim == 0 for a in args)
     arrs = np.broadcast_arrays(*args)
     shape = arrs[0].shape
@@ -405,7 +362,7 @@ def pig_pmf_mode(lam, k, L, C) -> np.ndarray:
     interpolation of (lambda + 1) rho~, so its maximum is at a grid point). Returns -1 where
     the parameters are invalid and 0 for lambda = 0.
     """
-    args = [_as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
+    args = [as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
     scalar = all(a.ndim == 0 for a in args)
     lam_a, k_a, L_a, C_a = (a.ravel() for a in np.broadcast_arrays(*args))
     shape = np.broadcast_shapes(*(a.shape for a in args))
@@ -457,7 +414,7 @@ def pig_density(s, lam, k, L, C):
     and s outside [0, 1] give 0; NaN s gives NaN. Vectorized; all arguments broadcast.
     """
     s_a = np.asarray(s, dtype=np.float64)
-    args = [_as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
+    args = [as_int(a, n) for a, n in zip((lam, k, L, C), ("lam", "k", "L", "C"))]
     scalar = s_a.ndim == 0 and all(a.ndim == 0 for a in args)
     s_b, lam_b, k_b, L_b, C_b = np.broadcast_arrays(s_a, *args)
     shape = s_b.shape
@@ -502,7 +459,7 @@ def pig_bin_density(b, lam, k, L, C):
     k lambda > L, C > L) give 0. Cost: one rho~ per m in the bin. Vectorized; all arguments
     broadcast (non-negative integers, 0 <= b < N_BINS).
     """
-    args = [_as_int(a, n) for a, n in zip((b, lam, k, L, C), ("b", "lam", "k", "L", "C"))]
+    args = [as_int(a, n) for a, n in zip((b, lam, k, L, C), ("b", "lam", "k", "L", "C"))]
     scalar = all(a.ndim == 0 for a in args)
     b_a, lam_a, k_a, L_a, C_a = (a.ravel() for a in np.broadcast_arrays(*args))
     shape = np.broadcast_shapes(*(a.shape for a in args))
@@ -533,7 +490,7 @@ def pig_bin_density(b, lam, k, L, C):
 
 
 # =============================================================================== EM (Algorithm 2)
-class PIGFit:
+class PIGFit(CellFit):
     r"""Per-problem (lambda_i, k_i) of one task by EM over the PIG mixture (Algorithm 2).
 
     Model (Section 3.3): every sub-unit outcome y_ijl in {1, 0, IDK} comes from the noise
@@ -593,64 +550,40 @@ class PIGFit:
     sum y(0) = sum (1 - s) and the IDK count. rho is evaluated for every (problem, lambda,
     k, cell) on padded arrays; there is no Python loop over observations or problems.
 
-    Learned attributes: ``problems_`` (sorted unique codes), ``lam_``, ``k_`` (int64),
-    ``loglik_`` (objective of (b) at the final pair, last step), ``prior_oracle_`` (P_i(O)
-    from the last (c)), ``lam_q_`` (maxC_i), ``noise_`` = (P(1|N), P(0|N), P(IDK|N)) from the
-    last (a), and per cell (sorted by problem, C): ``cells_problem_`` (index into problems_),
-    ``cells_C_``, ``hit_rate_`` (P_{i,c}(y = 1|O) after the last (b)).
+    The :class:`~raylc.dolce.cells.CellFit` contract: hyperparameters ``n_steps`` (T),
+    ``likelihood`` and ``hit_rate``; :meth:`fit` takes one task's observation table (its
+    statistics per (problem, C), and per distinct score for the options), :meth:`fit_stats`
+    :class:`~raylc.dolce.cells.CellStats` (``CellStats.from_scores`` builds them from one row
+    per observation). ``loglik_`` is the objective of (b) at the final pair (last step),
+    ``prior_oracle_`` P_i(O) from the last (c), ``noise_`` P(y|N) from the last (a); besides
+    the shared attributes, ``hit_rate_`` is P_{i,c}(y = 1|O) after the last (b) per cell
+    (``cells_problem_``, ``cells_C_``).
     """
 
-    def __init__(self, n_steps: int = 5, hit_rate: str = "mode", likelihood: str = "hit_rate"):
+    scenario = "PIG"
+
+    def __init__(self, n_steps: int = 5, likelihood: str = "hit_rate", hit_rate: str = "mode"):
         self.n_steps = n_steps
-        self.hit_rate = hit_rate
         self.likelihood = likelihood
+        self.hit_rate = hit_rate
 
-    # ------------------------------------------------------------------ inputs
-    def fit(self, problem, L, C, s) -> "PIGFit":
-        """Fit from one row per observation: s in [0, 1], NaN = IDK."""
-        s_a = np.asarray(s, dtype=np.float64)
-        if s_a.ndim != 1:
-            raise ValueError("s must be a 1-D array")
-        ok = np.isnan(s_a) | ((s_a >= 0.0) & (s_a <= 1.0))
-        if not ok.all():
-            raise ValueError("scores s must lie in [0, 1] (NaN = IDK)")
-        idk = np.isnan(s_a)
-        score_counts = None
-        if self.likelihood != "hit_rate":
-            score_counts = (problem, C, s_a, np.ones(s_a.size))
-        return self.fit_stats(
-            problem, L, C, np.ones(s_a.size), np.where(idk, 0.0, s_a), np.where(idk, 0.0, 1.0 - s_a),
-            idk.astype(float), score_counts=score_counts,
-        )
-
-    def fit_stats(self, problem, L, C, n, y1, y0, nidk, *, score_counts=None) -> "PIGFit":
-        """Fit from sufficient statistics per (problem, C) row (duplicate rows are summed).
-
-        n: number of observations; y1 = sum of s and y0 = sum of 1 - s over non-IDK ones;
-        nidk: IDK count (n = y1 + y0 + nidk is checked). Float weights are allowed.
-        ``score_counts`` = (problem, C, s, count) per distinct score (s NaN = IDK) is needed
-        only for the ``likelihood="score"`` and ``"binned"`` options (:meth:`fit` builds it).
-        """
-        T = int(self.n_steps)
-        if T < 1:
-            raise ValueError("n_steps must be >= 1")
+    def _check_params(self) -> None:
+        super()._check_params()
         if self.hit_rate not in PIG_HIT_RATES:
             raise ValueError("hit_rate must be 'mode' (paper) or 'mean'")
         if self.likelihood not in PIG_LIKELIHOODS:
             raise ValueError("likelihood must be 'hit_rate' (paper), 'score' or 'binned'")
-        if self.likelihood != "hit_rate" and score_counts is None:
-            raise ValueError(f"likelihood={self.likelihood!r} needs per-score counts: use fit() or pass score_counts")
-        d = self._prepare(problem, L, C, n, y1, y0, nidk)
-        if self.likelihood != "hit_rate":
-            self._prepare_scores(d, *score_counts)
-        self._em(d, T)
-        return self
+
+    def cell_stats(self, obs: pl.DataFrame) -> CellStats:
+        """Statistics per (problem, C) cell - n, sum s, sum (1 - s) over non-IDK, IDK count -
+        and, for the ``likelihood`` options, per distinct score."""
+        return cell_statistics(obs, by_score=self.likelihood != "hit_rate")
 
     def _prepare_scores(self, d: dict, problem, C, s, count) -> None:
         """Density entries (problem, lambda, k, distinct (C, s)) for ``likelihood="score"``; for
         ``"binned"`` s is replaced by its bin (:func:`raylc.dolce.scenario.bucketize_scores`)."""
         problem = np.asarray(problem)
-        C_a = _as_int(C, "C")
+        C_a = as_int(C, "C")
         s_a = np.asarray(s, dtype=np.float64)
         w = np.asarray(count, dtype=np.float64)
         if not (problem.shape == C_a.shape == s_a.shape == w.shape) or problem.ndim != 1:
@@ -680,18 +613,8 @@ class PIGFit:
             s_e_p=e_p, s_e_flat=(e_p * M + v_l[e_pair]) * M + v_k[e_pair], s_e_w=gw[e_g], s_e_rho=rho,
         )
 
-    def _prepare(self, problem, L, C, n, y1, y0, nidk) -> dict:
-        N = np.shape(problem)[0]
-        for name, a in (("n", n), ("y1", y1), ("y0", y0), ("nidk", nidk)):
-            if np.ndim(a) != 1 or np.shape(a)[0] != N:
-                raise ValueError(f"{name} must be a 1-D array aligned with problem (length {N})")
-        Y = np.stack([np.asarray(a, dtype=np.float64) for a in (y1, y0, nidk)], axis=1)
-        n_a = np.asarray(n, dtype=np.float64)
-        if not (np.all(np.isfinite(Y)) and np.all(np.isfinite(n_a))) or np.any(Y < 0) or np.any(n_a < 0):
-            raise ValueError("statistics n, y1, y0, nidk must be finite and non-negative")
-        if np.any(np.abs(Y.sum(axis=1) - n_a) > 1e-9 * np.maximum(1.0, n_a)):
-            raise ValueError("inconsistent statistics: n must equal y1 + y0 + nidk")
-        g = cell_grid(problem, L, C, Y)
+    @staticmethod
+    def _prepare(g: dict) -> dict:
         P, M, Mc, Lp, maxC, Cpad = g["P"], g["M"], g["Mc"], g["Lp"], g["maxC"], g["Cpad"]
         problems, Ypad, cellmask, cand, valid = g["problems"], g["stats"], g["cellmask"], g["cand"], g["valid"]
 
@@ -705,7 +628,14 @@ class PIGFit:
         )
 
     # ------------------------------------------------------------------ EM
-    def _em(self, d: dict, T: int) -> None:
+    def _em(self, stats: CellStats, grid: dict) -> None:
+        if self.likelihood != "hit_rate" and stats.score_counts is None:
+            raise ValueError(f"likelihood={self.likelihood!r} needs per-score counts: use fit(), "
+                             "CellStats.from_scores or pass score_counts")
+        d = self._prepare(grid)
+        if self.likelihood != "hit_rate":
+            self._prepare_scores(d, *stats.score_counts)
+        T = int(self.n_steps)
         P, M = d["P"], d["M"]
         Y, cellmask, ncell = d["Ypad"], d["cellmask"], d["ncell"]
         ar = np.arange(P)
@@ -777,70 +707,16 @@ class PIGFit:
             qN = np.where(pos, a / safe, prior_N[:, None, None])
             qO = np.where(pos, b / safe, prior_O[:, None, None])
 
-        self.problems_ = d["problems"]
-        self.lam_ = lam_star.astype(np.int64)
-        self.k_ = k_star.astype(np.int64)
-        self.loglik_ = loglik.astype(np.float64)
-        self.prior_oracle_ = prior_O
-        self.lam_q_ = d["maxC"].astype(np.int64)
-        self.noise_ = np.asarray(noise, dtype=np.float64)
+        self._set_fit(grid, lam_star, k_star, loglik, prior_O, noise)
         cp, cc = np.nonzero(cellmask)
-        self.cells_problem_ = cp.astype(np.int64)
-        self.cells_C_ = d["Cpad"][cp, cc]
         self.hit_rate_ = p_oracle[cp, cc, 0]
 
 
 def fit_pig_task(
     obs: pl.DataFrame, n_steps: int = 5, *, hit_rate: str = "mode", likelihood: str = "hit_rate"
 ) -> tuple[pl.DataFrame, dict]:
-    """Fit the PIG model (Algorithm 2) to the observation table of one task.
-
-    ``obs`` has columns task, problem_id, L, C, start, score (float in [0, 1], null = IDK),
-    metric. Sufficient statistics per (problem_id, L, C) - n, sum s, sum (1 - s) over
-    non-IDK, IDK count - come from one polars group_by; :class:`PIGFit` runs ``n_steps`` EM
-    steps (Section 4: 5 for PIG); ``hit_rate`` and ``likelihood`` select the PIGFit options
-    (defaults = the paper; ``likelihood="score"`` / ``"binned"`` group by score instead).
-    Categories (Figure 1) use lambda_p = k_p from :func:`category_thresholds` over the task's
-    distinct C with 0 < C < L, and lambda_q = each problem's largest partial C.
-
-    Returns (problems, info): problems has columns task, problem_id, scenario ("PIG"), lam,
-    k, category, loglik, prior_oracle, sorted by problem_id; info is {"p_noise_1",
-    "p_noise_0", "p_noise_idk", "lam_p", "k_p"}.
-    """
-    check_task_table(obs)
-    score = pl.col("score").cast(pl.Float64)
-    score_counts = None
-    if likelihood != "hit_rate":  # options: counts per distinct score; cell statistics derived from them
-        cells = (
-            obs.with_columns(score=score)
-            .group_by("problem_id", "L", "C", "score")
-            .agg(n=pl.len())
-            .with_columns(
-                y1=pl.col("score").fill_null(0.0) * pl.col("n"),
-                y0=(1.0 - pl.col("score")).fill_null(0.0) * pl.col("n"),
-                nidk=pl.when(pl.col("score").is_null()).then(pl.col("n")).otherwise(0),
-            )
-            .sort("problem_id", "C", "score")
-        )
-        s_vals = cells["score"].fill_null(float("nan")).to_numpy().astype(np.float64)
-        score_counts = (
-            cells["problem_id"].cast(pl.String).to_numpy(), cells["C"].to_numpy(), s_vals,
-            cells["n"].to_numpy().astype(np.float64),
-        )
-    else:
-        cells = (
-            obs.group_by("problem_id", "L", "C")
-            .agg(n=pl.len(), y1=score.sum(), y0=(1.0 - score).sum(), nidk=score.is_null().sum())
-            .sort("problem_id", "C")
-        )
-    L = cells["L"].to_numpy()
-    C = cells["C"].to_numpy()
-    lam_p, k_p = task_thresholds(L, C)
-
-    model = PIGFit(n_steps=n_steps, hit_rate=hit_rate, likelihood=likelihood).fit_stats(
-        cells["problem_id"].cast(pl.String).to_numpy(), L, C,
-        cells["n"].to_numpy().astype(np.float64), cells["y1"].to_numpy().astype(np.float64),
-        cells["y0"].to_numpy().astype(np.float64), cells["nidk"].to_numpy().astype(np.float64),
-        score_counts=score_counts,
-    )
-    return fit_frames(model, obs["task"][0], "PIG", lam_p, k_p)
+    """``PIGFit(n_steps, likelihood, hit_rate).fit(obs).frames()``: the PIG model
+    (Algorithm 2) of one task's observation table as (problems, info)
+    (:meth:`raylc.dolce.cells.CellFit.frames`; scenario "PIG"; categories with lambda_p = k_p
+    of the task's partial lengths)."""
+    return PIGFit(n_steps=n_steps, likelihood=likelihood, hit_rate=hit_rate).fit(obs).frames()

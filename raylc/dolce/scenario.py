@@ -52,6 +52,7 @@ __all__ = [
     "DIP_PVALUE_COW",
     "MIN_SUBSET_PROBLEMS",
     "SELECTION_SCHEMA",
+    "binarization_cut",
     "binarize_scores",
     "binary_metric_expr",
     "bucketize_scores",
@@ -236,9 +237,21 @@ def binarize_scores(obs: pl.DataFrame, threshold: float = 0.5) -> pl.DataFrame:
     ``threshold`` is, so that e.g. threshold 0 does not turn wrong answers into correct ones.
     Returns ``obs`` with the ``score`` column replaced (Float64).
     """
-    if not np.isfinite(threshold):
-        raise ValueError("threshold must be finite")
-    binary = binary_metric_expr()
-    cut = pl.when(binary).then(pl.lit(0.5)).otherwise(pl.lit(float(threshold)))
+    cut = binarization_cut(obs, threshold)
     s = pl.col("score").cast(pl.Float64)
     return obs.with_columns(score=pl.when(s.is_null()).then(None).otherwise((s >= cut).cast(pl.Float64)))
+
+
+def binarization_cut(obs: pl.DataFrame, threshold: float = 0.5) -> pl.Expr:
+    """The per-row cut of :func:`binarize_scores` (outcome 1 iff score >= cut): 0.5 for a
+    binary metric, ``threshold`` otherwise; a literal when the table's (distinct) metrics are
+    all binary or all continuous."""
+    if not np.isfinite(threshold):
+        raise ValueError("threshold must be finite")
+    metrics = obs["metric"].unique().to_list()
+    binary = [m for m in metrics if is_binary_metric(m)]
+    if not binary:
+        return pl.lit(float(threshold))
+    if len(binary) == len(metrics):
+        return pl.lit(0.5)
+    return pl.when(pl.col("metric").is_in(binary)).then(pl.lit(0.5)).otherwise(pl.lit(float(threshold)))

@@ -5,7 +5,7 @@ samples table's judge metrics (100-LongBench Appendix A.2) have their prompts
 (:data:`JUDGE_TEMPLATES`, rubrics after HELMET's model-based evaluation): ``judge_qa`` =
 fluency (0-2) x correctness (0-3) / 6 and ``judge_sum`` = fluency (0/1) x precision
 (supported sentences / sentences), one judge call per row (:func:`judge_sample_scores`)
-through ``generate`` (in-process or :func:`raylc.pipeline.ray_exec.generate_on_ray`); an
+through ``generate`` (in-process or :func:`raylc.run.ray_exec.generate_on_ray`); an
 unparseable or failed judgement is null.
 """
 

@@ -14,9 +14,9 @@ from typing import Optional, Sequence
 
 import polars as pl
 
-from raylc.prompts import IDK_CHOICE
 from raylc.scoring.extract import IDK_PATTERNS, choice, is_idk
 from raylc.scoring.metrics import METRICS
+from raylc.text.prompts import IDK_CHOICE
 
 OBSERVATION_SCHEMA = {
     "task": pl.String,
@@ -53,7 +53,7 @@ def score_spans(
 
     ``completions`` needs ``task, problem_id, L, C, start, completion``; ``problems`` needs
     ``problem_id, answer`` and optionally ``answers`` (all references) and ``template``
-    (:data:`raylc.prompts.TEMPLATES`; ``planted`` when absent). ``idk_patterns`` are regexes
+    (:data:`raylc.text.prompts.TEMPLATES`; ``planted`` when absent). ``idk_patterns`` are regexes
     (default :data:`raylc.scoring.extract.IDK_PATTERNS`).
     """
     if metric not in METRICS:

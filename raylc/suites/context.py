@@ -5,7 +5,7 @@ pool while they fit the remaining budget, shuffled, each labelled ``Passage i:``
 a blank line; its token count is as close to the target as the pool allows and never above it.
 
 Pools are tables (JSONL, Parquet or CSV; local or ``s3://``, read with
-:func:`raylc.store.read_input`), one document per row:
+:func:`raylc.io.store.read_input`), one document per row:
 
 * distractor pool (:func:`load_distractors`): ``text`` (required), ``id`` (optional). Exact
   duplicate texts are dropped and counted in :attr:`DocumentPool.skipped` (a duplicate would
@@ -38,8 +38,8 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 import polars as pl
 
-from raylc.store import StoreError, StoreUnavailable, read_input
-from raylc.tokenize import Tokenizer
+from raylc.io.store import StoreError, StoreUnavailable, read_input
+from raylc.text.tokenize import Tokenizer
 
 __all__ = [
     "LABEL",

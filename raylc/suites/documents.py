@@ -17,7 +17,7 @@ field           meaning
 
 Rows are numbered from 1 in file order. A bad file raises :class:`DocumentsError` with one
 line naming the file, the row and the field (missing field, empty context, duplicate id,
-malformed choices, a task name that is not a safe path segment (:mod:`raylc.names`: tasks
+malformed choices, a task name that is not a safe path segment (:mod:`raylc.io.names`: tasks
 name the ``infer/task=<task>/`` folders) or that differs from another only in case, a task
 whose every context is a single unit). Other columns are ignored.
 """
@@ -25,16 +25,65 @@ whose every context is a single unit). Other columns are ignored.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import polars as pl
+from pydantic import Field, field_validator
 
-from raylc.names import UnsafeName, path_segment
-from raylc.prompts import AUTO, CHOICE_LETTERS
-from raylc.spec import DocumentsSuite
-from raylc.store import Store, StoreError, read_input
-from raylc.units import UnitSpecError, parse_spec, split_units, unit_stats
+from raylc.io.names import UnsafeName, path_segment
+from raylc.io.store import Store, StoreError, read_input
+from raylc.suites.registry import DolceSuite, register_suite
+from raylc.text.prompts import AUTO, CHOICE_LETTERS
+from raylc.text.units import UnitSpecError, parse_spec, split_units, unit_stats
+
+
+class DocumentsSuite(DolceSuite):
+    """User-provided problems for the DOLCE pipeline (:mod:`raylc.suites.documents`): a
+    JSONL/Parquet/CSV file (``data``, local or s3://) with fields ``task, id, context, question,
+    answer`` (or ``answers``) and optional ``choices``. Contexts are split into units by
+    ``units`` (DOLCE Table 3 letters, e.g. ``ls``), per task by ``task_units``; prompts use
+    ``template`` (a name in :data:`raylc.text.prompts.TEMPLATES`, or ``auto``: ``choice`` for rows
+    with choices, else ``qa``), per task ``task_templates``. ``tasks`` keeps only those tasks;
+    ``problems_per_task`` keeps a seeded sample of that many problems per task."""
+
+    kind: Literal["documents"]
+    data: str = Field(min_length=1)
+    units: str = "s"
+    task_units: dict[str, str] = {}
+    template: str = "auto"
+    task_templates: dict[str, str] = {}
+    tasks: Optional[list[str]] = Field(default=None, min_length=1)
+    problems_per_task: Optional[int] = Field(default=None, ge=1)
+
+    @field_validator("units")
+    @classmethod
+    def _unit_spec(cls, v: str) -> str:
+        from raylc.text.units import parse_spec
+
+        return parse_spec(v)
+
+    @field_validator("task_units")
+    @classmethod
+    def _task_unit_specs(cls, v: dict[str, str]) -> dict[str, str]:
+        from raylc.text.units import parse_spec
+
+        return {task: parse_spec(spec) for task, spec in v.items()}
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        from raylc.text.prompts import check_template
+
+        return check_template(v, auto=True)
+
+    @field_validator("task_templates")
+    @classmethod
+    def _task_templates(cls, v: dict[str, str]) -> dict[str, str]:
+        from raylc.text.prompts import check_template
+
+        return {task: check_template(name, auto=True) for task, name in v.items()}
+
 
 REQUIRED = ("task", "id", "context", "question")
 CHOICE_COLUMNS = tuple(f"choice_{x}" for x in CHOICE_LETTERS)
@@ -142,7 +191,7 @@ def read_documents(uri: str) -> pl.DataFrame:
 
 
 def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
-    """Every task is a safe path segment (:func:`raylc.names.path_segment`, named at its first
+    """Every task is a safe path segment (:func:`raylc.io.names.path_segment`, named at its first
     row) and no two tasks differ only in case (one folder on a case-insensitive filesystem)."""
     firsts = frame.with_row_index("_i").group_by("task", maintain_order=True).agg(pl.col("_i").first())
     folded: dict[str, tuple[str, int]] = {}
@@ -220,13 +269,14 @@ def split_documents(contexts: list[str], specs: list[str]) -> pl.DataFrame:
     )
 
 
+@register_suite(DocumentsSuite)
 def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     """Problems table of a documents suite (columns :data:`PROBLEM_SCHEMA`, file order).
 
     Compatible with the planted suite's table for the DOLCE pipeline (``task, problem_id,
     L, units, question, answer``); ``document[unit_starts[i]:unit_ends[i]] == units[i]``
     (``document`` is the context, after the spec's ``r`` rewrite if any). ``template`` is the
-    prompt template of :mod:`raylc.prompts`; ``seed`` draws the ``problems_per_task`` sample.
+    prompt template of :mod:`raylc.text.prompts`; ``seed`` draws the ``problems_per_task`` sample.
     """
     frame = read_documents(suite.data)
     if suite.tasks is not None:
@@ -255,8 +305,8 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
 def unit_report(uri: str, specs: list[str], task_field: str = "task", context_field: str = "context",
                 tokenizer: Optional[str] = None, out: Optional[str] = None) -> pl.DataFrame:
     """Per-task unit statistics of a problems file under each unit spec (DOLCE Figure 5,
-    :func:`raylc.units.unit_stats`); written as Parquet to ``out`` (local or s3://) when given."""
-    from raylc.tokenize import get_tokenizer
+    :func:`raylc.text.units.unit_stats`); written as Parquet to ``out`` (local or s3://) when given."""
+    from raylc.text.tokenize import get_tokenizer
 
     try:
         specs = [parse_spec(s) for s in specs]

@@ -33,14 +33,34 @@ import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, Optional
 
 import numpy as np
 import polars as pl
+from pydantic import Field
 
-from raylc.spec import HELMET_RECALL_TASKS, HelmetRecallSuite
 from raylc.suites.context import count_tokens, load_distractors
-from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
-from raylc.tokenize import Tokenizer, get_tokenizer
+from raylc.suites.registry import register_suite
+from raylc.suites.samples import SAMPLE_SCHEMA, LengthSuite, check_samples
+from raylc.text.tokenize import Tokenizer, get_tokenizer
+
+HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
+
+
+class HelmetRecallSuite(LengthSuite):
+    """HELMET's synthetic recall tasks (Section 2.1, Appendix B.5): JSON KV, RULER multi-key
+    needle with number / UUID values (the haystack is noisy needles with other keys) and
+    multi-value needle (four values for one key in an essay haystack), SubEM-scored (recall
+    over the four values for the multi-value needle); the gold key or needle sits at
+    ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
+    pool (JSONL/Parquet/CSV with a ``text`` column, local or s3://) for the multi-value
+    needle's essay; unset, RULER's repeated noise sentences are the filler."""
+
+    kind: Literal["helmet_recall"]
+    tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
+    depths: int = Field(default=6, ge=1)
+    haystack: Optional[str] = None
+
 
 __all__ = ["HelmetRecallError", "build_helmet_recall", "depth_grid", "fit_units", "needle", "uuids"]
 
@@ -283,6 +303,7 @@ class _Sample:
             raise HelmetRecallError(f"helmet_recall task {self.task}: {exc}") from None
 
 
+@register_suite(HelmetRecallSuite)
 def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks: ``samples_per_length``
     samples per task, each at every length of ``suite.lengths``; extra column ``depth``.

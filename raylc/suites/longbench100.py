@@ -33,16 +33,79 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Literal, Optional
 
 import numpy as np
 import polars as pl
+from pydantic import Field
 
-from raylc.spec import LONGBENCH100_TASKS, LongBench100Suite
-from raylc.suites.context import (BuiltContext, ContextTooLong, DocumentPool, PoolError, build_context,
-                                  load_distractors, load_sources)
-from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.suites.context import (
+    BuiltContext,
+    ContextTooLong,
+    DocumentPool,
+    PoolError,
+    build_context,
+    load_distractors,
+    load_sources,
+)
+from raylc.suites.registry import register_suite
+from raylc.suites.samples import SAMPLE_SCHEMA, LengthSuite, check_samples
+from raylc.text.tokenize import get_tokenizer
+
+LONGBENCH100_TASKS = ("kv_retrieval", "counting_stars", "passage_retrieval", "passage_count",
+                      "single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
+
+
+LONGBENCH100_JUDGED = ("single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum")
+
+
+class LongBench100Suite(LengthSuite):
+    """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
+    real source documents (``sources``) and a pool of distractor documents (``distractors``),
+    JSONL/Parquet/CSV, local or s3://. QA samples scoring above ``prior_knowledge_threshold``
+    with no context are dropped from the statistics (null disables the filter, and the
+    no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
+    (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
+    document repeated 1..``max_repeats`` times."""
+
+    kind: Literal["longbench100"]
+    tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]
+    sources: str = Field(min_length=1)
+    distractors: str = Field(min_length=1)
+    prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0)
+    kv_pairs: int = Field(default=3, ge=1)
+    star_passages: int = Field(default=4, ge=2)
+    max_repeats: int = Field(default=3, ge=1)
+
+    def judged_tasks(self) -> list[str]:
+        return sorted(set(self.tasks) & set(LONGBENCH100_JUDGED))
+
+    def kept(self, scores: pl.DataFrame) -> pl.DataFrame:
+        """Length-0 rows never count; with the QA prior-knowledge filter
+        (``prior_knowledge_threshold``), neither do the rows of QA samples answered above the
+        threshold with no context (:func:`prior_knowledge_filter`)."""
+        keys = ["task", "sample_id", "length"]
+        if self.prior_knowledge_threshold is None or not (scores["length"] == 0).any():
+            return super().kept(scores)
+        kept, _ = prior_knowledge_filter(scores.select(*keys, "score"), self.prior_knowledge_threshold)
+        return scores.join(kept.select(keys).with_columns(kept=pl.lit(True)), on=keys, how="left").with_columns(
+            pl.col("kept").fill_null(False))
+
+    sections: ClassVar[tuple[str, ...]] = ("prior_knowledge",)
+
+    def report_sections(self, scores: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+        """Samples and drops of the QA prior-knowledge filter per QA task."""
+        if self.prior_knowledge_threshold is None:
+            return []
+        dropped = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
+        probed = scores.filter(pl.col("length") == 0).select("task").unique()  # the QA tasks
+        total = (scores.filter(pl.col("length") > 0).join(probed, on="task", how="semi")
+                 .select("task", "sample_id").unique().group_by("task").len("samples"))
+        table = total.join(dropped.group_by("task").len("dropped"), on="task", how="left").with_columns(
+            pl.col("dropped").fill_null(0).cast(pl.Int64)).sort("task")
+        return [("prior_knowledge", f"QA prior-knowledge filter (no-context score > {self.prior_knowledge_threshold})",
+                 table)]
+
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +370,7 @@ def _synthetic_task(task: str, suite: LongBench100Suite, seed: int, pool: Docume
 EXTRA_SCHEMA = {"n_passages": pl.Int64(), "gold_passages": pl.List(pl.Int64())}
 
 
+@register_suite(LongBench100Suite)
 def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks at every length, plus
     ``n_passages`` and ``gold_passages`` (passage numbers of the ground truth / needles).

@@ -22,14 +22,38 @@ invalid output, which the compensated score credits with 0.25 (Table 4).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, Literal, Optional
 
 import polars as pl
+from pydantic import Field
 
-from raylc.spec import LongBenchV2Suite
-from raylc.store import Store, StoreError, json_records
+from raylc.io.store import Store, StoreError, json_records
+from raylc.suites.registry import SweepSuite, register_suite
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.text.tokenize import get_tokenizer
+
+
+class LongBenchV2Suite(SweepSuite):
+    """A LongBench v2 run on data in its released JSON/JSONL format (``data``), zero-shot or
+    two-call chain of thought (Appendix C); contexts are truncated from the middle to the
+    probe's window; invalid outputs count 0.25 in the compensated score."""
+
+    kind: Literal["longbench_v2"]
+    data: str = Field(min_length=1)
+    mode: Literal["zero_shot", "cot"] = "zero_shot"
+    tokenizer: Optional[str] = None
+
+    axis: ClassVar[str] = "length_class"  # short / medium / long: its contexts are not length-controlled
+
+    def tokenizer_spec(self) -> Optional[str]:
+        return self.tokenizer
+
+    sections: ClassVar[tuple[str, ...]] = ("longbench_v2",)
+
+    def report_sections(self, scores: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+        return [("longbench_v2", "LongBench v2 (accuracy %, compensated: invalid outputs count 0.25)",
+                 longbench_v2_report(scores).with_columns(pl.col(pl.Float64).round(2)))]
+
 
 __all__ = ["LongBenchV2DataError", "build_longbench_v2", "load_longbench_v2", "longbench_v2_report", "prompt"]
 
@@ -68,7 +92,7 @@ def _read_bytes(uri: str) -> bytes:
 
 def _records(uri: str, data: bytes) -> list[tuple[str, Any]]:
     """(where, record) pairs: ``record i`` of a JSON list or ``line n`` of JSON Lines
-    (:func:`raylc.store.json_records`, the one JSON parser)."""
+    (:func:`raylc.io.store.json_records`, the one JSON parser)."""
     try:
         return json_records(uri, data)
     except StoreError as exc:
@@ -129,6 +153,7 @@ def cot_followup(record: dict[str, str]) -> str:
     return f"{_OMITTED}{_question(record)}\n\n{_COT_CUE} {COMPLETION}{COT_FOLLOWUP}"
 
 
+@register_suite(LongBenchV2Suite)
 def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data`` in ``suite.mode``: task ``longbench_v2``, sample_id the
     record's ``_id``, metric and extractor ``longbench_v2``, extra columns ``domain,

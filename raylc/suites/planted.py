@@ -11,11 +11,53 @@ spans (stars and bars), the same law as the cover probability pi(lambda, k; L, C
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 import polars as pl
+from pydantic import Field, field_validator, model_validator
 
-from raylc.spec import PlantedSuite
+from raylc.suites.registry import DolceSuite, register_suite
+from raylc.text.sampling import Length
+
+
+class PlantedSuite(DolceSuite):
+    """Synthetic suite with planted evidence of known complexity lambda and redundancy k.
+
+    Each problem's context is ``L`` filler sentences (units); ``k`` non-overlapping runs of
+    ``lambda`` consecutive clue sentences are hidden in it, and the answer can only be
+    derived from one complete run. ``"L"`` in ``lambdas`` means lambda = L (the whole
+    context is one run of clues, k = 1).
+    """
+
+    kind: Literal["planted"] = "planted"
+    tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1)
+    problems_per_task: int = Field(default=100, ge=1)
+    lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1)
+    ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1)
+    min_units: int = Field(default=50, ge=2)
+    max_units: int = Field(default=400, ge=2)
+
+    @field_validator("lambdas")
+    @classmethod
+    def _positive_lambdas(cls, v: list[Length]) -> list[Length]:
+        if any(isinstance(x, int) and x < 1 for x in v):
+            raise ValueError("every lambda must be >= 1 or 'L'")
+        return v
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_ks(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("every k must be >= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _units_range(self) -> "PlantedSuite":
+        if self.min_units > self.max_units:
+            raise ValueError("min_units must be <= max_units")
+        return self
+
 
 _SUBJECTS = ["The harbor council", "A quiet archivist", "The night ferry", "Our village baker", "The old observatory",
              "A travelling merchant", "The river guild", "The lighthouse keeper", "A young cartographer", "The mill owner",
@@ -52,6 +94,7 @@ def _filler(rng: np.random.Generator, n: int) -> list[str]:
     return [f"{_SUBJECTS[a]} {_VERBS[b]} {_OBJECTS[c]} {_TAILS[d]}." for a, b, c, d in zip(s, v, o, t)]
 
 
+@register_suite(PlantedSuite)
 def build_planted(suite: PlantedSuite, seed: int) -> pl.DataFrame:
     """Build the problems table.
 

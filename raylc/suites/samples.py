@@ -17,9 +17,50 @@ for the second. Builders may add further columns (e.g. ``difficulty``, ``depth``
 
 from __future__ import annotations
 
-import polars as pl
+from typing import ClassVar, Optional
 
-from raylc.names import UnsafeName, path_segment
+import polars as pl
+from pydantic import Field, model_validator
+
+from raylc.io.names import UnsafeName, path_segment
+from raylc.suites.registry import SweepSuite
+
+LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
+
+
+def check_axis(axis: list[int], base: list[int], name: str, base_name: str, smallest: int) -> None:
+    """Every value of a length axis is >= ``smallest`` and LongScore's base values lie on it."""
+    if any(x < smallest for x in axis):
+        raise ValueError(f"every value of {name} must be >= {smallest}")
+    missing = sorted(set(base) - set(axis))
+    if missing:
+        raise ValueError(f"{base_name} {missing} are not in {name}")
+
+
+class LengthSuite(SweepSuite):
+    """Shared fields of the length-controlled suites (100-LongBench Section 3, HELMET):
+    every sample is rebuilt at each target length in ``lengths`` (tokens of the context,
+    counted with ``tokenizer``: None = the offline default, ``hf:<name>`` a real one);
+    LongScore's Base is the mean over ``base_lengths`` (must be a subset of ``lengths``)."""
+
+    lengths: list[int] = Field(default=LENGTHS_DEFAULT, min_length=1)
+    base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1)
+    samples_per_length: int = Field(default=100, ge=1)
+    tokenizer: Optional[str] = None
+
+    samples_field: ClassVar[Optional[str]] = "samples_per_length"
+
+    @model_validator(mode="after")
+    def _base_in_lengths(self):
+        check_axis(self.lengths, self.base_lengths, "lengths", "base_lengths", 1)
+        return self
+
+    def tokenizer_spec(self) -> Optional[str]:
+        return self.tokenizer
+
+    def longscore_base(self) -> list[int]:
+        return list(self.base_lengths)
+
 
 SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "task": pl.String(),
@@ -65,7 +106,7 @@ def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFram
     Raises :class:`SampleTableError` (one line naming the column and an example sample) for the
     first missing column, empty table, null in a column that must hold a value
     (:data:`REQUIRED_VALUES`), negative length, task that is not a safe path segment
-    (:func:`raylc.names.path_segment`: tasks name the ``infer/task=<task>/`` folders), unknown
+    (:func:`raylc.io.names.path_segment`: tasks name the ``infer/task=<task>/`` folders), unknown
     metric or extractor, duplicate key (task, sample_id, length) or context longer than its target.
     """
     missing = [c for c in SAMPLE_SCHEMA if c not in samples.columns]

@@ -34,13 +34,54 @@ the other candidates are drawn per piece count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import polars as pl
+from pydantic import Field, model_validator
 
-from raylc.spec import THESIS_TASKS, ThesisSuite
-from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
-from raylc.tokenize import get_tokenizer
+from raylc.suites.registry import SweepSuite, register_suite
+from raylc.suites.samples import SAMPLE_SCHEMA, check_axis, check_samples
+from raylc.text.tokenize import get_tokenizer
+
+THESIS_TASKS = ("key_retrieval", "filter", "exclusion")
+
+
+class ThesisSuite(SweepSuite):
+    """Unit tasks of the long-context prediction thesis (Section 3.2, Table A.1): key retrieval,
+    filter by predicates and information exclusion over generated candidate pieces.
+
+    A piece is one candidate with its context sentences; ``pieces`` are the piece counts (the
+    length axis: the thesis adjusts context length by the number of pieces) and LongScore's
+    Base is the mean over ``base_pieces`` (a subset of ``pieces``). The samples table's
+    ``length`` is a token count (the largest context of the task and piece count) and the
+    piece count is its ``n_pieces`` column. ``selectivity`` is the fraction of candidates that
+    satisfy every predicate (Section 5.2), ``exclusion`` the fraction the exclusion task tells
+    the model to ignore (Section 5.3; the thesis ignores 2 of 20)."""
+
+    kind: Literal["thesis_units"]
+    tasks: list[Literal[THESIS_TASKS]] = Field(default=list(THESIS_TASKS), min_length=1)  # type: ignore[valid-type]
+    pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1)
+    base_pieces: list[int] = Field(default=[16], min_length=1)
+    samples_per_setting: int = Field(default=50, ge=1)
+    selectivity: float = Field(default=0.2, ge=0.0, le=1.0)
+    exclusion: float = Field(default=0.1, ge=0.0, le=1.0)
+    tokenizer: Optional[str] = None
+
+    axis: ClassVar[str] = "n_pieces"  # the thesis's difficulty axis: the number of candidate pieces
+    samples_field: ClassVar[Optional[str]] = "samples_per_setting"
+
+    @model_validator(mode="after")
+    def _base_in_pieces(self) -> "ThesisSuite":
+        check_axis(self.pieces, self.base_pieces, "pieces", "base_pieces", 2)
+        return self
+
+    def tokenizer_spec(self) -> Optional[str]:
+        return self.tokenizer
+
+    def longscore_base(self) -> list[int]:
+        return list(self.base_pieces)
+
 
 __all__ = ["PREDICATE", "RELATIONS", "build_thesis", "pieces"]
 
@@ -239,6 +280,7 @@ def _filter(core: np.random.Generator, rng: np.random.Generator, n: int, selecti
     }
 
 
+@register_suite(ThesisSuite)
 def build_thesis(suite: ThesisSuite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the thesis unit tasks:
     ``samples_per_setting`` samples per task at every piece count. Extra columns ``n_pieces``,

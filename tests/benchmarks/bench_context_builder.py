@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from raylc.suites.context import build_context, pool_from_frame  # noqa: E402
-from raylc.tokenize import get_tokenizer  # noqa: E402
+from raylc.text.tokenize import get_tokenizer  # noqa: E402
 
 LENGTHS = [8192, 16384, 32768, 65536, 131072, 262144]
 WORDS = ("the river harbour lantern copper orchard ledger meadow signal granary chapel festival kettle bridge "

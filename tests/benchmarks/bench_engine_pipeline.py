@@ -5,7 +5,7 @@ Both paths run in one process, one after the other, against the same timed vLLM 
 (``doubles.model_dir.make_model_dir``), on the same DOLCE-style workload:
 
 * **old** -- today's path, reconstructed here from the code at commit 6eebbf7 (``git show
-  6eebbf7:raylc/pipeline/ray_exec.py`` / ``:raylc/backends/vllm_engine.py``): the span rows go
+  6eebbf7:raylc/run/ray_exec.py`` / ``:raylc/backends/vllm_engine.py``): the span rows go
   to the object store in blocks (``ray.put`` + ``ray.data.from_arrow_refs``), one Ray Data actor
   per engine holds the whole problems table (a constructor argument) and, per batch, renders the
   prompts, fits them into the window, tokenizes them with the engine's tokenizer, then blocks in
@@ -71,19 +71,22 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import psutil  # noqa: E402
+import ray  # noqa: E402,I001  (first: Ray puts its vendored psutil, ray/thirdparty_files, on sys.path)
 from doubles import DOUBLES_DIR  # noqa: E402
 from doubles.model_dir import english_like_text, make_model_dir  # noqa: E402
-from raylc.backends.base import generation, generations_frame, prompt_parts, prompt_text, request_max_tokens  # noqa: E402
-from raylc.pipeline import checkpoint, ray_exec  # noqa: E402
-from raylc.pipeline.inference import PROBLEM_ROW_GROUP, ProblemSource, PromptTokenizer, prepare  # noqa: E402
-from raylc.plan import prefix_order  # noqa: E402
-from raylc.prompts import render_prompt_parts  # noqa: E402
-from raylc.spec import Job  # noqa: E402
-from raylc.store import Store  # noqa: E402
-from raylc.truncation import PromptTooLong, fit_to_window  # noqa: E402
 
-import ray  # noqa: E402,I001  (first: Ray puts its vendored psutil, ray/thirdparty_files, on sys.path)
-import psutil  # noqa: E402
+from raylc.backends.base import generation, generations_frame, prompt_parts, prompt_text, request_max_tokens  # noqa: E402
+from raylc.dolce.plan import prefix_order  # noqa: E402
+from raylc.io.store import Store  # noqa: E402
+from raylc.run import (
+    checkpoint,  # noqa: E402
+    ray_exec,
+)
+from raylc.run.inference import PROBLEM_ROW_GROUP, ProblemSource, PromptTokenizer, prepare  # noqa: E402
+from raylc.spec import Job  # noqa: E402
+from raylc.text.prompts import render_prompt_parts  # noqa: E402
+from raylc.text.truncation import PromptTooLong, fit_to_window  # noqa: E402
 
 MAX_MODEL_LEN = 262_144  # above the longest prompt: nothing is truncated (max_position_embeddings raised to match)
 RUN_ID = "bench"
@@ -98,7 +101,7 @@ MIB = 1 << 20
 
 # ------------------------------------------------------------------------------------------------
 # Today's path, reconstructed from commit 6eebbf7 (git show 6eebbf7:raylc/backends/vllm_engine.py,
-# 6eebbf7:raylc/pipeline/ray_exec.py, 6eebbf7:raylc/pipeline/stages.py). Same logic; the only
+# 6eebbf7:raylc/run/ray_exec.py, 6eebbf7:raylc/dolce/stages.py). Same logic; the only
 # additions are timers around the prepare and generate phases, written to ``timings`` (one JSON
 # line per batch) so that the run can report the old actor's CPU prepare rate.
 
@@ -274,7 +277,6 @@ def head_stream(chunks: Iterable[pl.DataFrame], problems: pl.DataFrame, job: Job
     """6eebbf7 ``ray_exec.infer_on_ray`` -> ``_stream`` with ``pool_options`` for vLLM: blocks of
     4 x ``batch_size`` rows through ``ray.put``, ``replicas`` actors of max(1, ``actor_num_cpus``)
     CPUs and ``tensor_parallel_size`` GPUs each."""
-    import ray
     import ray.data
 
     head_configure_data(job, no_progress_default)
@@ -379,7 +381,7 @@ def build_workload(pool: SentencePool, n_problems: int, n_requests: int, min_tok
 
 def with_ids_in_order(work: Workload, job: Job) -> pl.DataFrame:
     """The span rows as the DOLCE infer stage sends them: request ids, prefix order."""
-    spans = checkpoint.with_request_ids(work.spans.drop("_target"), work.problems, job)
+    spans = stages.with_request_ids(work.spans.drop("_target"), work.problems, job)
     return prefix_order(spans)
 
 
@@ -453,7 +455,6 @@ class RssMonitor:
 def wait_torn_down(labels: Sequence[str], timeout: float = 180.0) -> float:
     """Wait until no process titled with one of ``labels`` is alive and the GPU is free again;
     returns the seconds waited."""
-    import ray
 
     t0 = time.perf_counter()
     while True:

@@ -35,17 +35,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from raylc.pipeline import ray_exec, stages  # noqa: E402
-from raylc.pipeline.checkpoint import with_request_ids, write_requests  # noqa: E402
-from raylc.pipeline.inference import PROBLEM_ROW_GROUP  # noqa: E402
-from raylc.store import Store  # noqa: E402
+from raylc.dolce import stages  # noqa: E402
+from raylc.dolce.stages import with_request_ids  # noqa: E402
+from raylc.io.store import Store  # noqa: E402
+from raylc.run import ray_exec  # noqa: E402
+from raylc.run.checkpoint import write_requests  # noqa: E402
+from raylc.run.inference import PROBLEM_ROW_GROUP, infer_frame  # noqa: E402
 from raylc.spec import load_job  # noqa: E402
 
 N = 10_000
 
 PEAK = """
 import resource, sys, threading, time
-from raylc.pipeline.runner import run_job
+from raylc.evaluate import evaluate
 from raylc.spec import load_job
 
 peak = {"private": 0}
@@ -64,7 +66,7 @@ def sample():
         peak["private"] = max(peak["private"], private_kib())
         time.sleep(0.1)
 threading.Thread(target=sample, daemon=True).start()
-run_job(load_job(sys.argv[1]), "bench", log=lambda m: None)
+evaluate(load_job(sys.argv[1]), "bench", log=lambda m: None)
 peak["private"] = max(peak["private"], private_kib())
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, peak["private"])
 """
@@ -125,7 +127,7 @@ def main() -> None:
     spans = with_request_ids(stages.sample(problems, job), problems, job).sample(n=N, seed=0).sort("problem_id", "C", "start")
 
     t0 = time.perf_counter()
-    stages.infer(spans, problems, job)
+    infer_frame(spans, problems, job)
     in_process = time.perf_counter() - t0
 
     ray_exec.ensure_ray(job)

@@ -3,11 +3,11 @@
 Prompts are ``head + units[start : start + C] + tail``, so spans of one problem with the same
 start nest: with vLLM's automatic prefix caching a request recomputes only what its longest
 shared prefix with an earlier request does not cover, in full 16-token blocks
-(:func:`raylc.plan.prefill_tokens`; block-level model, documented in :mod:`raylc.plan`).
+(:func:`raylc.dolce.plan.prefill_tokens`; block-level model, documented in :mod:`raylc.dolce.plan`).
 Prints, for each setting, the planned prompt tokens without reuse, with reuse (unbounded cache:
 any earlier request, independent of the order: an upper bound on the saving), and with a cache
 that holds only the last N requests (``--lookback``) in the sample stage's order (task, problem,
-C, start) and in :func:`raylc.plan.prefix_order` (problem, start, C), plus the time the counts took.
+C, start) and in :func:`raylc.dolce.plan.prefix_order` (problem, start, C), plus the time the counts took.
 
 Settings: the quickstart job as written (``stride_fraction: 0.1``, partly aligned starts), the
 quickstart with a global take-every-5 (every length starts at 0, 5, 10, ...: fully aligned), and
@@ -27,10 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from raylc.plan import plan, prefill_tokens, prefix_order  # noqa: E402
-from raylc.spec import PlantedSuite, Sampling, load_job  # noqa: E402
-from raylc.suites.planted import build_planted  # noqa: E402
-from raylc.tokenize import get_tokenizer  # noqa: E402
+from raylc.dolce.plan import plan, prefill_tokens, prefix_order  # noqa: E402
+from raylc.spec import load_job  # noqa: E402
+from raylc.suites.planted import (
+    PlantedSuite,
+    build_planted,  # noqa: E402
+)
+from raylc.text.sampling import Sampling
+from raylc.text.tokenize import get_tokenizer  # noqa: E402
 
 TARGET_TOKENS = 262_144
 

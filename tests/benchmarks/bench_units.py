@@ -1,4 +1,4 @@
-"""Unit splitting is linear in the document length (raylc.units).
+"""Unit splitting is linear in the document length (raylc.text.units).
 
 Generates documents of 32K, 64K, 128K and 256K tokens (counted with the default
 tokenizer; paragraphs of 2-8 lines of filler sentences), splits each with the specs
@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from raylc.suites.planted import _filler
-from raylc.tokenize import get_tokenizer
-from raylc.units import split_units
+from raylc.text.tokenize import get_tokenizer
+from raylc.text.units import split_units
 
 SIZES = (32_768, 65_536, 131_072, 262_144)
 SPECS = ("s", "ls", "b", "rlt", "c")

@@ -24,8 +24,8 @@ import polars as pl
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from typer.testing import CliRunner
 
 from raylc.cli import app

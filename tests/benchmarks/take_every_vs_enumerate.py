@@ -27,8 +27,9 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from raylc.dolce import stages  # noqa: E402
 from raylc.dolce.compare import run_sensitivity  # noqa: E402
-from raylc.pipeline import stages  # noqa: E402
+from raylc.run.inference import infer_frame  # noqa: E402
 from raylc.spec import load_job  # noqa: E402
 
 TARGET_RHO = 0.9
@@ -43,7 +44,7 @@ def enumerate_observations(problems_per_task: int | None = None) -> tuple[pl.Dat
     t0 = time.perf_counter()
     problems = stages.build(job)
     spans = stages.sample(problems, job)
-    obs = stages.score(stages.infer(spans, problems, job), problems, job)
+    obs = stages.score(infer_frame(spans, problems, job), problems, job)
     return obs, time.perf_counter() - t0
 
 

@@ -4,7 +4,7 @@
   task (100-LongBench Figure 6 plots the task-averaged ``overall`` rows).
 - :func:`plot_longscore_vs_length`: LongScore ``LC_l`` (percent) against length, one line per model, darker
   lines for stronger Base Ability (100-LongBench Figure 7), with bootstrap bands when present.
-- :func:`plot_correlation_heatmap`: Spearman matrix from :func:`raylc.longscore.task_correlation`
+- :func:`plot_correlation_heatmap`: Spearman matrix from :func:`raylc.sweep.longscore.task_correlation`
   (HELMET Figure 3).
 
 Every function takes frames and an output path and returns the path of the PNG written.
@@ -18,14 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+from raylc.io.figures import pyplot, save_figure
 
 
 def _length_label(tokens: int) -> str:
@@ -36,7 +29,7 @@ def _length_label(tokens: int) -> str:
 
 
 def _grid(n: int, width: float = 4.2, height: float = 3.3):
-    plt = _plt()
+    plt = pyplot()
     cols = min(n, 4)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
@@ -50,17 +43,6 @@ def _tasks(frame: pl.DataFrame, tasks: Sequence[str] | None) -> list[str]:
         return list(tasks)
     names = sorted(frame["task"].unique().to_list())
     return sorted(names, key=lambda t: t == "overall", reverse=True)  # overall first
-
-
-def _save(plt, fig, path: str | Path, title: str | None) -> Path:
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=110)
-    plt.close(fig)
-    return out
 
 
 def _length_axis(ax, lengths: list[int]) -> None:
@@ -105,7 +87,7 @@ def plot_score_vs_length(
         ax.set_title(task)
         ax.set_ylabel(value)
     axes[0].legend(fontsize=7)
-    return _save(plt, fig, path, title)
+    return save_figure(fig, path, title, tight=True)
 
 
 def plot_longscore_vs_length(
@@ -141,7 +123,7 @@ def plot_longscore_vs_length(
         ax.set_title(task)
         ax.set_ylabel("LongScore LC_l (%)")
     axes[0].legend(fontsize=7)
-    return _save(plt, fig, path, title)
+    return save_figure(fig, path, title, tight=True)
 
 
 def plot_correlation_heatmap(
@@ -189,4 +171,4 @@ def plot_correlation_heatmap(
             label = _length_label(g) if gcol == "length" else g
             ax.set_title(f"{gcol} = {label}")
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="Spearman rho")
-    return _save(plt, fig, path, title)
+    return save_figure(fig, path, title, tight=True)

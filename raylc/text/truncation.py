@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from raylc.prompts import TEMPLATE
-from raylc.tokenize import Tokenizer
+from raylc.text.prompts import TEMPLATE
+from raylc.text.tokenize import Tokenizer
 
 Policy = Literal["middle", "end", "start", "refuse"]
 POLICIES = ("middle", "end", "start", "refuse")

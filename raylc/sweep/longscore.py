@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+
+from raylc.io.parallel import Mapper, in_process
 
 OVERALL = "overall"
 """Task name of the rows averaged over tasks (see module docstring)."""
@@ -52,8 +54,6 @@ SUMMARY_COLUMNS = (
     "rank_base", "rank_score", "rank_lc", "n_long", "warning",
 )
 
-Mapper = Callable[..., list]
-
 _GROUP_SCHEMA = {
     "model": pl.String, "task": pl.String, "length": pl.Int64, "n": pl.Int64, "score": pl.Float64,
     "base": pl.Float64, "is_base": pl.Boolean, "lc": pl.Float64, "lc_lo": pl.Float64, "lc_hi": pl.Float64,
@@ -62,11 +62,6 @@ _GROUP_SCHEMA = {
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def _local_map(fn: Callable, frames: Sequence[pl.DataFrame], *args: Any) -> list:
-    """Default mapper: ``[fn(f, *args) for f in frames]`` in this process."""
-    return [fn(f, *args) for f in frames]
 
 
 def _stable_hash(text: str) -> int:
@@ -445,7 +440,7 @@ def longscore(
         scores = scores.join(b, on=keys, how="left")
 
     frames = scores.sort("model", "task", "length").partition_by("model", "task", maintain_order=True)
-    parts = (mapper or _local_map)(longscore_group, frames, tuple(int(x) for x in base_lengths), None, n_boot, seed, ci)
+    parts = (mapper or in_process)(longscore_group, frames, tuple(int(x) for x in base_lengths), None, n_boot, seed, ci)
     per = pl.concat(parts, how="vertical")
 
     task_counts = per.group_by("model").agg(pl.col("task").n_unique())
@@ -511,17 +506,6 @@ def _summary(per: pl.DataFrame, ci: float) -> pl.DataFrame:
         .select(SUMMARY_COLUMNS)
         .sort("task", "model")
     )
-
-
-def write_longscore(result: dict[str, pl.DataFrame], out_dir: str | Path) -> dict[str, Path]:
-    """Write each frame of :func:`longscore` to ``out_dir/<name>.parquet`` (readable by Polars/DuckDB)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, frame in result.items():
-        paths[name] = out / f"{name}.parquet"
-        frame.write_parquet(paths[name])
-    return paths
 
 
 # ------------------------------------------------------------------------------ correlations and slopes

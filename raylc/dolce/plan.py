@@ -6,7 +6,7 @@ bound), prefill tokens with and without prefix reuse, and an optional cost estim
 
 **Prompt tokens** are estimated from pieces tokenized once per problem, never per prompt: a
 prompt is ``head + units[start] + sep + units[start+1] + ... + tail``
-(:func:`raylc.prompts.render_prompts`; head, separator and tail are read off a prompt rendered
+(:func:`raylc.text.prompts.render_prompts`; head, separator and tail are read off a prompt rendered
 with sentinel units, so the estimate follows the template), estimated as ``tokens(head +
 units[start]) + sum tokens(sep + unit) + tokens(tail)``; the C = 0 prompt is counted exactly.
 For the offline default tokenizer this is an upper bound (its pieces only merge across a
@@ -54,23 +54,22 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 import numpy as np
 import polars as pl
 import yaml
 
-from raylc.prompts import DOCUMENT_COLUMNS, render_prompts
-from raylc.sampling import sample_spans, stride_expr
-from raylc.spec import LENGTH_SUITES, GenerationParams, Job, Sampling
-from raylc.tokenize import Tokenizer, get_tokenizer
+from raylc.io.plans import PlanError, plan_tokenizer, write_whole
+from raylc.text.prompts import DOCUMENT_COLUMNS, render_prompts
+from raylc.text.sampling import Sampling, sample_spans, stride_expr
+from raylc.text.tokenize import Tokenizer, count_texts, get_tokenizer
+
+if TYPE_CHECKING:
+    from raylc.spec import Job
 
 BLOCK_SIZE = 16
 _SENTINELS = ("\x00raylc-unit-a\x00", "\x00raylc-unit-b\x00")
-
-
-class PlanError(ValueError):
-    """A job or budget that cannot be planned; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -96,13 +95,6 @@ class PromptPieces:
     cum: np.ndarray
 
 
-def _counts(texts: pl.Series, tok: Tokenizer) -> np.ndarray:
-    """Token count of each text, tokenizing each distinct text once."""
-    uniq = texts.unique()
-    counts = {t: tok.count(t) for t in uniq.to_list()}
-    return texts.replace_strict(counts, return_dtype=pl.Int64).to_numpy()
-
-
 def _one_span(problems: pl.DataFrame, C: int) -> pl.DataFrame:
     """The span (C, start 0) of every problem, to render one prompt per problem."""
     keys = [c for c in ("task", "problem_id", "L") if c in problems.columns]
@@ -113,7 +105,7 @@ def prompt_pieces(problems: pl.DataFrame, tokenizer: Tokenizer) -> PromptPieces:
     """Tokenize head, separator + unit and tail once per problem (not once per prompt).
 
     Document suites render a context as the document's own text between the first and last
-    unit (:func:`raylc.prompts.render_prompts`); the plan counts it as the units joined by the
+    unit (:func:`raylc.text.prompts.render_prompts`); the plan counts it as the units joined by the
     template's separator, which differs from the document only in the whitespace between
     units."""
     problems = problems.drop(DOCUMENT_COLUMNS, strict=False)
@@ -139,20 +131,20 @@ def prompt_pieces(problems: pl.DataFrame, tokenizer: Tokenizer) -> PromptPieces:
     n_units = problems["units"].list.len().to_numpy().astype(np.int64)
     flat = problems.select(head=parts["head"], sep=parts["sep"], unit=pl.col("units")).explode("unit").filter(
         pl.Series(np.repeat(n_units > 0, np.maximum(n_units, 1))))
-    head = _counts(parts["head"], tokenizer)
+    head = count_texts(parts["head"], tokenizer)
     head_group = parts["head"].rank("dense").to_numpy().astype(np.int64)
     common = {g: os.path.commonprefix(texts) for g, texts in
               pl.DataFrame({"g": head_group, "t": empty}).group_by("g").agg("t").iter_rows()}
     return PromptPieces(
         problem_id=problems["problem_id"],
         head=head,
-        tail=_counts(parts["tail"], tokenizer),
-        empty=_counts(empty, tokenizer),
+        tail=count_texts(parts["tail"], tokenizer),
+        empty=count_texts(empty, tokenizer),
         head_group=head_group,
-        empty_shared=np.maximum(_counts(pl.Series([common[g] for g in head_group], dtype=pl.String), tokenizer) - 1, 0),
+        empty_shared=np.maximum(count_texts(pl.Series([common[g] for g in head_group], dtype=pl.String), tokenizer) - 1, 0),
         offset=np.concatenate([[0], np.cumsum(n_units)[:-1]]).astype(np.int64) if len(n_units) else n_units,
-        first=_counts(flat.select(t=pl.concat_str("head", "unit"))["t"], tokenizer) - np.repeat(head, n_units),
-        cum=np.concatenate([[0], np.cumsum(_counts(flat.select(t=pl.concat_str("sep", "unit"))["t"], tokenizer))]),
+        first=count_texts(flat.select(t=pl.concat_str("head", "unit"))["t"], tokenizer) - np.repeat(head, n_units),
+        cum=np.concatenate([[0], np.cumsum(count_texts(flat.select(t=pl.concat_str("sep", "unit"))["t"], tokenizer))]),
     )
 
 
@@ -229,22 +221,6 @@ def prefill_tokens(spans: pl.DataFrame, problems: pl.DataFrame, tokenizer: Union
     pieces = prompt_pieces(problems, _as_tokenizer(tokenizer))
     n = prompt_tokens(spans, pieces)
     return int(n.sum()), int((n - _reused(spans, pieces, n, block_size, lookback)).sum())
-
-
-def job_tokenizer(job: Job) -> Optional[str]:
-    """The tokenizer a run counts prompts with: the probe's, the suite's, a vLLM probe's model, else the default."""
-    spec = getattr(job.probe, "tokenizer", None) or getattr(job.suite, "tokenizer", None)
-    if spec is None and job.probe.backend == "vllm":
-        spec = f"hf:{job.probe.model}"
-    return spec
-
-
-def _load_tokenizer(spec: Optional[str]) -> Tokenizer:
-    try:
-        return get_tokenizer(spec)
-    except Exception as exc:  # a missing package, file or Hub access: one line for the CLI
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PlanError(f"cannot load tokenizer {spec!r} ({first}): set probe.tokenizer or pass --tokenizer") from None
 
 
 def _cost_curves(cheapest: pl.DataFrame, tokens: Callable[[pl.DataFrame], np.ndarray]) -> dict[int, np.ndarray]:
@@ -373,18 +349,7 @@ class Plan:
 
     def write(self, path: Union[str, Path]) -> None:
         """Write :meth:`to_yaml` to ``path`` (whole or not at all)."""
-        _write_whole(self.to_yaml(), path)
-
-
-def _write_whole(text: str, path: Union[str, Path]) -> None:
-    """``text`` to ``path`` through a temporary file and a rename: whole or not at all."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        write_whole(self.to_yaml(), path)
 
 
 def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
@@ -404,93 +369,10 @@ def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class SweepPlan:
-    """What a length-controlled run would send (:func:`plan_sweep`): per task and target length
-    the samples, prompt tokens (as sent, after fitting into the probe's window) and the
-    generated-token bound, and the cost. Two-call samples count both calls, the second with
-    a completion of at most the first call's ``max_tokens``."""
-
-    job: Job
-    lengths: pl.DataFrame  # task, length, samples, requests, prompt_tokens, generated_tokens
-    tokenizer: str
-    price_per_mtok: Optional[float] = None
-    tokens_per_s_per_gpu: Optional[float] = None
-
-    @property
-    def requests(self) -> int:
-        return int(self.lengths["requests"].sum())
-
-    @property
-    def prompt_tokens(self) -> int:
-        return int(self.lengths["prompt_tokens"].sum())
-
-    @property
-    def generated_tokens(self) -> int:
-        return int(self.lengths["generated_tokens"].sum())
-
-    def summary(self) -> pl.DataFrame:
-        rows = [
-            ("samples", f"{int(self.lengths['samples'].sum()):,}"),
-            ("requests", f"{self.requests:,}"),
-            ("prompt tokens (planned, no prefix reuse)", f"{self.prompt_tokens:,}"),
-            ("generated tokens (<= max_tokens each)", f"{self.generated_tokens:,}"),
-            ("tokenizer", self.tokenizer),
-        ]
-        total = self.prompt_tokens + self.generated_tokens
-        if self.tokens_per_s_per_gpu:
-            rows.append(("GPU-hours", f"{total / self.tokens_per_s_per_gpu / 3600:,.2f} at "
-                                      f"{self.tokens_per_s_per_gpu:,g} tokens/s/GPU"))
-        if self.price_per_mtok is not None:
-            rows.append(("cost", f"${self.price_per_mtok * total / 1e6:,.2f} at ${self.price_per_mtok:g} per million tokens"))
-        return pl.DataFrame(rows, schema=["item", "value"], orient="row")
-
-    def write(self, path: Union[str, Path]) -> None:
-        """Write :meth:`to_yaml` to ``path`` (whole or not at all)."""
-        _write_whole(self.to_yaml(), path)
-
-    def to_yaml(self) -> str:
-        head = f"# Planned by `raylc plan`: {self.requests:,} requests, {self.prompt_tokens:,} prompt tokens"
-        return head + "\n" + yaml.safe_dump(self.job.resolved(), sort_keys=False, allow_unicode=True)
-
-
-def plan_sweep(job: Job, *, tokenizer: Optional[str] = None, price_per_mtok: Optional[float] = None,
-               tokens_per_s_per_gpu: Optional[float] = None, overhead_tokens: int = 0) -> SweepPlan:
-    """Plan a length-controlled job without inference: build its samples, count the tokens of
-    every request (instruction and question pieces tokenized once per distinct text; the
-    context's count from the build, recounted when ``tokenizer`` overrides the suite's)."""
-    from raylc.pipeline.length import build_samples
-
-    samples = build_samples(job)
-    spec = tokenizer or getattr(job.suite, "tokenizer", None)
-    tok = _load_tokenizer(spec)
-    default_max = getattr(job.probe, "sampling", GenerationParams()).max_tokens
-    first_max = samples["max_tokens"].fill_null(default_max).to_numpy()
-    second_max = samples["followup_max_tokens"].fill_null(default_max).to_numpy()
-    context = samples["context_tokens"].to_numpy() if tokenizer is None else _counts(samples["context"], tok)
-    first = _counts(samples["head"], tok) + context + _counts(samples["tail"], tok) + overhead_tokens
-    two = samples["followup"].is_not_null().to_numpy()
-    second = np.where(two, _counts(samples["followup"].fill_null(""), tok) + first_max + overhead_tokens, 0)
-    max_len = getattr(job.probe, "max_model_len", None)
-    if max_len:  # the backend cuts the context to fit prompt + max_tokens into the window
-        first = np.minimum(first, np.maximum(max_len - first_max, 1))
-    table = samples.select("task", "length").with_columns(
-        requests=pl.Series(1 + two.astype(np.int64)),
-        prompt_tokens=pl.Series(first + second, dtype=pl.Int64),
-        generated_tokens=pl.Series(first_max + np.where(two, second_max, 0), dtype=pl.Int64),
-    )
-    lengths = table.group_by("task", "length").agg(
-        samples=pl.len(), requests=pl.col("requests").sum(), prompt_tokens=pl.col("prompt_tokens").sum(),
-        generated_tokens=pl.col("generated_tokens").sum(),
-    ).sort("task", "length")
-    return SweepPlan(job=job, lengths=lengths, tokenizer=spec or "default", price_per_mtok=price_per_mtok,
-                     tokens_per_s_per_gpu=tokens_per_s_per_gpu)
-
-
 def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[str] = None,
          price_per_mtok: Optional[float] = None, tokens_per_s_per_gpu: Optional[float] = None,
          overhead_tokens: int = 0, block_size: int = BLOCK_SIZE, problems: Optional[pl.DataFrame] = None,
-         pieces: Optional[PromptPieces] = None) -> Union[Plan, SweepPlan]:
+         pieces: Optional[PromptPieces] = None) -> Plan:
     """Plan ``job`` without inference: build + sample, count tokens, prefix reuse and cost.
 
     With ``budget_tokens`` the sampling becomes take-every with the per-length strides of the
@@ -498,7 +380,7 @@ def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[s
     ``problems`` skips the build stage and ``pieces`` (:func:`prompt_pieces` of those problems
     with that tokenizer) the tokenization, e.g. to plan several budgets.
     """
-    from raylc.pipeline import stages  # here, not at import: stages may import prefix_order
+    from raylc.dolce import stages  # here, not at import: stages may import prefix_order
 
     if budget_tokens is not None and budget_tokens < 1:
         raise PlanError(f"--budget-tokens must be >= 1, got {budget_tokens}")
@@ -508,17 +390,11 @@ def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[s
         raise PlanError(f"--tokens-per-s-per-gpu must be a number > 0, got {tokens_per_s_per_gpu}")
     if block_size < 1 or overhead_tokens < 0:
         raise PlanError("block_size must be >= 1 and overhead_tokens >= 0")
-    if job.suite.kind in LENGTH_SUITES:
-        if budget_tokens is not None:
-            raise PlanError(f"suite kind {job.suite.kind!r} is a length sweep: --budget-tokens picks DOLCE strides; "
-                            "lower suite.lengths or samples_per_length instead")
-        return plan_sweep(job, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
-                          tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     problems = stages.build(job) if problems is None else problems
-    spec = tokenizer or job_tokenizer(job)
-    pieces = prompt_pieces(problems, _load_tokenizer(spec)) if pieces is None else pieces
-    max_tokens = getattr(job.probe, "sampling", GenerationParams()).max_tokens
-    max_len = getattr(job.probe, "max_model_len", None)
+    spec = tokenizer or job.count_tokenizer()
+    pieces = prompt_pieces(problems, plan_tokenizer(spec)) if pieces is None else pieces
+    max_tokens = job.max_tokens()
+    max_len = job.window()
     window = max(max_len - max_tokens, 1) if max_len else None
 
     def tokens(spans: pl.DataFrame) -> np.ndarray:

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import polars as pl
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from raylc.dolce.categories import CATEGORIES
+from raylc.io.figures import pyplot, save_figure
 
-from raylc.dolce.categories import CATEGORIES  # noqa: E402
+plt = pyplot()
 
 __all__ = ["CATEGORY_COLORS", "exponential_ticks", "plot_categories", "plot_lambda_k", "plot_sensitivity"]
 
@@ -50,14 +48,6 @@ def _checked(frame: pl.DataFrame, name: str, need: list[str]) -> pl.DataFrame:
     if frame.height == 0:
         raise ValueError(f"{name} frame is empty")
     return frame if "subset" in frame.columns else frame.with_columns(subset=pl.col("task"))
-
-
-def _save(fig: Figure, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _label(task: str, subset: str) -> str:
@@ -104,7 +94,7 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
         ax.set_xlabel("problems (%)")
         ax.set_title(f"{scen} scenario: sorted by Categories III-V", fontsize=9)
     fig.legend(*axes[0, 0].get_legend_handles_labels(), ncol=5, fontsize=7, loc="outside upper center", frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: int = 0, max_panels: int = 12) -> Path:
@@ -167,7 +157,7 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
         ax.legend(fontsize=6, title="category", title_fontsize=6, loc="upper right")
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
@@ -216,4 +206,4 @@ def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
                 ax.minorticks_off()
             ax.grid(True, lw=0.3, alpha=0.5)
         row[1].legend(fontsize=7, loc="lower left")
-    return _save(fig, path)
+    return save_figure(fig, path)

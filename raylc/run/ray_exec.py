@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import polars as pl
 import pyarrow as pa
@@ -231,7 +231,7 @@ class RequestSource:
             return pl.from_arrow(batch)  # type: ignore[return-value]
         import pyarrow.parquet as pq
 
-        from raylc.store import Store
+        from raylc.io.store import Store
 
         store = Store(self.store_root)
         frames = []
@@ -256,7 +256,7 @@ class PrepareActor:
     engine's tokenizer."""
 
     def __init__(self, job: Job, source: RequestSource):
-        from raylc.pipeline.inference import ProblemSource, PromptTokenizer
+        from raylc.run.inference import ProblemSource, PromptTokenizer
 
         self.job, self.source = job, source
         self.problems = ProblemSource(source.store_root, source.problems) if source.problems else ProblemSource(
@@ -268,7 +268,7 @@ class PrepareActor:
             self.tokenizer = PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template)
 
     def prepared(self, batch: pa.Table) -> pl.DataFrame:
-        from raylc.pipeline.inference import prepare
+        from raylc.run.inference import prepare
 
         return prepare(self.source.rows(batch), self.problems, self.job, self.tokenizer)
 
@@ -287,7 +287,7 @@ class TextEngineActor(PrepareActor):
         self.backend = None if job.probe.backend == "simulated" else make_backend(job, None)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from raylc.pipeline.inference import generate_text, simulated_backend
+        from raylc.run.inference import generate_text, simulated_backend
 
         rows = self.prepared(batch)
         backend = self.backend or simulated_backend(rows, self.job)
@@ -308,7 +308,7 @@ class EngineActor:
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         from raylc.backends.vllm_engine import EngineDead
-        from raylc.pipeline.inference import generate_tokens
+        from raylc.run.inference import generate_tokens
 
         try:
             out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
@@ -381,6 +381,16 @@ def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:
         "row", head=pl.lit(""), context=pl.col("context"), tail=pl.lit(""))
     parts = list(stream_requests(RequestSource(frame=frame), job))
     return pl.concat(parts).sort("row").drop("row") if parts else pl.DataFrame()
+
+
+def task_mapper(use_ray: Optional[bool], default: bool) -> Optional[Callable[..., list[Any]]]:
+    """:func:`map_tasks` after joining RAY_ADDRESS (or starting a local Ray) when ``use_ray``
+    (None: ``default``), else None (in process). For the commands that work on a table
+    (``fit``, ``sensitivity``, ``longscore``)."""
+    if not (default if use_ray is None else use_ray):
+        return None
+    init_ray(os.environ.get("RAY_ADDRESS"))
+    return map_tasks
 
 
 def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:

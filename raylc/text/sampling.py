@@ -3,10 +3,72 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Literal, Optional, Union
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from raylc.spec import Sampling
+Length = Union[int, Literal["L"]]  #: a span length; "L" is the whole context
+
+
+class Sampling(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
+
+    ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
+    explicit list where ``"L"`` is the full context; ``min_length`` / ``max_length`` keep only
+    partial lengths in that range ("only >= 10", "only <= 10"; C = 0 and C = L are kept).
+    Strategies over each length's candidate starts 0, 1, ..., L - C:
+
+    - ``enumerate``: every start;
+    - ``take_every``: starts 0, s, 2s, ... with s = max(every, floor(stride_fraction * C));
+      ``every`` is one stride or a mapping ``{C: stride}`` of per-length strides (lengths it
+      does not list use 1), as written by ``raylc plan --budget-tokens`` (:mod:`raylc.dolce.plan`);
+    - ``take_ip_rate``: the same with s = max(1, floor(stride_fraction * C)), a take rate
+      inversely proportional to C (``stride_fraction`` > 0 required);
+    - ``sample_rate``: each start kept with probability ``rate``;
+    - ``sample_ip_rate``: each start kept with probability min(1, ``rate`` / C).
+
+    Random strategies draw from a hash of (job seed, problem, C, start), so a span's fate
+    does not depend on the other spans or on the row order. The single C = 0 and C = L
+    spans are always kept.
+    """
+
+    lengths: Union[Literal["exponential"], list[Length]] = "exponential"
+    strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = "take_every"
+    every: Union[int, dict[int, int]] = 1
+    stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    rate: float = Field(default=1.0, gt=0.0)
+    min_length: int = Field(default=0, ge=0)
+    max_length: Optional[int] = Field(default=None, ge=0)
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every_strides(cls, v: Any) -> Union[int, dict[int, int]]:
+        """One stride >= 1, or ``{C: stride}`` with lengths >= 0 and strides >= 1 (sorted by C)."""
+        def whole(x: Any) -> int:
+            if isinstance(x, float) and not x.is_integer():
+                raise ValueError(x)
+            return int(x)
+
+        try:
+            every = {whole(c): whole(s) for c, s in v.items()} if isinstance(v, dict) else whole(v)
+            bad = every < 1 if isinstance(every, int) else any(c < 0 or s < 1 for c, s in every.items())
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            raise ValueError("every must be a stride >= 1 or a mapping {length >= 0: stride >= 1}")
+        return dict(sorted(every.items())) if isinstance(every, dict) else every
+
+    @model_validator(mode="after")
+    def _strategy_params(self) -> "Sampling":
+        if self.strategy == "take_ip_rate" and self.stride_fraction <= 0:
+            raise ValueError("strategy take_ip_rate needs stride_fraction > 0")
+        if self.strategy == "sample_rate" and self.rate > 1:
+            raise ValueError("strategy sample_rate needs rate <= 1")
+        return self
+
 
 SPAN_SCHEMA = {"task": pl.String, "problem_id": pl.String, "L": pl.Int64, "C": pl.Int64, "start": pl.Int64}
 

@@ -4,64 +4,42 @@
 * build: the suite's samples table (:mod:`raylc.suites.samples`), one row per task, sample
   and target length;
 * infer: every sample's prompt through the probe's actor pool, checkpointed per request like
-  the DOLCE runs (:mod:`raylc.pipeline.checkpoint`); two-call samples (LongBench v2 chain of
+  the DOLCE runs (:mod:`raylc.run.checkpoint`); two-call samples (LongBench v2 chain of
   thought) run a second round whose prompt holds the first round's completion;
 * score: answer extraction and the sample's metric (LLM-judge metrics through the ``judge``
   backend); 100-LongBench's QA prior-knowledge filter;
 * report: LongScore per task and length (100-LongBench Eq. 1-2), the LongBench v2 splits,
   figures and ``summary.md``.
 
-The stage functions are plain Polars functions; the Ray parts are in :mod:`raylc.pipeline.ray_exec`.
+The stage functions are plain Polars functions; the Ray parts are in :mod:`raylc.run.ray_exec`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import polars as pl
 
-from raylc.pipeline.checkpoint import probe_fingerprint
 from raylc.scoring.extract import EXTRACTORS
 from raylc.scoring.metrics import METRIC_COLUMNS, METRICS
-from raylc.spec import Job
+
+if TYPE_CHECKING:
+    from raylc.spec import Job
 from raylc.suites.samples import COMPLETION, check_samples
 
-STAGES = ("build", "infer", "score", "report")
-OUTPUTS = {
-    "build": ["build/samples.parquet"],
-    "infer": ["infer"],
-    "score": ["score/scores.parquet"],
-    "report": ["report/summary.md"],
-}
 REQUEST_COLUMNS = ("request_id", "task", "sample_id", "length", "round", "head", "context", "tail", "max_tokens")
 JUDGE_METRICS = ("judge_qa", "judge_sum")
 
 
 def build_samples(job: Job) -> pl.DataFrame:
-    """The suite's samples table, checked against the contract."""
-    suite = job.suite
-    if suite.kind == "longbench100":
-        from raylc.suites.longbench100 import build_longbench100 as builder
-    elif suite.kind == "helmet_recall":
-        from raylc.suites.helmet_recall import build_helmet_recall as builder
-    elif suite.kind == "longbench_v2":
-        from raylc.suites.longbench_v2 import build_longbench_v2 as builder
-    elif suite.kind == "thesis_units":
-        from raylc.suites.thesis import build_thesis as builder
-    else:
-        raise ValueError(f"suite kind {suite.kind!r} is not a length-controlled suite")
-    return check_samples(builder(suite, job.seed), f"suite {suite.kind}")
-
-
-def model_name(job: Job) -> str:
-    """The probe's model name for the scores table (``simulated`` for the simulated probe)."""
-    return getattr(job.probe, "model", job.probe.backend)
+    """The suite's samples table (its registered builder), checked against the contract."""
+    return check_samples(job.suite.build(job.seed), f"suite {job.suite.kind}")
 
 
 def _ids(frame: pl.DataFrame, job: Job) -> pl.Series:
     """request_id = hash(probe fingerprint, prompt parts, max_tokens): the same request always has the same id."""
-    fp = probe_fingerprint(job)
+    fp = job.probe_fingerprint()
     out = []
     for head, context, tail, m in frame.select("head", "context", "tail", "max_tokens").iter_rows():
         h = hashlib.blake2b(digest_size=12)
@@ -163,42 +141,8 @@ def score_samples(
     return pl.concat(parts, how="vertical_relaxed").drop(drop).sort("task", "length", "sample_id")
 
 
-def length_axis(job: Job) -> str:
-    """The column scores are reported over: ``n_pieces`` for the thesis's unit tasks (whose
-    difficulty axis is the number of candidate pieces), LongBench v2's ``length_class``
-    (short / medium / long; its contexts are not length-controlled), else ``length`` (tokens)."""
-    return {"thesis_units": "n_pieces", "longbench_v2": "length_class"}.get(job.suite.kind, "length")
-
-
 def scores_for_longscore(scores: pl.DataFrame, model: str, axis: str = "length") -> pl.DataFrame:
     """``model, task, length, sample_id, score`` rows, ``length`` taken from ``axis``
     (length-0 prior-knowledge rows dropped)."""
     return scores.filter((pl.col("length") > 0) & pl.col("score").is_not_null()).select(
         pl.lit(model).alias("model"), "task", pl.col(axis).alias("length"), "sample_id", "score")
-
-
-def base_lengths(job: Job) -> list[int]:
-    """LongScore's base: ``suite.base_lengths`` (tokens) or the thesis's ``base_pieces``; none for LongBench v2."""
-    suite = job.suite
-    return list(getattr(suite, "base_lengths", None) or getattr(suite, "base_pieces", None) or [])
-
-
-def dropped_samples(scores: pl.DataFrame) -> pl.DataFrame:
-    """``task, sample_id`` of the samples the prior-knowledge filter took out of the statistics."""
-    return scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
-
-
-def apply_prior_filter(scores: pl.DataFrame, job: Job) -> pl.DataFrame:
-    """``scores`` plus ``kept``: whether a row counts in the statistics. Length-0 rows (the
-    no-context probe) never do; with 100-LongBench's QA prior-knowledge filter
-    (``suite.prior_knowledge_threshold``), neither do the rows of QA samples answered above
-    the threshold with no context (:func:`raylc.suites.longbench100.prior_knowledge_filter`)."""
-    keys = ["task", "sample_id", "length"]
-    threshold = getattr(job.suite, "prior_knowledge_threshold", None)
-    if threshold is None or not (scores["length"] == 0).any():
-        return scores.with_columns(kept=pl.col("length") > 0)
-    from raylc.suites.longbench100 import prior_knowledge_filter
-
-    kept, _ = prior_knowledge_filter(scores.select(*keys, "score"), threshold)
-    return scores.join(kept.select(keys).with_columns(kept=pl.lit(True)), on=keys, how="left").with_columns(
-        pl.col("kept").fill_null(False))

@@ -39,7 +39,7 @@ transformers import, no Ray.
    GPU memory - weights, without activations and CUDA graphs (a few GiB), so the sequences per
    GPU are an upper bound and a refusal is certain.
 6. **Prompts** (:func:`prompt_fit`): the job's planned requests counted with
-   :mod:`raylc.plan`'s token counting, against ``max_model_len``.
+   :mod:`raylc.dolce.plan`'s token counting, against ``max_model_len``.
 
 What is not modelled: model-specific convertors and config classes (their defaults for keys
 missing from config.json, attribute aliases other than ``rope_scaling``), quantized weights,
@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raylc.spec import LENGTH_SUITES, Job, JobSpecError, VLLMProbe
+from raylc.spec import Job, JobSpecError, VLLMProbe
 
 VLLM_VERSION = "0.33.0"
 HUB_TIMEOUT_S = 10.0
@@ -619,7 +619,7 @@ SAMPLE_CAP = 8  # samples per task and length a length-suite check builds (an es
 
 def _tokenizer(spec: Optional[str]):
     """(tokenizer, its spec, why it is the default instead) for counting."""
-    from raylc.tokenize import get_tokenizer
+    from raylc.text.tokenize import get_tokenizer
 
     try:
         return get_tokenizer(spec), spec or "default", ""
@@ -628,67 +628,36 @@ def _tokenizer(spec: Optional[str]):
         return get_tokenizer(None), "default", f"tokenizer {spec} is not available here ({first})"
 
 
-def prompt_fit(job: Job) -> PromptFit:
-    """Count the job's planned requests (:mod:`raylc.plan`'s counting, uncapped) against the probe's
-    ``max_model_len``. A tokenizer that cannot load here is replaced by the offline default
-    (an estimate, said in ``note``); a length suite is built with at most :data:`SAMPLE_CAP`
-    samples per task and length and the counts scaled up."""
+def prompt_fit(job: Job, evaluation: Any) -> PromptFit:
+    """Count the job's planned requests (``evaluation.request_lengths``: the plan's counting,
+    uncapped) against the probe's ``max_model_len``. A tokenizer that cannot load here is
+    replaced by the offline default (an estimate, said in ``note``); a length suite is built
+    with at most :data:`SAMPLE_CAP` samples per task and length and the counts scaled up."""
     import numpy as np
 
-    from raylc.plan import _counts, job_tokenizer, prompt_pieces, prompt_tokens
-
-    probe = job.probe
-    max_len = probe.max_model_len
-    default_max = probe.sampling.max_tokens
+    max_len = job.probe.max_model_len
     notes: list[str] = []
-    if job.suite.kind not in LENGTH_SUITES:
-        from raylc.pipeline import stages
-
-        tok, spec, why = _tokenizer(job_tokenizer(job))
-        problems = stages.build(job)
-        spans = stages.sample(problems, job)
-        n = prompt_tokens(spans, prompt_pieces(problems, tok)) if spans.height else np.zeros(0, dtype=np.int64)
-        if why:
-            notes.append(why + ": counted with the offline default tokenizer")
-        total = n + default_max
-        return PromptFit(tokenizer=spec, requests=int(len(n)), longest_prompt=int(n.max()) if len(n) else 0,
-                         longest_max_tokens=default_max, cut=int((total > max_len).sum()), estimated=bool(why),
-                         note="; ".join(notes))
-
-    from raylc.pipeline.length import build_samples
-
-    suite = job.suite
-    update: dict[str, Any] = {}
-    tok, spec, why = _tokenizer(getattr(suite, "tokenizer", None))
+    tok, spec, why = _tokenizer(evaluation.tokenizer_spec(job))
     if why:
-        update["tokenizer"] = None
-        notes.append(why + ": contexts built and counted with the offline default tokenizer")
-    scale = 1.0
-    per = next((f for f in ("samples_per_length", "samples_per_setting") if hasattr(suite, f)), None)
-    if per and getattr(suite, per) > SAMPLE_CAP:
-        scale = getattr(suite, per) / SAMPLE_CAP
-        update[per] = SAMPLE_CAP
-        notes.append(f"counted on {SAMPLE_CAP} of {getattr(suite, per)} samples per task and length, scaled up")
-    built = job.model_copy(update={"suite": suite.model_copy(update=update)}) if update else job
-    samples = build_samples(built)
-    first_max = samples["max_tokens"].fill_null(default_max).to_numpy()
-    second_max = samples["followup_max_tokens"].fill_null(default_max).to_numpy()
-    first = _counts(samples["head"], tok) + samples["context_tokens"].to_numpy() + _counts(samples["tail"], tok)
-    two = samples["followup"].is_not_null().to_numpy()
-    second = np.where(two, _counts(samples["followup"].fill_null(""), tok) + first_max, 0)
-    cut = int((first + first_max > max_len).sum() + (two & (second + second_max > max_len)).sum())
-    longest = int(np.argmax(first)) if len(first) else 0
-    return PromptFit(tokenizer=spec, requests=round((len(first) + int(two.sum())) * scale),
-                     longest_prompt=int(first[longest]) if len(first) else 0,
-                     longest_max_tokens=int(first_max[longest]) if len(first) else default_max,
+        notes.append(why + ": counted with the offline default tokenizer")
+        if job.suite.tokenizer_spec() is not None:  # the suite builds contexts with it: build with the default
+            job = job.model_copy(update={"suite": job.suite.model_copy(update={"tokenizer": None})})
+    prompt, max_tokens, scale = evaluation.request_lengths(job, tok, SAMPLE_CAP)
+    if scale > 1:
+        notes.append(f"counted on {SAMPLE_CAP} of {job.suite.samples_per_point()} samples per task and length, scaled up")
+    cut = int((prompt + max_tokens > max_len).sum())
+    longest = int(np.argmax(prompt)) if len(prompt) else 0
+    return PromptFit(tokenizer=spec, requests=round(len(prompt) * scale),
+                     longest_prompt=int(prompt[longest]) if len(prompt) else 0,
+                     longest_max_tokens=int(max_tokens[longest]) if len(prompt) else job.max_tokens(),
                      cut=round(cut * scale), estimated=bool(notes), note="; ".join(notes))
 
 
 def preflight(job: Job, *, source: Optional[Union[str, Path]] = None, gpu_memory_gib: Optional[float] = None,
-              hub: bool = True, prompts: bool = False, require_config: bool = True) -> list[Report]:
+              hub: bool = True, prompts: Any = None, require_config: bool = True) -> list[Report]:
     """Check every vLLM section of ``job`` (``probe``, then ``judge``); an empty list when there is
-    none. ``source`` is the job file (messages, relative ``hf_config``); ``prompts`` adds
-    :func:`prompt_fit` for the probe (a failure there is a note, never a refusal)."""
+    none. ``source`` is the job file (messages, relative ``hf_config``); ``prompts`` (the suite's
+    evaluation, :func:`raylc.evaluate.evaluation_for`) adds :func:`prompt_fit` for the probe (a failure there is a note, never a refusal)."""
     reports = []
     for section in ("probe", "judge"):
         probe = getattr(job, section)
@@ -701,7 +670,7 @@ def preflight(job: Job, *, source: Optional[Union[str, Path]] = None, gpu_memory
             raise PreflightError(f"{source}: {exc}" if source is not None else str(exc)) from None
         if prompts and section == "probe" and not report.skipped:
             try:
-                report.prompts = prompt_fit(job)
+                report.prompts = prompt_fit(job, prompts)
             except Exception as exc:  # data not reachable here, a suite error: say so, do not fail
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 report.warnings.append(f"prompt lengths not checked: {first}")

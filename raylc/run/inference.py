@@ -1,16 +1,16 @@
 """The inference stages as plain Polars functions: prepare (render, fit, tokenize) and generate.
 
-Every suite's requests go through one path (:mod:`raylc.pipeline.ray_exec`):
+Every suite's requests go through one path (:mod:`raylc.run.ray_exec`):
 request table -> :func:`prepare` (CPU actors) -> :func:`generate_tokens` or :func:`generate_text`
 (engine actors) -> checkpoint shards.
 
 A request row carries its prompt inline (``head, context, tail``: the length-controlled
 suites, judge calls) or as a reference to a DOLCE span (``problem_id, C, start``), which
-:func:`prepare` renders from the problem's units (:func:`raylc.prompts.render_prompt_parts`),
+:func:`prepare` renders from the problem's units (:func:`raylc.text.prompts.render_prompt_parts`),
 loading only the problems its batch names (:class:`ProblemSource`): no actor holds the suite.
 
 For an engine that takes token ids (vLLM), prepare also fits each prompt into the window
-(:func:`raylc.truncation.fit_to_window`, cutting the context only) and tokenizes it with the
+(:func:`raylc.text.truncation.fit_to_window`, cutting the context only) and tokenizes it with the
 engine's own tokenizer (:class:`PromptTokenizer`), so the engine only generates. Text
 backends (simulated, OpenAI-compatible) get the rendered parts and fit them themselves.
 """
@@ -24,9 +24,9 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from raylc.backends.base import BackendUnavailable
-from raylc.prompts import render_prompt_parts
-from raylc.tokenize import HFTokenizer
-from raylc.truncation import PromptTooLong, fit_to_window
+from raylc.text.prompts import render_prompt_parts
+from raylc.text.tokenize import HFTokenizer
+from raylc.text.truncation import PromptTooLong, fit_to_window
 
 INLINE = ("head", "context", "tail")
 #: What the simulated probe may read of a request (its memorized answer, the context size of
@@ -50,7 +50,7 @@ class ProblemSource:
         self._index: Optional[dict[str, int]] = None
         self._file: Any = None
         if problems is None:
-            from raylc.store import Store
+            from raylc.io.store import Store
 
             self._store, self._parts = Store(store_root or "."), parts
 

@@ -5,70 +5,25 @@ seed), the problem's content (units and question) and the span (C, start): the s
 prompt sent to the same model with the same sampling always has the same id. Completions
 are written as Parquet shards, hive-partitioned by task
 (``infer/task=<task>/part-<attempt>-<n>.parquet``; the task is a safe name,
-:func:`raylc.names.path_segment`, so the folder's value is the task itself), each an atomic
+:func:`raylc.io.names.path_segment`, so the folder's value is the task itself), each an atomic
 write, as they stream out of the actor pool; a re-run skips every request that already has
 a completion (a failed request, stored with its ``error``, is tried again).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 import uuid
 from collections import Counter
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import polars as pl
 
-from raylc.names import path_segment
-from raylc.spec import Job, probe_settings
-from raylc.store import Store
+from raylc.io.names import path_segment
+from raylc.io.store import Store
 
 SHARD_DIR = "infer"
-
-
-def probe_fingerprint(job: Job) -> str:
-    """What determines a completion besides the prompt: the whole probe section and the seed."""
-    data = {"probe": probe_settings(job.probe), "seed": job.seed}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
-    """``spans`` plus ``request_id`` = hash(probe fingerprint, problem content, C, start)."""
-    return request_ids(problems, job)(spans)
-
-
-def request_ids(problems: pl.DataFrame, job: Job) -> Callable[[pl.DataFrame], pl.DataFrame]:
-    """:func:`with_request_ids` for many chunks of spans: the problems' content is hashed once."""
-    # one joined string per problem (never a Python object per unit)
-    text = problems.select(pl.col("units").list.join("\x1f") + "\x1e" + pl.col("question"))[:, 0]
-    content = pl.DataFrame(
-        {
-            "problem_id": problems["problem_id"],
-            "_content": [hashlib.blake2b(t.encode(), digest_size=16).hexdigest() for t in text],
-        },
-        schema={"problem_id": pl.String, "_content": pl.String},
-    )
-    key = pl.concat_str(
-        [pl.lit(probe_fingerprint(job)), pl.col("problem_id"), pl.col("_content"),
-         pl.col("C").cast(pl.String), pl.col("start").cast(pl.String)],
-        separator="|",
-    )
-
-    def add(spans: pl.DataFrame) -> pl.DataFrame:
-        return (
-            spans.join(content, on="problem_id", how="left", maintain_order="left")
-            .with_columns(request_id=key.map_batches(_sha, return_dtype=pl.String))
-            .drop("_content")
-        )
-
-    return add
-
-
-def _sha(keys: pl.Series) -> pl.Series:
-    return pl.Series([hashlib.blake2b(k.encode(), digest_size=12).hexdigest() for k in keys], dtype=pl.String)
 
 
 def _shard_parts(store: Store, run_id: str) -> list[list[str]]:

@@ -22,6 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+import polars as pl
+
 _PIECE_RE = re.compile(r"\s*(?:[^\W\d_]+|\d{1,3}|[^\s])|\s+")
 _MASK = (1 << 63) - 1
 
@@ -135,3 +138,10 @@ def _cached(spec: str) -> Tokenizer:
 def get_tokenizer(spec: str | None = None) -> Tokenizer:
     """The tokenizer named by ``spec``: None/``"default"`` or ``"hf:<name-or-path>"`` (cached per process)."""
     return _cached(spec or "default")
+
+
+def count_texts(texts: pl.Series, tok: Tokenizer) -> np.ndarray:
+    """Token count of each text, tokenizing each distinct text once."""
+    uniq = texts.unique()
+    counts = {t: tok.count(t) for t in uniq.to_list()}
+    return texts.replace_strict(counts, return_dtype=pl.Int64).to_numpy()

@@ -1,7 +1,11 @@
-"""Run a job: each stage's table under ``<store>/<run_id>/<stage>/``, a manifest beside them.
+"""The run skeleton: one run folder ``<store>/<run_id>/``, its manifest, lock and stage loop.
 
-Stages already marked done in the manifest of the same run (same job fingerprint) are
-not run again, so re-running a crashed run picks up at the first unfinished stage.
+An :class:`Evaluation` (DOLCE, :mod:`raylc.dolce.evaluation`; length sweeps,
+:mod:`raylc.sweep.evaluation`) names its stages, their outputs and one function per stage;
+:func:`run_job` runs them in order. Stages already marked done in the manifest of the same
+run (same job fingerprint) are not run again, so re-running a crashed run picks up at the
+first unfinished stage. The stage functions reach storage, inference and Ray only through
+the :class:`Run` they are given.
 """
 
 from __future__ import annotations
@@ -15,21 +19,21 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from contextlib import contextmanager, suppress
-from typing import Any, Callable, Iterable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Iterator, NamedTuple, Optional, Protocol, Sequence
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from raylc import __version__
 from raylc.backends import make_backend
-from raylc.names import UnsafeName, path_segment
-from raylc.pipeline import checkpoint, ray_exec, stages
-from raylc.pipeline.inference import PROBLEM_ROW_GROUP
-from raylc.plan import prefix_order
-from raylc.spec import LENGTH_SUITES, Job
-from raylc.store import Store, StoreUnavailable
+from raylc.io.names import UnsafeName, path_segment
+from raylc.io.store import Store, StoreUnavailable
+from raylc.run import checkpoint, ray_exec
+from raylc.run.inference import PROBLEM_ROW_GROUP
+from raylc.spec import Job
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
@@ -37,14 +41,6 @@ LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is take
 SAMPLE_PROBLEMS = 8  # problems sampled at a time
 SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
 OBS_BUCKET_ROWS = 10_000  # observations merged at a time by the score stage (about)
-OUTPUTS = {
-    "build": ["build/problems.parquet"],
-    "sample": ["sample/spans.parquet"],
-    "infer": ["infer"],
-    "score": ["score/observations.parquet"],
-    "fit": ["fits/problems.parquet", "fits/tasks.parquet"],
-    "report": ["report/categories.parquet", "report/summary.md", "report/categories.png", "report/lambda_k.png"],
-}
 
 
 class RunError(RuntimeError):
@@ -57,6 +53,39 @@ class InferenceFailed(RunError):
 
 class NothingWritten(StoreUnavailable):
     """The store failed before the run wrote anything: nothing to resume (exit code 1)."""
+
+
+Rows = dict[str, int]  #: what a stage reports: counts for the manifest and the log
+
+
+class Stage(NamedTuple):
+    """One stage of an evaluation: its name, the run-relative outputs that must exist for it to
+    count as done (a folder, a Parquet file or another file), and its function. An evaluation
+    may give it as a plain ``(name, outputs, fn)`` tuple."""
+
+    name: str
+    outputs: tuple[str, ...]
+    fn: Callable[["Run"], Rows]
+
+
+class Evaluation(Protocol):
+    """What a family implements once (DOLCE, length sweeps): the table its build stage makes
+    from the job (checked before anything is written), its stages in order, the plan of what a
+    run would send, the report tables it writes, and how to print them."""
+
+    def build(self, job: Job) -> pl.DataFrame: ...
+
+    def stages(self, job: Job) -> Sequence[Stage]: ...
+
+    def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> Any: ...
+
+    def tokenizer_spec(self, job: Job) -> Optional[str]: ...
+
+    def request_lengths(self, job: Job, tokenizer: Any, samples_cap: int) -> tuple[Any, Any, float]: ...
+
+    def report_tables(self, job: Job) -> tuple[str, ...]: ...
+
+    def print_report(self, tables: dict[str, pl.DataFrame]) -> None: ...
 
 
 class RunInterrupted(Exception):
@@ -147,7 +176,7 @@ def _versions() -> dict[str, str]:
 
 
 def default_run_id(job: Job) -> str:
-    """``<job name>-<UTC time>``, a safe path segment (:func:`raylc.names.path_segment`; raises
+    """``<job name>-<UTC time>``, a safe path segment (:func:`raylc.io.names.path_segment`; raises
     :class:`RunError` when the job's name makes it unsafe, e.g. a leading '.' or too long)."""
     run_id = f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     try:
@@ -158,12 +187,18 @@ def default_run_id(job: Job) -> str:
 
 @dataclass
 class Run:
-    """A run folder and its manifest."""
+    """A run folder and its manifest, and the services a stage function uses: tables in the
+    run folder, the inference path (request table -> Ray Data -> checkpoint shards), the
+    stored completions, and Ray tasks."""
 
     store: Store
     run_id: str
     manifest: dict[str, Any] = field(default_factory=dict)
     interrupted: Optional[str] = None  # the stage a signal interrupted (:func:`run_job`)
+    job: Optional[Job] = None
+    log: Callable[[str], None] = print
+    built: Optional[pl.DataFrame] = None  # the build stage's table, made before the run wrote anything
+    PROBLEM_ROW_GROUP: ClassVar[int] = PROBLEM_ROW_GROUP  # row groups of a problems table the inference path reads
 
     def save(self) -> None:
         """Write the manifest (last, after the tables it describes) and refresh the lock."""
@@ -186,12 +221,12 @@ class Run:
         if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
             self.store.delete(self.run_id, LOCK)
 
-    def done(self, stage: str, outputs: Optional[dict[str, list[str]]] = None) -> bool:
+    def done(self, stage: Stage) -> bool:
         """Marked done in the manifest and every output present and readable (else redone)."""
-        state = self.manifest.get("stages", {}).get(stage, {})
+        state = self.manifest.get("stages", {}).get(stage.name, {})
         if state.get("status") != "done":
             return False
-        for rel in (outputs or OUTPUTS)[stage]:
+        for rel in stage.outputs:
             parts = rel.split("/")
             ok = self.store.table_ok(self.run_id, *parts) if rel.endswith(".parquet") or "." not in rel else self.store.exists(self.run_id, *parts)
             if not ok:
@@ -239,6 +274,55 @@ class Run:
             return pq.read_metadata(fh).num_rows
 
 
+    # ---- inference and Ray, for the stage functions ---------------------------------------
+    def completed(self) -> "np.ndarray":
+        """Keys of the requests stored with a completion (:func:`checkpoint.completed_keys`)."""
+        return checkpoint.completed_keys(self.store, self.run_id)
+
+    is_completed = staticmethod(checkpoint.is_completed)
+
+    def completions(self) -> pl.DataFrame:
+        """Every stored generation, one row per request (:func:`checkpoint.load_completions`)."""
+        return checkpoint.load_completions(self.store, self.run_id)
+
+    def shards(self) -> Iterator[pl.DataFrame]:
+        """The stored checkpoint shards, one frame each."""
+        return checkpoint.iter_shards(self.store, self.run_id)
+
+    def infer(self, pending: Iterable[pl.DataFrame], problems: str = "") -> None:
+        """Send ``pending`` request rows through the probe (:func:`infer_requests`); ``problems``:
+        the run-relative problems table that span references are rendered from."""
+        infer_requests(self.job, self, pending, self.log, problems=tuple(problems.split("/")) if problems else ())
+
+    def inference_rows(self, reused: int, total: int) -> Rows:
+        """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of
+        the ``total`` requests failed than ``inference.max_error_fraction`` allows."""
+        rows, first = checkpoint.stored_accounting(self.store, self.run_id, reused)
+        check_errors(self.job, self, rows, total, first)
+        return rows
+
+    def map_tasks(self, fn: Callable[..., Any], items: list[Any], *args: Any) -> list[Any]:
+        """``fn(item, *args)`` per item as Ray tasks (joining or starting Ray); results in order.
+        An error raised by ``fn`` is raised as itself, not Ray's wrapper."""
+        ray_exec.ensure_ray(self.job)
+        try:
+            return ray_exec.map_tasks(fn, items, *args)
+        except Exception as exc:
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, Exception) else exc) from None
+
+    def mapper(self) -> Callable[..., list[Any]]:
+        """A mapper of per-task work over Ray tasks (:func:`ray_exec.map_tasks`; Ray joined or started)."""
+        ray_exec.ensure_ray(self.job)
+        return ray_exec.map_tasks
+
+    def generate(self, prompts: pl.Series, job: Job) -> pl.DataFrame:
+        """Generations for ``prompts`` from ``job``'s probe on Ray (the judge's calls)."""
+        ray_exec.ensure_ray(self.job)
+        return ray_exec.generate_on_ray(prompts, job)
+
+
+
 _STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
 
 
@@ -273,7 +357,7 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
             f"{store.uri(run_id)}: run exists with a different job spec (fingerprint "
             f"{existing.get('fingerprint')} != {job.fingerprint()}); use another --run-id"
         )
-    run = Run(store, run_id, existing or {})
+    run = Run(store, run_id, existing or {}, job=job)
     run.manifest.update(
         run_id=run_id,
         job=job.resolved(),
@@ -286,17 +370,22 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return run
 
 
-def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[[str], None], upstream_redone: bool,
-           outputs: Optional[dict[str, list[str]]] = None) -> bool:
+def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     """Run one stage unless it (and everything upstream) is done already; True if it ran."""
-    if not upstream_redone and run.done(name, outputs):
-        log(f"[{name}] done already, skipped")
+    name = stage.name
+    if not upstream_redone and run.done(stage):
+        run.log(f"[{name}] done already, skipped")
         return False
     run.manifest["stages"][name] = {"status": "running"}
     run.save()
     t0 = time.perf_counter()
     try:
-        rows = fn()
+        rows = stage.fn(run)
+    except ValueError as exc:  # the stage's data cannot go on (a family's one-line message)
+        run.manifest["stages"][name] = {"status": "failed", "seconds": round(time.perf_counter() - t0, 3)}
+        with suppress(Exception):
+            run.save()
+        raise RunError(str(exc)) from exc
     except KeyboardInterrupt:  # SIGINT or SIGTERM (run_job): recorded, and redone on resume
         run.interrupted = name
         run.manifest["stages"][name] = {"status": "interrupted", "seconds": round(time.perf_counter() - t0, 3)}
@@ -306,43 +395,8 @@ def _stage(run: Run, name: str, fn: Callable[[], dict[str, int]], log: Callable[
     seconds = round(time.perf_counter() - t0, 3)
     run.manifest["stages"][name] = {"status": "done", "rows": rows, "seconds": seconds}
     run.save()
-    log(f"[{name}] {', '.join(f'{k}={v}' for k, v in rows.items())} ({seconds:.1f} s)")
+    run.log(f"[{name}] {', '.join(f'{k}={v}' for k, v in rows.items())} ({seconds:.1f} s)")
     return True
-
-
-def _fit_parquet(data: bytes, job: Job) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The fit stage on an observation table given as Parquet bytes (run as a Ray task)."""
-    return stages.fit(pl.read_parquet(io.BytesIO(data)), job, mapper=ray_exec.map_tasks)
-
-
-def score_observations(run: Run, job: Job) -> int:
-    """The score stage: every stored completion scored, as ``score/observations.parquet``
-    sorted by (task, problem_id, C, start), a span stored twice keeping its last score (as in
-    :func:`checkpoint.load_completions`; a run's shards hold only its own spans' requests, as
-    the run is tied to the job's fingerprint). Returns the number of observations.
-
-    Two passes bound the driver's memory by a shard and a bucket, not by the run: the
-    problems, in (task, problem_id) order, are cut into buckets of about
-    :data:`OBS_BUCKET_ROWS` spans; pass 1 scores each shard and writes its observations of
-    each bucket as a temporary part ``score/.parts/b<bucket>/part-<shard>.parquet``; pass 2
-    merges each bucket's parts (:func:`stages.merge_observations`, in shard order) and streams
-    the buckets, in order, into the table."""
-    problems = run.read("build/problems.parquet").sort("task", "problem_id")
-    per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.num_rows("sample/spans.parquet"), 1))
-    buckets = problems.select("problem_id", _bucket=pl.int_range(pl.len(), dtype=pl.Int64) // per_bucket)
-    run.store.delete(run.run_id, "score", ".parts")  # left by an interrupted attempt
-    seen: set[int] = set()
-    for i, shard in enumerate(checkpoint.iter_shards(run.store, run.run_id)):
-        obs = stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
-        groups = obs.join(buckets, on="problem_id", how="left", maintain_order="left").partition_by(
-            "_bucket", as_dict=True, maintain_order=True)
-        for (b,), part in groups.items():
-            run.write(part.drop("_bucket"), f"score/.parts/b{b:06d}/part-{i:06d}.parquet")
-            seen.add(int(b))  # type: ignore[arg-type]
-    merged = (stages.merge_observations([run.read(f"score/.parts/b{b:06d}")]) for b in sorted(seen))
-    n = run.write_parts(merged, "score/observations.parquet", stages.merge_observations([]))
-    run.store.delete(run.run_id, "score", ".parts")
-    return n
 
 
 def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None]) -> None:
@@ -403,26 +457,24 @@ def check_errors(job: Job, run: Run, rows: dict[str, int], total: int, first: Op
         )
 
 
-def prebuild(job: Job, run: Run) -> Optional[pl.DataFrame]:
-    """The build stage's table (problems, or a length-controlled suite's samples) when the run's
-    build is still to do, else None. Built before the run writes anything, so a bad data file
-    or pool is one :class:`RunError` line and leaves no run folder behind."""
-    from raylc.pipeline import length
-
-    length_suite = job.suite.kind in LENGTH_SUITES
-    if run.done("build", length.OUTPUTS if length_suite else OUTPUTS):
+def prebuild(job: Job, evaluation: Evaluation, run: Run, build: Stage) -> Optional[pl.DataFrame]:
+    """The build stage's table when the run's build is still to do, else None. Built before the
+    run writes anything, so a bad data file or pool is one :class:`RunError` line and leaves no
+    run folder behind."""
+    if run.done(build):
         return None
     try:
-        return length.build_samples(job) if length_suite else stages.build(job)
+        return evaluation.build(job)
     except ValueError as exc:
         raise RunError(str(exc)) from None
 
 
-def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
-    """Run every stage of ``job``; returns the finished :class:`Run`. Before anything is
+def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
+    """Run every stage of ``evaluation`` for ``job``; returns the finished :class:`Run`
+    (:func:`raylc.evaluate.evaluate` picks the evaluation from the suite). Before anything is
     written: a local store must be a writable folder (:func:`check_store`), and a cluster
     (``ray.address``, RAY_ADDRESS) must answer within ``ray.connect_timeout_s``
-    (:class:`raylc.pipeline.ray_exec.RayUnavailable`); a store failing before the first write
+    (:class:`raylc.run.ray_exec.RayUnavailable`); a store failing before the first write
     is :class:`NothingWritten`. SIGINT and SIGTERM end the run with :class:`RunInterrupted`."""
     check_store(job.store.path)
     run: Optional[Run] = None
@@ -432,7 +484,9 @@ def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] =
                 ray_exec.ensure_ray(job)
             try:
                 opened = open_run(job, run_id)
-                built = prebuild(job, opened)
+                opened.log = log
+                stages = [Stage(*stage) for stage in evaluation.stages(job)]
+                opened.built = prebuild(job, evaluation, opened, stages[0])
                 opened.acquire()
             except StoreUnavailable as exc:
                 raise NothingWritten(f"{exc}; nothing was written") from None
@@ -440,12 +494,7 @@ def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] =
             try:
                 run.save()
                 log(f"run {run.run_id} -> {run.store.uri(run.run_id)}")
-                if job.suite.kind in LENGTH_SUITES:
-                    from raylc.pipeline.length_runner import run_length_stages
-
-                    run_length_stages(job, run, log, built)
-                else:
-                    _run_stages(job, run, log, built)
+                run_stages(run, stages)
             finally:
                 run.release()
         except KeyboardInterrupt as exc:
@@ -453,81 +502,28 @@ def run_job(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] =
     return run
 
 
-def _run_stages(job: Job, run: Run, log: Callable[[str], None], built: Optional[pl.DataFrame] = None) -> None:
-    def do_build() -> dict[str, int]:
-        problems = built if built is not None else stages.build(job)
-        # small row groups: an inference actor reads the few problems its batch names
-        run.write(problems, "build/problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
-        return {"problems": problems.height}
-
-    def do_sample() -> dict[str, int]:
-        problems = run.read("build/problems.parquet").sort("task", "problem_id")
-        chunks = (stages.sample(problems.slice(i, SAMPLE_PROBLEMS), job)
-                  for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
-        return {"spans": run.write_parts(chunks, "sample/spans.parquet", stages.sample(problems.clear(), job))}
-
-    def do_infer() -> dict[str, int]:
-        problems = run.read("build/problems.parquet")
-        total = run.num_rows("sample/spans.parquet")
-        done = checkpoint.completed_keys(run.store, run.run_id)
-        add_ids = checkpoint.request_ids(problems, job)
-
-        def span_chunks() -> Iterator[pl.DataFrame]:
-            """The spans table with request ids, chunk by chunk."""
-            return (add_ids(chunk) for chunk in run.iter_rows("sample/spans.parquet", SPAN_CHUNK_ROWS))
-
-        # a fresh run has nothing to skip: no pass over the spans just to count
-        reused = (sum(int(checkpoint.is_completed(chunk["request_id"], done).sum()) for chunk in span_chunks())
-                  if done.size else 0)
-        log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
-        if total > reused:
-            # spans sharing a prefix (same problem and start) back to back, for vLLM's prefix cache
-            pending = (prefix_order(chunk.filter(~checkpoint.is_completed(chunk["request_id"], done)))
-                       for chunk in span_chunks())
-            infer_requests(job, run, pending, log, problems=("build", "problems.parquet"))
-        del done
-        rows, first = checkpoint.stored_accounting(run.store, run.run_id, reused)
-        check_errors(job, run, rows, total, first)
-        return rows
-
-    def do_score() -> dict[str, int]:
-        return {"observations": score_observations(run, job)}
-
-    def do_fit() -> dict[str, int]:
-        ray_exec.ensure_ray(job)
-        try:  # in a Ray task: the driver holds the compressed table only
-            [(problems, tasks)] = ray_exec.map_tasks(_fit_parquet, [run.read_bytes("score/observations.parquet")], job)
-        except Exception as exc:  # the task's own error (e.g. a one-line ObservationError), not Ray's wrapper
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, Exception) else exc) from None
-        run.write(problems, "fits/problems.parquet")
-        run.write(tasks, "fits/tasks.parquet")
-        return {"problems": problems.height, "tasks": tasks.height}
-
-    def do_report() -> dict[str, int]:
-        from raylc.report import write_report
-
-        fits = run.read("fits/problems.parquet"), run.read("fits/tasks.parquet")
-        # lambda_q per chunk, then over the chunks: memory holds one chunk of the observations
-        lam_q = stages.partial_lengths(pl.concat(
-            [stages.partial_lengths(chunk) for chunk in run.iter_rows("score/observations.parquet", OBS_BUCKET_ROWS)]
-            or [pl.DataFrame(schema={"problem_id": pl.String, "lam_q": pl.Int64})]))
-        tables = stages.report(*fits, run.read("build/problems.parquet"), lam_q)
-        write_report(run, tables, fits)
-        return {name: t.height for name, t in tables.items()}
-
-    run_stages(run, dict(zip(stages.STAGES, (do_build, do_sample, do_infer, do_score, do_fit, do_report))), log)
-
-
-def run_stages(run: Run, fns: dict[str, Callable[[], dict[str, int]]], log: Callable[[str], None],
-               outputs: Optional[dict[str, list[str]]] = None) -> None:
+def run_stages(run: Run, stages: Sequence[Stage]) -> None:
     """Run the stages in order, each unless done already (a redone stage invalidates everything
     downstream of it); then stamp the manifest and log the stage table."""
     redone = False
-    for name, fn in fns.items():
-        redone = _stage(run, name, fn, log, redone, outputs) or redone
+    for stage in stages:
+        redone = _stage(run, stage, redone) or redone
     run.manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     run.save()
-    from raylc.report import stage_table
+    run.log(stage_table(run.manifest))
 
-    log(stage_table(run.manifest))
+
+def stage_table(manifest: dict[str, Any]) -> str:
+    """Per-stage status, wall time and counts (requests, tokens, errors for infer) as text."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"run {manifest.get('run_id', '?')}")
+    for col in ("stage", "status", "seconds", "counts"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    for stage, state in manifest.get("stages", {}).items():
+        counts = ", ".join(f"{k}={v:,}" for k, v in (state.get("rows") or {}).items())
+        table.add_row(stage, state.get("status", "?"), f"{state.get('seconds', 0):.1f}", counts)
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(table)
+    return buf.getvalue().rstrip()

@@ -1,32 +1,31 @@
 """The stages ``build -> sample -> infer -> score -> fit -> report`` as plain Polars functions.
 
 Each function takes and returns Polars frames and runs without Ray; the orchestration
-layer (:mod:`raylc.pipeline.runner`) maps them over Ray Data (per row) and Ray tasks (per
-benchmark task).
+layer (:mod:`raylc.dolce.evaluation` through :class:`raylc.run.skeleton.Run`) maps them over
+Ray Data (per row) and Ray tasks (per benchmark task).
 """
 
 from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import polars as pl
 
 from raylc.dolce import CATEGORIES, assign_categories, fit_observations
-from raylc.pipeline.inference import infer_frame
-from raylc.sampling import sample_spans
 from raylc.scoring import OBSERVATION_SCHEMA, score_spans
-from raylc.spec import Job
-from raylc.suites.planted import build_planted
+
+if TYPE_CHECKING:
+    from raylc.spec import Job
+from raylc.text.sampling import sample_spans
 
 STAGES = ("build", "sample", "infer", "score", "fit", "report")
 
 
 def build(job: Job) -> pl.DataFrame:
-    """Problems table of the suite: planted, or the user's documents split into units."""
-    if job.suite.kind == "documents":
-        from raylc.suites.documents import build_documents
-
-        return build_documents(job.suite, job.seed)
-    return build_planted(job.suite, job.seed)
+    """Problems table of the suite (its registered builder: planted, documents split into units, ...)."""
+    return job.suite.build(job.seed)
 
 
 def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
@@ -34,12 +33,40 @@ def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     return sample_spans(problems, job.sampling, job.seed)
 
 
-def infer(spans: pl.DataFrame, problems: pl.DataFrame, job: Job, backend=None) -> pl.DataFrame:
-    """Render each span's prompt, run the probe in this process (the same prepare and engine
-    functions as the Ray path, :mod:`raylc.pipeline.inference`); the spans plus the generation
-    columns (``completion, prompt_tokens, generated_tokens, cached_tokens, finish_reason,
-    latency_s, error, truncated_tokens``)."""
-    return infer_frame(spans, problems, job, backend)
+def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
+    """``spans`` plus ``request_id`` = hash(probe fingerprint, problem content, C, start)."""
+    return request_ids(problems, job)(spans)
+
+
+def request_ids(problems: pl.DataFrame, job: Job) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """:func:`with_request_ids` for many chunks of spans: the problems' content is hashed once."""
+    # one joined string per problem (never a Python object per unit)
+    text = problems.select(pl.col("units").list.join("\x1f") + "\x1e" + pl.col("question"))[:, 0]
+    content = pl.DataFrame(
+        {
+            "problem_id": problems["problem_id"],
+            "_content": [hashlib.blake2b(t.encode(), digest_size=16).hexdigest() for t in text],
+        },
+        schema={"problem_id": pl.String, "_content": pl.String},
+    )
+    key = pl.concat_str(
+        [pl.lit(job.probe_fingerprint()), pl.col("problem_id"), pl.col("_content"),
+         pl.col("C").cast(pl.String), pl.col("start").cast(pl.String)],
+        separator="|",
+    )
+
+    def add(spans: pl.DataFrame) -> pl.DataFrame:
+        return (
+            spans.join(content, on="problem_id", how="left", maintain_order="left")
+            .with_columns(request_id=key.map_batches(_sha, return_dtype=pl.String))
+            .drop("_content")
+        )
+
+    return add
+
+
+def _sha(keys: pl.Series) -> pl.Series:
+    return pl.Series([hashlib.blake2b(k.encode(), digest_size=12).hexdigest() for k in keys], dtype=pl.String)
 
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
@@ -69,16 +96,7 @@ def merge_observations(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """DOLCE fits per task (and COW/PIG subset); ``mapper`` maps the per-subset fits (e.g. over Ray tasks)."""
-    return fit_observations(
-        observations,
-        scenario=job.fit.scenario,
-        threshold=job.fit.threshold,
-        em_steps_cow=job.fit.em_steps_cow,
-        em_steps_pig=job.fit.em_steps_pig,
-        mapper=mapper,
-        pig_likelihood=job.fit.pig_likelihood,
-        pig_hit_rate=job.fit.pig_hit_rate,
-    )
+    return fit_observations(observations, job.fit, mapper=mapper)
 
 
 def partial_lengths(observations: pl.DataFrame) -> pl.DataFrame:

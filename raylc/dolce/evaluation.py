@@ -1,0 +1,164 @@
+"""DOLCE as an evaluation: ``build -> sample -> infer -> score -> fit -> report`` (DOLCE
+Sections 3-4), each stage a function of the :class:`~raylc.run.skeleton.Run` it is given.
+
+The work is in the plain Polars functions of :mod:`raylc.dolce.stages`; this module only
+moves their tables through the run folder: problems in small row groups (an inference actor
+reads the few problems its batch names), spans and observations streamed chunk by chunk, the
+fit as a Ray task (the driver holds the compressed observation table only).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+
+import numpy as np
+import polars as pl
+
+from raylc.dolce import stages
+from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens
+
+if TYPE_CHECKING:
+    from raylc.run.skeleton import Rows, Run, Stage
+    from raylc.spec import Job
+    from raylc.text.tokenize import Tokenizer
+
+SAMPLE_PROBLEMS = 8  # problems sampled at a time
+SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
+OBS_BUCKET_ROWS = 10_000  # observations merged at a time by the score stage (about)
+
+PROBLEMS = "build/problems.parquet"
+SPANS = "sample/spans.parquet"
+OBSERVATIONS = "score/observations.parquet"
+
+
+def build(run: Run) -> Rows:
+    problems = run.built if run.built is not None else stages.build(run.job)
+    run.write(problems, PROBLEMS, row_group_size=run.PROBLEM_ROW_GROUP)
+    return {"problems": problems.height}
+
+
+def sample(run: Run) -> Rows:
+    problems = run.read(PROBLEMS).sort("task", "problem_id")
+    chunks = (stages.sample(problems.slice(i, SAMPLE_PROBLEMS), run.job)
+              for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
+    return {"spans": run.write_parts(chunks, SPANS, stages.sample(problems.clear(), run.job))}
+
+
+def infer(run: Run) -> Rows:
+    """Every span without a stored completion through the probe, spans sharing a prefix (same
+    problem and start) back to back for vLLM's prefix cache."""
+    problems = run.read(PROBLEMS)
+    total = run.num_rows(SPANS)
+    done = run.completed()
+    add_ids = stages.request_ids(problems, run.job)
+
+    def span_chunks() -> Iterator[pl.DataFrame]:
+        return (add_ids(chunk) for chunk in run.iter_rows(SPANS, SPAN_CHUNK_ROWS))
+
+    # a fresh run has nothing to skip: no pass over the spans just to count
+    reused = sum(int(run.is_completed(c["request_id"], done).sum()) for c in span_chunks()) if done.size else 0
+    run.log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
+    if total > reused:
+        run.infer((prefix_order(c.filter(~run.is_completed(c["request_id"], done))) for c in span_chunks()),
+                  problems=PROBLEMS)
+    del done
+    return run.inference_rows(reused, total)
+
+
+def score(run: Run) -> Rows:
+    """Every stored completion scored, as the observation table sorted by (task, problem_id, C,
+    start); a span stored twice keeps its last score (a run's shards hold only its own spans'
+    requests, as the run is tied to the job's fingerprint).
+
+    Two passes bound the driver's memory by a shard and a bucket, not by the run: the problems,
+    in (task, problem_id) order, are cut into buckets of about :data:`OBS_BUCKET_ROWS` spans;
+    pass 1 scores each shard and writes its observations of each bucket as a temporary part
+    ``score/.parts/b<bucket>/part-<shard>.parquet``; pass 2 merges each bucket's parts
+    (:func:`stages.merge_observations`, in shard order) and streams the buckets into the table."""
+    job = run.job
+    problems = run.read(PROBLEMS).sort("task", "problem_id")
+    per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.num_rows(SPANS), 1))
+    buckets = problems.select("problem_id", _bucket=pl.int_range(pl.len(), dtype=pl.Int64) // per_bucket)
+    run.store.delete(run.run_id, "score", ".parts")  # left by an interrupted attempt
+    seen: set[int] = set()
+    for i, shard in enumerate(run.shards()):
+        obs = stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
+        groups = obs.join(buckets, on="problem_id", how="left", maintain_order="left").partition_by(
+            "_bucket", as_dict=True, maintain_order=True)
+        for (b,), part in groups.items():
+            run.write(part.drop("_bucket"), f"score/.parts/b{b:06d}/part-{i:06d}.parquet")
+            seen.add(int(b))  # type: ignore[arg-type]
+    merged = (stages.merge_observations([run.read(f"score/.parts/b{b:06d}")]) for b in sorted(seen))
+    n = run.write_parts(merged, OBSERVATIONS, stages.merge_observations([]))
+    run.store.delete(run.run_id, "score", ".parts")
+    return {"observations": n}
+
+
+def _fit_parquet(data: bytes, job: Job, mapper) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The fit stage on an observation table given as Parquet bytes (run as a Ray task)."""
+    return stages.fit(pl.read_parquet(io.BytesIO(data)), job, mapper=mapper)
+
+
+def fit(run: Run) -> Rows:
+    [(problems, tasks)] = run.map_tasks(_fit_parquet, [run.read_bytes(OBSERVATIONS)], run.job, run.mapper())
+    run.write(problems, "fits/problems.parquet")
+    run.write(tasks, "fits/tasks.parquet")
+    return {"problems": problems.height, "tasks": tasks.height}
+
+
+def report(run: Run) -> Rows:
+    from raylc.dolce.report import write_report
+
+    fits = run.read("fits/problems.parquet"), run.read("fits/tasks.parquet")
+    # lambda_q per chunk, then over the chunks: memory holds one chunk of the observations
+    lam_q = stages.partial_lengths(pl.concat(
+        [stages.partial_lengths(chunk) for chunk in run.iter_rows(OBSERVATIONS, OBS_BUCKET_ROWS)]
+        or [pl.DataFrame(schema={"problem_id": pl.String, "lam_q": pl.Int64})]))
+    tables = stages.report(*fits, run.read(PROBLEMS), lam_q)
+    write_report(run, tables, fits)
+    return {name: t.height for name, t in tables.items()}
+
+
+class DolceEvaluation:
+    """The DOLCE family for the skeleton (:class:`raylc.run.skeleton.Evaluation`)."""
+
+    @staticmethod
+    def report_tables(job: Job) -> tuple[str, ...]:
+        return ("categories", "recovery", "problems")
+
+    @staticmethod
+    def tokenizer_spec(job: Job) -> Optional[str]:
+        """What prompts are counted with: the probe's tokenizer, the suite's, a vLLM model's."""
+        return job.count_tokenizer()
+
+    def build(self, job: Job) -> pl.DataFrame:
+        return stages.build(job)
+
+    def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> Plan:
+        """:func:`raylc.dolce.plan.plan`: spans, prompt tokens, prefix reuse and cost."""
+        return plan(job, budget_tokens, **options)
+
+    def request_lengths(self, job: Job, tokenizer: Tokenizer, samples_cap: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Prompt tokens and ``max_tokens`` of every request the job would send (the plan's
+        counting, uncapped), and the factor to scale counts by (1: every request is counted)."""
+        problems = stages.build(job)
+        spans = stages.sample(problems, job)
+        n = prompt_tokens(spans, prompt_pieces(problems, tokenizer)) if spans.height else np.zeros(0, dtype=np.int64)
+        return n, np.full(len(n), job.max_tokens(), dtype=np.int64), 1.0
+
+    def print_report(self, tables: dict[str, pl.DataFrame]) -> None:
+        from raylc.dolce.report import print_report
+
+        print_report(tables)
+
+    def stages(self, job: Job) -> Sequence[Stage]:
+        return (
+            ("build", (PROBLEMS,), build),
+            ("sample", (SPANS,), sample),
+            ("infer", ("infer",), infer),
+            ("score", (OBSERVATIONS,), score),
+            ("fit", ("fits/problems.parquet", "fits/tasks.parquet"), fit),
+            ("report", ("report/categories.parquet", "report/summary.md", "report/categories.png",
+                        "report/lambda_k.png"), report),
+        )

@@ -1,0 +1,71 @@
+"""Report: category shares per task and planted-category recovery, as rich tables and Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+
+from raylc.dolce import CATEGORIES
+from raylc.io.figures import png_bytes
+from raylc.io.tables import markdown_table, rich_table
+
+REPORT_TABLES = ("categories", "recovery", "problems")
+
+
+def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
+    """One row per task subset (COW/PIG split), one column per category I..V (share), plus ``n``."""
+    keys = ["subset", "scenario"]
+    wide = categories.pivot(on="category", index=keys, values="share")
+    wide = wide.with_columns(pl.lit(0.0).alias(c) for c in CATEGORIES if c not in wide.columns).fill_null(0.0)
+    totals = categories.group_by(keys).agg(n=pl.col("n").sum())
+    return wide.join(totals, on=keys).select(*keys, "n", *CATEGORIES).sort(keys)
+
+
+def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
+    """The Markdown summary written to ``report/summary.md``."""
+    matrix = category_matrix(tables["categories"])
+    parts = [
+        f"# raylc report: {manifest.get('run_id', '?')}",
+        "",
+        f"Job `{manifest.get('job', {}).get('name', '?')}`, seed {manifest.get('seed')}, "
+        f"fingerprint `{manifest.get('fingerprint')}`.",
+        "",
+        "## DOLCE focus categories (share of problems per task subset)",
+        "",
+        "I: closed-book (lambda = 0); II: retrieval, redundant; III: retrieval; "
+        "IV: moderate complexity; V: holistic understanding (lambda > max C).",
+        "",
+        markdown_table(matrix, pct=CATEGORIES),
+        "",
+        "![categories](categories.png) ![lambda-k](lambda_k.png)",
+    ]
+    if "recovery" in tables:
+        parts += ["", "## Planted-category recovery", "", markdown_table(tables["recovery"], pct=("recovery",))]
+    return "\n".join(parts) + "\n"
+
+
+def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
+    if "recovery" in tables:
+        console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
+
+
+def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    """Write the report tables, figures and ``summary.md`` for ``run`` and print them."""
+    for name, df in tables.items():
+        run.write(df, f"report/{name}.parquet")
+    for name, data in figures(*fits).items():
+        run.store.write_bytes(data, run.run_id, "report", name)
+    run.store.write_text(markdown(tables, run.manifest), run.run_id, "report", "summary.md")
+    print_report(tables)
+
+
+def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:
+    """PNG figures: category bars per task (DOLCE Figure 2), lambda-k scatter (Figure 11)."""
+    from raylc.dolce.plots import plot_categories, plot_lambda_k
+
+    return png_bytes({"categories.png": lambda path: plot_categories(task_fits, path),
+                      "lambda_k.png": lambda path: plot_lambda_k(problem_fits, path)})

@@ -1,0 +1,46 @@
+"""What every plan shares: its error, the cost lines of its summary, and writing the planned job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Union
+
+if TYPE_CHECKING:
+    from raylc.text.tokenize import Tokenizer
+
+
+class PlanError(ValueError):
+    """A job or budget that cannot be planned; the message is one line."""
+
+
+def cost_rows(tokens: int, price_per_mtok: Optional[float], tokens_per_s_per_gpu: Optional[float]) -> list[tuple[str, str]]:
+    """``(item, value)`` summary rows: GPU-hours of ``tokens`` at ``tokens_per_s_per_gpu`` and
+    their cost at ``price_per_mtok`` (each only when given)."""
+    rows = []
+    if tokens_per_s_per_gpu:
+        rows.append(("GPU-hours", f"{tokens / tokens_per_s_per_gpu / 3600:,.2f} at {tokens_per_s_per_gpu:,g} tokens/s/GPU"))
+    if price_per_mtok is not None:
+        rows.append(("cost", f"${price_per_mtok * tokens / 1e6:,.2f} at ${price_per_mtok:g} per million tokens"))
+    return rows
+
+
+def write_whole(text: str, path: Union[str, Path]) -> None:
+    """``text`` to ``path`` through a temporary file and a rename: whole or not at all."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def plan_tokenizer(spec: Optional[str]) -> Tokenizer:
+    """The tokenizer ``spec`` names (None: the offline default), or one :class:`PlanError` line."""
+    from raylc.text.tokenize import get_tokenizer
+
+    try:
+        return get_tokenizer(spec)
+    except Exception as exc:  # a missing package, file or Hub access: one line for the CLI
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PlanError(f"cannot load tokenizer {spec!r} ({first}): set probe.tokenizer or pass --tokenizer") from None

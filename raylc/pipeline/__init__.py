@@ -1,1 +1,0 @@
-"""Pipeline stages and their orchestration on Ray."""

@@ -1,0 +1,125 @@
+"""The suite registry: a job's ``suite.kind`` names a config model and its builder.
+
+A suite is one config model (a :class:`DolceSuite` or a :class:`SweepSuite`, with a literal
+``kind``) and one builder ``(config, seed) -> DataFrame``, registered together with
+:func:`register_suite`. The family the config derives from decides how a run evaluates
+the built table:
+
+- :class:`DolceSuite`: the builder returns a problems table (``task, problem_id, units,
+  question, answers, ...``) for DOLCE's ``build -> sample -> infer -> score -> fit -> report``;
+- :class:`SweepSuite`: the builder returns a samples table (:mod:`raylc.suites.samples`) for a
+  length sweep ``build -> infer -> score -> report``. The config answers the sweep's
+  questions itself: the axis scores are reported over, LongScore's base, which rows count.
+
+Nothing outside this module branches on a suite's kind or family.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Callable, ClassVar, Optional
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
+
+Builder = Callable[[Any, int], pl.DataFrame]
+
+
+class SuiteConfig(BaseModel):
+    """Base of every suite config (frozen; unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    family: ClassVar[str] = ""
+
+    def tokenizer_spec(self) -> Optional[str]:
+        """The tokenizer the suite counts context tokens with (None: the offline default)."""
+        return None
+
+    def judged_tasks(self) -> list[str]:
+        """Tasks scored by an LLM judge (the job then needs a ``judge`` section)."""
+        return []
+
+    def build(self, seed: int) -> pl.DataFrame:
+        """The suite's table, from its registered builder."""
+        return SUITES[self.kind][1](self, seed)  # type: ignore[attr-defined]
+
+
+class DolceSuite(SuiteConfig):
+    """A suite of problems for DOLCE (each context split into units)."""
+
+    family: ClassVar[str] = "dolce"
+
+
+class SweepSuite(SuiteConfig):
+    """A length-controlled suite: every sample built at each point of an axis."""
+
+    family: ClassVar[str] = "sweep"
+    axis: ClassVar[str] = "length"  #: the samples column scores are reported over
+    samples_field: ClassVar[Optional[str]] = None  #: the field counting samples per axis point
+    sections: ClassVar[tuple[str, ...]] = ()  #: names of the tables :meth:`report_sections` may add
+
+    def longscore_base(self) -> list[int]:
+        """LongScore's base points on :attr:`axis` (100-LongBench Eq. 1); none: no LongScore."""
+        return []
+
+    def kept(self, scores: pl.DataFrame) -> pl.DataFrame:
+        """``scores`` plus ``kept``: whether a row counts in the statistics (length-0 rows, the
+        no-context probe, never do)."""
+        return scores.with_columns(kept=pl.col("length") > 0)
+
+    def report_sections(self, scores: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+        """Extra report tables as ``(name, heading, table)``."""
+        return []
+
+    def with_samples(self, n: int) -> "SweepSuite":
+        """This config building at most ``n`` samples per axis point (a cheap estimate)."""
+        if self.samples_field is None or getattr(self, self.samples_field) <= n:
+            return self
+        return self.model_copy(update={self.samples_field: n})
+
+    def samples_per_point(self) -> Optional[int]:
+        return getattr(self, self.samples_field) if self.samples_field else None
+
+
+SUITES: dict[str, tuple[type[SuiteConfig], Builder]] = {}
+
+
+def register_suite(config: type[SuiteConfig]) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder`` as the suite ``config``'s (its literal ``kind``)."""
+    field = config.model_fields.get("kind")
+    kinds = typing.get_args(field.annotation) if field is not None else ()
+    kind = kinds[0] if len(kinds) == 1 else None
+    if not isinstance(kind, str) or not issubclass(config, (DolceSuite, SweepSuite)):
+        raise TypeError(f"{config.__name__}: a suite config derives from DolceSuite or SweepSuite and has "
+                        "kind: Literal['<its kind>']")
+
+    def register(builder: Builder) -> Builder:
+        SUITES[kind] = (config, builder)
+        return builder
+
+    return register
+
+
+def suite_kinds() -> list[str]:
+    return list(SUITES)
+
+
+def parse_suite(value: Any) -> SuiteConfig:
+    """A ``suite`` section (a mapping with ``kind``; no kind = ``planted``) as its config model;
+    the config's own errors keep their keys (``suite.lengths``)."""
+    if isinstance(value, SuiteConfig):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError("suite_type", "must be a mapping with a kind")
+    kind = value.get("kind", "planted")
+    if kind not in SUITES:
+        raise PydanticCustomError("suite_kind", "{got} is not one of {known}",
+                                  {"got": repr(kind), "known": ", ".join(f"'{k}'" for k in sorted(SUITES))})
+    return SUITES[kind][0].model_validate({**value, "kind": kind})
+
+
+def config_of(data: Any) -> Optional[type[SuiteConfig]]:
+    """The config model a raw ``suite`` section names, if any (for error messages)."""
+    kind = data.get("kind", "planted") if isinstance(data, dict) else None
+    return SUITES[kind][0] if kind in SUITES else None

@@ -1,0 +1,1 @@
+"""The length-sweep family: length-controlled suites, LongScore, their stages, plan and report."""

@@ -1,0 +1,173 @@
+"""A length sweep as an evaluation: ``build -> infer -> score -> report`` (100-LongBench,
+HELMET, LongBench v2, the thesis's unit tasks), each stage a function of the
+:class:`~raylc.run.skeleton.Run` it is given.
+
+Inference goes through the probe's Ray Data pipeline with row-level checkpoints (two rounds
+for two-call samples), judge calls through the judge's pipeline, LongScore per (model, task).
+The work is in the plain Polars functions of :mod:`raylc.sweep.stages`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+import polars as pl
+
+from raylc.io.plans import PlanError
+from raylc.scoring.judge import judge_sample_scores
+from raylc.sweep import stages
+from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens
+from raylc.sweep.report import REPORT_TABLES, print_length_report
+
+if TYPE_CHECKING:
+    from raylc.run.skeleton import Rows, Run, Stage
+    from raylc.spec import Job
+    from raylc.text.tokenize import Tokenizer
+
+SAMPLES = "build/samples.parquet"
+SCORES = "score/scores.parquet"
+
+
+def _with_knowledge(job: Job, samples: pl.DataFrame, reqs: pl.DataFrame) -> pl.DataFrame:
+    """For the simulated probe, what it may read of each request (``sim_answer``,
+    ``sim_tokens``): the sample's gold answer and context tokens, or its fixed reasoning line
+    (-1) for the first call of a two-call sample. Real backends get the request rows as they are."""
+    if job.probe.backend != "simulated":
+        return reqs
+    from raylc.backends.simulated import SIMULATED_COT
+
+    keys = ["task", "sample_id", "length"]
+    first_of_two = (pl.col("round") == 1) & pl.col("followup").is_not_null()
+    return (
+        reqs.join(samples.select(*keys, "gold", "context_tokens", "followup"), on=keys, how="left",
+                  maintain_order="left")
+        .with_columns(
+            sim_answer=pl.when(first_of_two).then(pl.lit(SIMULATED_COT)).otherwise(pl.col("gold")),
+            sim_tokens=pl.when(first_of_two).then(pl.lit(-1, pl.Int64)).otherwise(pl.col("context_tokens").cast(pl.Int64)),
+        )
+        .drop("gold", "context_tokens", "followup")
+    )
+
+
+def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
+    cols = ["request_id", "completion", "error"]
+    if not stored.height:
+        return reqs.with_columns(completion=pl.lit(None, pl.String), error=pl.lit(None, pl.String))
+    return reqs.join(stored.select(cols), on="request_id", how="left")
+
+
+def _run_round(run: Run, reqs: pl.DataFrame, samples: pl.DataFrame) -> int:
+    """Run the requests without a stored success; returns how many were reused."""
+    done = run.completed()
+    pending = reqs.select(stages.REQUEST_COLUMNS).filter(~run.is_completed(reqs["request_id"], done))
+    reused = reqs.height - pending.height
+    run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
+            f"attempts, {pending.height} to run")
+    if pending.height:
+        run.infer([_with_knowledge(run.job, samples, pending)])
+    return reused
+
+
+def _rounds(run: Run, samples: pl.DataFrame,
+            first: Optional[pl.DataFrame] = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Both rounds' request rows joined with their stored generations; ``first``: the first
+    round's request rows when already made (their ids hash whole prompts)."""
+    stored = run.completions()
+    first = _with_generations(stages.requests(samples, run.job) if first is None else first, stored)
+    second = _with_generations(stages.requests(samples, run.job, first), stored)
+    return first, second
+
+
+def build(run: Run) -> Rows:
+    samples = run.built if run.built is not None else stages.build_samples(run.job)
+    run.write(samples, SAMPLES)
+    return {"samples": samples.height, "context_tokens": int(samples["context_tokens"].sum() or 0)}
+
+
+def infer(run: Run) -> Rows:
+    samples = run.read(SAMPLES)
+    first = stages.requests(samples, run.job)
+    reused = _run_round(run, first, samples)
+    second = _rounds(run, samples, first)[1]
+    if second.height:
+        reused += _run_round(run, second, samples)
+    return run.inference_rows(reused, first.height + second.height)
+
+
+def score(run: Run) -> Rows:
+    job = run.job
+    samples = run.read(SAMPLES)
+    first, second = _rounds(run, samples)
+    final = stages.final_completions(samples, first, second)
+    answered = final.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
+    judge = None
+    if answered["metric"].is_in(list(stages.JUDGE_METRICS)).any():
+        if job.judge is None:
+            raise ValueError(f"suite {job.suite.kind}: metrics {', '.join(stages.JUDGE_METRICS)} need a judge: section")
+        judge_job = job.as_judge()
+
+        def judge(frame: pl.DataFrame) -> pl.Series:
+            return judge_sample_scores(frame, lambda prompts: run.generate(prompts, judge_job))
+
+    try:
+        scores = job.suite.kept(stages.score_samples(answered, judge))
+    except ValueError as exc:
+        raise ValueError(f"{run.store.uri(run.run_id, *SAMPLES.split('/'))}: {exc}") from None
+    run.write(scores, SCORES)
+    return {"scores": scores.height, "failed": final.height - answered.height,
+            "prior_known": scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique().height}
+
+
+def report(run: Run) -> Rows:
+    from raylc.sweep.report import write_length_report
+
+    tables = write_length_report(run, run.job, run.read(SCORES))
+    return {name: t.height for name, t in tables.items()}
+
+
+class SweepEvaluation:
+    """The length-sweep family for the skeleton (:class:`raylc.run.skeleton.Evaluation`)."""
+
+    @staticmethod
+    def tokenizer_spec(job: Job) -> Optional[str]:
+        """What prompts are counted with: the suite's tokenizer (its contexts are built with it)."""
+        return job.suite.tokenizer_spec()
+
+    def build(self, job: Job) -> pl.DataFrame:
+        return stages.build_samples(job)
+
+    @staticmethod
+    def report_tables(job: Job) -> tuple[str, ...]:
+        return (*REPORT_TABLES, *job.suite.sections)
+
+    def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> SweepPlan:
+        """:func:`raylc.sweep.plan.plan_sweep` (a sweep has no spans to thin: no token budget)."""
+        if budget_tokens is not None:
+            raise PlanError(f"suite kind {job.suite.kind!r} is a length sweep: --budget-tokens picks DOLCE strides; "
+                            "lower suite.lengths or samples_per_length instead")
+        options.pop("block_size", None)
+        return plan_sweep(job, **options)
+
+    def request_lengths(self, job: Job, tokenizer: Tokenizer, samples_cap: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Prompt tokens and ``max_tokens`` of every request (both calls of two-call samples),
+        built with at most ``samples_cap`` samples per axis point, and the factor to scale
+        counts to the whole suite."""
+        suite = job.suite
+        per = suite.samples_per_point()
+        samples = stages.build_samples(job.model_copy(update={"suite": suite.with_samples(samples_cap)}))
+        first, second, first_max, second_max = request_tokens(samples, tokenizer, job.max_tokens())
+        two = second > 0
+        scale = per / samples_cap if per and per > samples_cap else 1.0
+        return np.concatenate([first, second[two]]), np.concatenate([first_max, second_max[two]]), scale
+
+    def print_report(self, tables: dict[str, pl.DataFrame]) -> None:
+        print_length_report(tables)
+
+    def stages(self, job: Job) -> Sequence[Stage]:
+        return (
+            ("build", (SAMPLES,), build),
+            ("infer", ("infer",), infer),
+            ("score", (SCORES,), score),
+            ("report", ("report/summary.md",), report),
+        )

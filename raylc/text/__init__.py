@@ -1,0 +1,1 @@
+"""Text handling shared by the families: units, tokenizers, truncation, prompts, span sampling."""

@@ -1,0 +1,114 @@
+"""The run skeleton (:mod:`raylc.run.skeleton`) with a toy evaluation, in process and without
+Ray: the stage loop, the manifest, resume at the first unfinished stage, invalidation of what
+is downstream of a redone stage, failures in one line, and the lock."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import polars as pl
+import pytest
+
+from raylc.run.skeleton import LOCK, MANIFEST, RunError, open_run, run_job, stage_table
+from raylc.spec import parse_job
+
+
+class Counting:
+    """An evaluation of three stages that records which ran; ``fail`` names a stage that raises."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.ran: list[str] = []
+        self.fail = fail
+
+    def build(self, job):
+        return pl.DataFrame({"x": [1, 2, 3]})
+
+    def _stage(self, name: str, upstream: str = ""):
+        def fn(run):
+            self.ran.append(name)
+            if name == self.fail:
+                raise ValueError(f"{name}: the data cannot go on")
+            frame = run.built if name == "build" else run.read(f"{upstream}/t.parquet").with_columns(pl.col("x") + 1)
+            run.write(frame, f"{name}/t.parquet")
+            return {"rows": frame.height}
+        return fn
+
+    def stages(self, job):
+        return (("build", ("build/t.parquet",), self._stage("build")),
+                ("middle", ("middle/t.parquet",), self._stage("middle", "build")),
+                ("last", ("last/t.parquet",), self._stage("last", "middle")))
+
+
+@pytest.fixture
+def job(tmp_path):
+    return parse_job({"name": "toy", "store": {"path": str(tmp_path)}})
+
+
+def _manifest(tmp_path, run_id="r"):
+    return json.loads((tmp_path / run_id / MANIFEST).read_text())
+
+
+def test_stages_run_in_order_and_the_manifest_records_them(job, tmp_path):
+    logs: list[str] = []
+    evaluation = Counting()
+    run = run_job(job, evaluation, "r", log=logs.append)
+    assert evaluation.ran == ["build", "middle", "last"]
+    assert pl.read_parquet(tmp_path / "r" / "last" / "t.parquet")["x"].to_list() == [3, 4, 5]
+    manifest = _manifest(tmp_path)
+    assert manifest == run.manifest | {"updated_at": manifest["updated_at"]}
+    assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(["build", "middle", "last"], "done")
+    assert manifest["stages"]["middle"]["rows"] == {"rows": 3}
+    assert manifest["fingerprint"] == job.fingerprint() and "finished_at" in manifest
+    assert logs[0] == f"run r -> {tmp_path / 'r'}" and "middle" in logs[-1] and not (tmp_path / "r" / LOCK).exists()
+
+
+def test_a_rerun_skips_done_stages_and_a_redone_stage_redoes_what_follows(job, tmp_path):
+    run_job(job, Counting(), "r", log=lambda m: None)
+    again = Counting()
+    logs: list[str] = []
+    run_job(job, again, "r", log=logs.append)
+    assert again.ran == [] and sum("done already, skipped" in line for line in logs) == 3
+    (tmp_path / "r" / "middle" / "t.parquet").unlink()  # an output gone: that stage and everything after it
+    third = Counting()
+    run_job(job, third, "r", log=lambda m: None)
+    assert third.ran == ["middle", "last"]
+
+
+def test_a_stage_that_cannot_go_on_is_one_line_and_resumes_there(job, tmp_path):
+    with pytest.raises(RunError, match="^middle: the data cannot go on$"):
+        run_job(job, Counting(fail="middle"), "r", log=lambda m: None)
+    assert _manifest(tmp_path)["stages"]["middle"]["status"] == "failed"
+    assert not (tmp_path / "r" / LOCK).exists()
+    resumed = Counting()
+    run_job(job, resumed, "r", log=lambda m: None)
+    assert resumed.ran == ["middle", "last"]
+
+
+def test_a_bad_build_writes_nothing(job, tmp_path):
+    class BadBuild(Counting):
+        def build(self, job):
+            raise ValueError("data.jsonl: row 3: no context")
+
+    with pytest.raises(RunError, match="^data.jsonl: row 3: no context$"):
+        run_job(job, BadBuild(), "r", log=lambda m: None)
+    assert not (tmp_path / "r").exists()
+
+
+def test_another_job_spec_or_a_live_lock_is_refused(job, tmp_path):
+    run_job(job, Counting(), "r", log=lambda m: None)
+    other = parse_job({"name": "toy", "seed": 1, "store": {"path": str(tmp_path)}})
+    with pytest.raises(RunError, match="run exists with a different job spec"):
+        run_job(other, Counting(), "r", log=lambda m: None)
+    held = {"host": os.uname().nodename, "pid": os.getppid(), "started_at": "then", "heartbeat": 0}
+    (tmp_path / "r" / LOCK).write_text(json.dumps(held))
+    with pytest.raises(RunError, match=f"run is in use by pid {os.getppid()}"):
+        run_job(job, Counting(), "r", log=lambda m: None)
+
+
+def test_stage_table_lists_every_stage(job, tmp_path):
+    run = open_run(job, "r")
+    run.manifest["stages"] = {"build": {"status": "done", "rows": {"problems": 1200}, "seconds": 1.25},
+                              "infer": {"status": "interrupted", "seconds": 3.0}}
+    table = stage_table(run.manifest)
+    assert "build" in table and "problems=1,200" in table and "1.2" in table and "interrupted" in table
