@@ -23,6 +23,7 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    matplotlib.rcParams["text.parse_math"] = False  # task and model names are data, never TeX ("$$" is a name)
     import matplotlib.pyplot as plt
 
     return plt

@@ -61,6 +61,22 @@ class PlantedSuite(_Strict):
             raise ValueError("every k must be >= 1")
         return v
 
+    @field_validator("tasks")
+    @classmethod
+    def _task_names(cls, v: list[str]) -> list[str]:
+        """Each task names a folder (raylc/names.py) and problem ids; a task listed twice would
+        give two problems one id."""
+        from raylc.names import UnsafeName, path_segment
+
+        try:
+            v = [path_segment(t, "task") for t in v]
+        except UnsafeName as exc:
+            raise ValueError(str(exc)) from None
+        twice = sorted({t for t in v if v.count(t) > 1})
+        if twice:
+            raise ValueError(f"task {twice[0]!r} is listed twice")
+        return v
+
     @model_validator(mode="after")
     def _units_range(self) -> "PlantedSuite":
         if self.min_units > self.max_units:
