@@ -275,3 +275,28 @@ def test_longbench100_task_with_no_sample_at_any_length_is_refused():
     with pytest.raises(PoolError, match=r"sources\.jsonl: task single_doc_qa: no sample fits any length of "
                                         r"suite\.lengths \(largest 128 tokens\)"):
         build_longbench100(suite, seed=0)
+
+
+def test_longscore_names_with_tex_markup_are_drawn_as_text(tmp_path, monkeypatch):
+    """Found by the 5,200-input fuzz run: a task named '$$' reached matplotlib's TeX parser and
+    raised a ValueError traceback; names are data, drawn as they are."""
+    pl.DataFrame({"model": ["m$1", "m$1", "m$1", "m$1"], "task": ["$$", "$x^2$", "$$", "$x^2$"],
+                  "length": [4096, 4096, 8192, 8192], "score": [0.5, 0.6, 0.4, 0.3]}).write_csv(tmp_path / "s.csv")
+    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out", "--base-lengths", "4096", "--no-ray")
+    assert code == 0, err
+    assert {"score_vs_length.png", "longscore_vs_length.png"} <= set(os.listdir(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("tasks, message", [
+    (["a", "a"], "task 'a' is listed twice"),
+    (["", "b"], "task '' is not a safe name"),
+    (["../x"], "task '../x' is not a safe name"),
+])
+def test_planted_suite_task_names_are_checked(tmp_path, monkeypatch, tasks, message):
+    """Found by the 5,200-input fuzz run: planted tasks ['', ''] gave two problems one id and a
+    ShapeError traceback in `raylc plan`; planted task names are checked like every other name."""
+    import yaml
+
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"name": "j", "suite": {"tasks": tasks, "problems_per_task": 2}}))
+    err = _refused(tmp_path, monkeypatch, "plan", "job.yaml")
+    assert err.startswith("error: job.yaml: key 'suite.tasks': ") and message in err, err

@@ -172,6 +172,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(tmp_path, silent, where
     assert not store.exists()
 
 
+@pytest.mark.slow
 def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
     """Acceptance at the default ray.connect_timeout_s (60 s), both at once so that the test
     takes about a minute, not two: `raylc run` with RAY_ADDRESS at a silent port and `raylc

@@ -53,6 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
         data = json.dumps(payload).encode()
+        self._done()  # before the reply goes out: the client may send its next request as soon as it has it
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -85,15 +86,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"no route {self.path}")
 
+    def _done(self) -> None:
+        """The request in flight (counted by ``do_POST``) is answered: counted out once."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            self.server.owner._leave()
+
     def do_POST(self) -> None:
         owner = self.server.owner
         owner._enter()
+        self._counted = True
         try:
             self._post(owner)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout)
         finally:
-            owner._leave()
+            self._done()
 
     def _post(self, owner: "SimulatedOpenAIServer") -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
+from raylc.io.names import UnsafeName, path_segment
 from raylc.suites.registry import DolceSuite, register_suite
 from raylc.text.sampling import Length
 
@@ -50,6 +51,20 @@ class PlantedSuite(DolceSuite):
     def _positive_ks(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v):
             raise ValueError("every k must be >= 1")
+        return v
+
+    @field_validator("tasks")
+    @classmethod
+    def _task_names(cls, v: list[str]) -> list[str]:
+        """Each task names a folder (:func:`raylc.io.names.path_segment`) and problem ids; a task
+        listed twice would give two problems one id."""
+        try:
+            v = [path_segment(t, "task") for t in v]
+        except UnsafeName as exc:
+            raise ValueError(str(exc)) from None
+        twice = sorted({t for t in v if v.count(t) > 1})
+        if twice:
+            raise ValueError(f"task {twice[0]!r} is listed twice")
         return v
 
     @model_validator(mode="after")
