@@ -532,7 +532,7 @@ class PIGFit(CellFit):
     the smallest m.
 
     Options (not in the paper, off by default; measured side by side in
-    tests/test_dolce_pig.py): ``hit_rate="mean"`` sets line 1114's hit rate to the expected
+    tests/dolce/test_pig.py): ``hit_rate="mean"`` sets line 1114's hit rate to the expected
     covered fraction E[m]/lambda* = 1 - binom(L - k*, c) / binom(L, c) (the model's marginal
     probability that a sub-unit is hit) instead of the mode. ``likelihood="score"`` replaces
     line 1108's rho(P_{i,C_ij}(1|O), ...) by rho(s_ij, ...) at each observed score (IDK read as

@@ -12,7 +12,7 @@ units[start]) + sum tokens(sep + unit) + tokens(tail)``; the C = 0 prompt is cou
 For the offline default tokenizer this is an upper bound (its pieces only merge across a
 boundary: ``count(a + b) <= count(a) + count(b)``, a hypothesis test) and exact on the planted
 suite. For a Hugging Face tokenizer it is an estimate, as BPE merges rarely cross a ``sep +
-unit`` boundary. ``tests/test_plan.py`` compares it with every rendered prompt of a small job:
+unit`` boundary. ``tests/dolce/test_plan.py`` compares it with every rendered prompt of a small job:
 exact for the default tokenizer and a byte-level BPE, +1 token per prompt for a Metaspace BPE.
 Requests to a probe with ``max_model_len`` are capped at ``max_model_len - max_tokens`` (the
 truncation window); ``overhead_tokens`` adds the tokens of a chat template (vLLM
@@ -27,7 +27,7 @@ paper's take-every-N); (2) then, lengths in decreasing order, each length's stri
 to the smallest s whose cost still fits the remaining budget: long lengths take the coarse
 steps first and short, cheap lengths (fine steps) fill what is left, so the leftover is below
 one step of a short length's cost curve. On the quickstart this keeps the plan within 10% of
-the budget (``tests/test_plan.py``) whenever the budget lies between the cheapest plan (one
+the budget (``tests/dolce/test_plan.py``) whenever the budget lies between the cheapest plan (one
 start per problem and length) and full enumeration. A budget below the cheapest plan is a
 :class:`PlanError`; one above full enumeration gives full enumeration.
 
@@ -42,7 +42,7 @@ are modelled on the pieces: rows of the same problem and start share ``head + un
 start + min(C, C')]``, any two prompts with the same head text share the head but its last
 token (which may merge with what follows), C = 0 prompts share the text they all start with,
 nothing else (repeated unit texts at different starts are ignored, so the saving is, if
-anything, understated; ``tests/test_plan.py`` checks the model against actual token
+anything, understated; ``tests/dolce/test_plan.py`` checks the model against actual token
 prefixes). With an unbounded cache the saving does not depend on the order; with a bounded
 one it does, and :func:`prefix_order` (no-context prompts, then problem, start, C) puts rows
 sharing a prefix next to each other so that the previous request holds it.

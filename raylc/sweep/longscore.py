@@ -32,7 +32,6 @@ from __future__ import annotations
 import warnings
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np

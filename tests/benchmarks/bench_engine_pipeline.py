@@ -71,22 +71,21 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import psutil  # noqa: E402
 import ray  # noqa: E402,I001  (first: Ray puts its vendored psutil, ray/thirdparty_files, on sys.path)
-from doubles import DOUBLES_DIR  # noqa: E402
-from doubles.model_dir import english_like_text, make_model_dir  # noqa: E402
+import psutil  # noqa: E402,I001
 
 from raylc.backends.base import generation, generations_frame, prompt_parts, prompt_text, request_max_tokens  # noqa: E402
+from raylc.dolce import stages  # noqa: E402
 from raylc.dolce.plan import prefix_order  # noqa: E402
 from raylc.io.store import Store  # noqa: E402
-from raylc.run import (
-    checkpoint,  # noqa: E402
-    ray_exec,
-)
+from raylc.run import checkpoint, ray_exec  # noqa: E402
 from raylc.run.inference import PROBLEM_ROW_GROUP, ProblemSource, PromptTokenizer, prepare  # noqa: E402
 from raylc.spec import Job  # noqa: E402
 from raylc.text.prompts import render_prompt_parts  # noqa: E402
 from raylc.text.truncation import PromptTooLong, fit_to_window  # noqa: E402
+
+from doubles import DOUBLES_DIR  # noqa: E402
+from doubles.model_dir import english_like_text, make_model_dir  # noqa: E402
 
 MAX_MODEL_LEN = 262_144  # above the longest prompt: nothing is truncated (max_position_embeddings raised to match)
 RUN_ID = "bench"

@@ -29,11 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from raylc.dolce.plan import plan, prefill_tokens, prefix_order  # noqa: E402
 from raylc.spec import load_job  # noqa: E402
-from raylc.suites.planted import (
-    PlantedSuite,
-    build_planted,  # noqa: E402
-)
-from raylc.text.sampling import Sampling
+from raylc.suites.planted import PlantedSuite, build_planted  # noqa: E402
+from raylc.text.sampling import Sampling  # noqa: E402
 from raylc.text.tokenize import get_tokenizer  # noqa: E402
 
 TARGET_TOKENS = 262_144

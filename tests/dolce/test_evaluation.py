@@ -20,7 +20,7 @@ OUTPUTS = {name: outputs for name, outputs, _ in DolceEvaluation().stages(None)}
 from raylc.io.store import Store
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "infer", "score/observations.parquet",
           "fits/problems.parquet", "fits/tasks.parquet", "report/categories.parquet", "report/recovery.parquet"]
 

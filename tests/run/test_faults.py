@@ -17,7 +17,7 @@ from raylc.io.store import Store, StoreError
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress_timeout_s": 300}
 
 

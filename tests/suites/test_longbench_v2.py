@@ -16,7 +16,7 @@ from raylc.suites.longbench_v2 import (
 from raylc.suites.samples import check_samples
 from raylc.text.tokenize import get_tokenizer
 
-FIXTURE = Path(__file__).resolve().parents[1] / "jobs" / "data" / "longbench_v2" / "fixture.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "jobs" / "data" / "longbench_v2" / "fixture.json"
 
 
 def _suite(mode="zero_shot", data=FIXTURE):

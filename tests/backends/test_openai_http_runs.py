@@ -8,7 +8,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from raycluster import free_port
 
 from raylc.backends.testserver import SimulatedOpenAIServer, backend_for_job
 from raylc.dolce import stages
@@ -17,7 +16,9 @@ from raylc.run.inference import infer_frame
 from raylc.run.skeleton import InferenceFailed
 from raylc.spec import load_job, parse_job
 
-ROOT = Path(__file__).resolve().parents[1]
+from raycluster import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"problems_per_task": 8, "max_units": 80}
 TINY = {"problems_per_task": 3, "min_units": 40, "max_units": 50}
 

@@ -19,7 +19,7 @@ from raylc.text.prompts import render_prompts
 from raylc.text.sampling import Sampling, sample_spans
 from raylc.text.tokenize import get_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
 
 

@@ -9,7 +9,6 @@ import polars as pl
 import pytest
 import typer
 from polars.testing import assert_frame_equal
-from dolce_reference import synth_task
 
 from raylc import __version__
 from raylc.dolce import stages
@@ -19,7 +18,9 @@ from raylc.dolce.options import FitOptions
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+from dolce_reference import synth_task
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE5 = ROOT / "tests" / "data" / "longbench100_table5.csv"
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from doubles.model_dir import make_model_dir
 
 from raylc.evaluate import evaluate
 from raylc.run.skeleton import InferenceFailed
 from raylc.spec import Job
+
+from doubles.model_dir import make_model_dir
 
 pytestmark = pytest.mark.ray
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+
 from raycluster import LocalHead
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/problems.parquet", "report/recovery.parquet"]
 
 

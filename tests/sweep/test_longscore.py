@@ -17,16 +17,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from raylc.sweep.longscore import (
-    OVERALL,
-    length_slopes,
-    longscore,
-    longscore_group,
-    pair_slopes,
-    task_correlation,
-)
+from raylc.sweep.longscore import OVERALL, length_slopes, longscore, longscore_group, pair_slopes, task_correlation
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TOL = 0.1
 
 # ------------------------------------------------------------------------------------------ Table 5

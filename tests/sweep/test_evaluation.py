@@ -12,7 +12,7 @@ from raylc.run import checkpoint
 from raylc.spec import load_job
 from raylc.suites.longbench_v2 import longbench_v2_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = {"ray.no_progress_timeout_s": 300}
 
 

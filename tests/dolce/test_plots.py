@@ -6,11 +6,12 @@ import struct
 
 import polars as pl
 import pytest
-from dolce_reference import synth_task
 
 from raylc.dolce.compare import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.plots import category_bar_order, exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
+
+from dolce_reference import synth_task
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -4,7 +4,6 @@ estimator contracts (DolceFit; COWFit and PIGFit as CellFit)."""
 from __future__ import annotations
 
 import inspect
-import pickle
 
 import numpy as np
 import polars as pl

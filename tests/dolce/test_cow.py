@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from raylc.dolce import CellStats, COWFit, assign_categories, category_thresholds, fit_cow_task
 from raylc.dolce.cow import _add_rows, _by_entry, _jagged_layout
+
+from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 
 
 # --------------------------------------------------------------------------- vs literal Algorithm 1

@@ -6,7 +6,7 @@ For every input: exit code 0, 1 or 2, no Python traceback, and nothing written o
 store / output folder (every file under a parent temp folder is snapshotted before and after).
 
 Runs in CI (520 derandomized inputs, ~45 s). RAYLC_FUZZ_EXAMPLES multiplies the example
-counts, e.g. ``RAYLC_FUZZ_EXAMPLES=10 pytest tests/test_fuzz_cli.py`` for 5,200 inputs (the
+counts, e.g. ``RAYLC_FUZZ_EXAMPLES=10 pytest tests/test_cli.py`` for 5,200 inputs (the
 figure in the README).
 """
 

@@ -22,7 +22,7 @@ from raylc.run.checkpoint import ShardWriter, iter_shards
 from raylc.run.skeleton import RunError, default_run_id, open_run
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RAYLC = str(ROOT / ".venv" / "bin" / "raylc")
 DOCS = ROOT / "jobs" / "data" / "documents" / "example.jsonl"
 UNSAFE = ["../../../../x", "../../escape", "task=weird", ".", "..", "", ".hidden", "a/b", "a\\b", "a\x00b", "tab\tx",

@@ -18,7 +18,7 @@ from raylc.dolce import stages
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _request_ids(run_dir: Path) -> list[str]:

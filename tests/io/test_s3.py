@@ -12,13 +12,14 @@ import boto3
 import polars as pl
 import pytest
 import yaml
-from conftest import S3_CREDS, S3_PORT
 from polars.testing import assert_frame_equal
 
 from raylc.evaluate import evaluate
 from raylc.spec import load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import S3_CREDS, S3_PORT
+
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "raylc-test"
 SMALL = {"suite.problems_per_task": 40, "suite.max_units": 200}  # the quickstart, smaller
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "score/observations.parquet", "fits/problems.parquet",

@@ -39,7 +39,7 @@ from raylc.backends.preflight import (
 from raylc.evaluate import evaluation_for
 from raylc.spec import VLLMProbe, load_job, parse_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RAYLC = ROOT / ".venv" / "bin" / "raylc"
 CLI = [str(RAYLC)] if RAYLC.exists() else [sys.executable, "-m", "raylc"]
 GIB = 1024 ** 3

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from doubles import DOUBLES_DIR, vllm_double
 from doubles.model_dir import make_model_dir
 

@@ -9,7 +9,6 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from dolce_reference import identity_mapper_pickled, synth_task
 
 from raylc.dolce import stages
 from raylc.dolce.compare import (
@@ -29,6 +28,8 @@ from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
+
+from dolce_reference import identity_mapper_pickled, synth_task
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -113,7 +114,7 @@ def test_take_every_subsample():
 def planted_enumeration():
     """The quickstart suite (jobs/quickstart.yaml as shipped: 2 tasks x 100 problems), every
     span observed (strategy ``enumerate``) by the simulated probe."""
-    job = load_job(Path(__file__).resolve().parents[1] / "jobs" / "quickstart.yaml")
+    job = load_job(Path(__file__).resolve().parents[2] / "jobs" / "quickstart.yaml")
     job = job.model_copy(update={"sampling": job.sampling.model_copy(update={"strategy": "enumerate"})})
     problems = stages.build(job)
     spans = stages.sample(problems, job)

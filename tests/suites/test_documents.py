@@ -26,7 +26,7 @@ from raylc.text.prompts import (
 from raylc.text.sampling import Sampling, sample_spans
 from raylc.text.units import split_units
 
-DATA = Path(__file__).resolve().parents[1] / "jobs" / "data" / "documents" / "example.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "jobs" / "data" / "documents" / "example.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines()]
 
 

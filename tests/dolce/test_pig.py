@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -12,18 +10,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
-
-sys.path.insert(0, os.path.dirname(__file__))
-
-from pig_reference import (  # noqa: E402
-    brute_cover_pmf_table,
-    exact_cover_pmf,
-    exact_density,
-    exact_mode,
-    paper_printed_cover_pmf,
-    reference_pig_em,
-    simulate_pig_task,
-)
 
 from raylc.dolce.categories import assign_categories, category_thresholds  # noqa: E402
 from raylc.dolce.cells import CellStats  # noqa: E402
@@ -37,6 +23,16 @@ from raylc.dolce.pig import (  # noqa: E402
     pig_pmf_mode,
 )
 from raylc.dolce.scenario import N_BINS, bucketize_scores  # noqa: E402
+
+from pig_reference import (
+    brute_cover_pmf_table,
+    exact_cover_pmf,
+    exact_density,
+    exact_mode,
+    paper_printed_cover_pmf,
+    reference_pig_em,
+    simulate_pig_task,
+)
 
 METHODS = ("auto", "lse", "fourier")
 

@@ -24,7 +24,7 @@ from raylc.suites.longbench100 import (
 )
 from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
 
-DATA = Path(__file__).resolve().parents[1] / "jobs" / "data" / "longbench100"
+DATA = Path(__file__).resolve().parents[2] / "jobs" / "data" / "longbench100"
 SOURCES, DISTRACTORS = str(DATA / "sources.jsonl"), str(DATA / "distractors.jsonl")
 LENGTHS = [2048, 8192]
 LABEL = re.compile(r"(?:^|\n\n)(?:Passage|Paragraph) (\d+):\n")
