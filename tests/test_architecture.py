@@ -148,3 +148,26 @@ def test_flat_modules_are_the_entry_points_only():
     points and the job spec."""
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert flat == ["__init__.py", "__main__.py", "cli.py", "evaluate.py", "spec.py"], flat
+
+
+def test_the_job_spec_loads_no_estimator_or_metric_package():
+    """``raylc.dolce`` and ``raylc.scoring`` export their names lazily: loading a job (every CLI
+    call, every Ray worker) does not import scipy, rouge-score/nltk or the EM code."""
+    import subprocess
+    import sys
+
+    code = ("import sys, raylc.spec; print(sorted(m for m in ('scipy', 'nltk', 'rouge_score', 'raylc.dolce.cow', "
+            "'raylc.dolce.pig', 'raylc.scoring.metrics', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("package", ["raylc.dolce", "raylc.scoring"])
+def test_every_lazy_export_resolves(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        module.nope

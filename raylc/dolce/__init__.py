@@ -1,45 +1,34 @@
 """DOLCE (Differentiate Our Long Context Evaluation tasks): lambda-k estimation and focus categories."""
 
-from raylc.dolce.categories import CATEGORIES, assign_categories, category_thresholds
-from raylc.dolce.cells import CellFit, CellStats
-from raylc.dolce.compare import compare_fits, run_sensitivity
-from raylc.dolce.cover import cow_cover_prob
-from raylc.dolce.cow import COWFit, fit_cow_task
-from raylc.dolce.fit import DolceFit, ObservationError, fit_observations, validate_observations
-from raylc.dolce.options import FitOptions
-from raylc.dolce.pig import (
-    PIGFit,
-    fit_pig_task,
-    pig_bin_density,
-    pig_cover_logpmf,
-    pig_cover_pmf,
-    pig_density,
-    pig_pmf_mode,
-)
-from raylc.dolce.scenario import select_scenarios
+from raylc import lazy_exports
 
-__all__ = [
-    "CATEGORIES",
-    "COWFit",
-    "CellFit",
-    "CellStats",
-    "DolceFit",
-    "FitOptions",
-    "ObservationError",
-    "PIGFit",
-    "assign_categories",
-    "category_thresholds",
-    "compare_fits",
-    "cow_cover_prob",
-    "fit_cow_task",
-    "fit_observations",
-    "fit_pig_task",
-    "pig_bin_density",
-    "pig_cover_logpmf",
-    "pig_cover_pmf",
-    "pig_density",
-    "pig_pmf_mode",
-    "run_sensitivity",
-    "select_scenarios",
-    "validate_observations",
-]
+#: public name -> its module; imported on first use, so that importing one submodule (the
+#: job spec imports the fit options) does not load the rest
+_LAZY = {
+    "CATEGORIES": "raylc.dolce.categories",
+    "COWFit": "raylc.dolce.cow",
+    "CellFit": "raylc.dolce.cells",
+    "CellStats": "raylc.dolce.cells",
+    "DolceFit": "raylc.dolce.fit",
+    "FitOptions": "raylc.dolce.options",
+    "ObservationError": "raylc.dolce.fit",
+    "PIGFit": "raylc.dolce.pig",
+    "assign_categories": "raylc.dolce.categories",
+    "category_thresholds": "raylc.dolce.categories",
+    "compare_fits": "raylc.dolce.compare",
+    "cow_cover_prob": "raylc.dolce.cover",
+    "fit_cow_task": "raylc.dolce.cow",
+    "fit_observations": "raylc.dolce.fit",
+    "fit_pig_task": "raylc.dolce.pig",
+    "pig_bin_density": "raylc.dolce.pig",
+    "pig_cover_logpmf": "raylc.dolce.pig",
+    "pig_cover_pmf": "raylc.dolce.pig",
+    "pig_density": "raylc.dolce.pig",
+    "pig_pmf_mode": "raylc.dolce.pig",
+    "run_sensitivity": "raylc.dolce.compare",
+    "select_scenarios": "raylc.dolce.scenario",
+    "validate_observations": "raylc.dolce.fit",
+}
+__all__ = sorted(_LAZY)
+
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import polars as pl
@@ -11,6 +9,7 @@ import polars as pl
 from raylc.dolce import ObservationError, compare_fits, fit_observations, run_sensitivity
 from raylc.dolce.options import FitOptions
 from raylc.dolce.report import figures
+from raylc.io.figures import png_bytes
 from raylc.io.parallel import Mapper
 from raylc.io.store import Store, StoreError, read_input
 
@@ -91,11 +90,10 @@ def run_sensitivity_grid(
     if sens.height == 0:  # before anything is written
         raise StoreError(f"{obs_uri}: no sensitivity cell to compute: the threshold experiment refits only COW "
                          "problems scored with a continuous metric (F1, ROUGE, ...), and this table has none")
+    pngs = png_bytes({"sensitivity.png": lambda path: plot_sensitivity(sens, path)})  # drawn before anything is written
     store = Store(out_uri)
     store.write_table(sens, "sensitivity.parquet")
-    with tempfile.TemporaryDirectory() as tmp:
-        png = plot_sensitivity(sens, Path(tmp, "sensitivity.png"))
-        store.write_bytes(Path(png).read_bytes(), "sensitivity.png")
+    store.write_bytes(pngs["sensitivity.png"], "sensitivity.png")
     store.write_json(settings_record(obs_uri, options, experiments=list(experiments), every=list(every),
                                      thresholds=list(thresholds), settings=dict(settings or {}), seed=seed),
                      "sensitivity.json")

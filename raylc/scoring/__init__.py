@@ -1,17 +1,20 @@
 """Metrics (vectorized over frames of predictions), answer extraction, and COW outcomes."""
 
-from raylc.scoring.extract import EXTRACTORS, IDK_PATTERNS, TABLE4_EXTRACTOR, is_idk
-from raylc.scoring.metrics import METRICS, normalize_squad, score_frame
-from raylc.scoring.observations import OBSERVATION_SCHEMA, score_spans
+from raylc import lazy_exports
 
-__all__ = [
-    "EXTRACTORS",
-    "IDK_PATTERNS",
-    "METRICS",
-    "OBSERVATION_SCHEMA",
-    "TABLE4_EXTRACTOR",
-    "is_idk",
-    "normalize_squad",
-    "score_frame",
-    "score_spans",
-]
+#: public name -> its module; imported on first use, so that importing one submodule (the
+#: job spec imports the fit options) does not load the rest
+_LAZY = {
+    "EXTRACTORS": "raylc.scoring.extract",
+    "IDK_PATTERNS": "raylc.scoring.extract",
+    "METRICS": "raylc.scoring.metrics",
+    "OBSERVATION_SCHEMA": "raylc.scoring.observations",
+    "TABLE4_EXTRACTOR": "raylc.scoring.extract",
+    "is_idk": "raylc.scoring.extract",
+    "normalize_squad": "raylc.scoring.metrics",
+    "score_frame": "raylc.scoring.metrics",
+    "score_spans": "raylc.scoring.observations",
+}
+__all__ = sorted(_LAZY)
+
+__getattr__ = lazy_exports(__name__, _LAZY)
