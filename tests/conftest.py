@@ -7,6 +7,11 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+# Every Ray this test session starts (the shared instance, clusters, `raylc run` subprocesses)
+# keeps its session folder under a root of its own, so that the guard below sees only them
+# (another test run on the same machine uses another root). Short: Ray's socket paths live there.
+RAY_ROOT = Path(os.environ.setdefault("RAY_TMPDIR", f"/tmp/rt-{secrets.token_hex(4)}"))
+
 DOUBLES = str(Path(__file__).resolve().parent / "doubles")
 
 
@@ -53,3 +58,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def _ray_sessions() -> set[str]:
+    return {p.name for p in (RAY_ROOT / "ray").glob("session_2*")} if (RAY_ROOT / "ray").exists() else set()
+
+
+@pytest.fixture(autouse=True)
+def _ray_marker_guard(request):
+    """A test that starts Ray (in this process, in a subprocess, or through the shared
+    ``ray_session``) must carry the ``ray`` marker, so that ``pytest -m "not ray"`` is the fast
+    suite: an unmarked test that does fails here, naming itself."""
+    if request.node.get_closest_marker("ray") is not None:
+        yield
+        return
+    started = {"ray_session", "head"} & set(request.fixturenames)  # the shared instance; a `ray start` head
+    if started:
+        pytest.fail(f"{request.node.nodeid} uses {started.pop()} but is not marked @pytest.mark.ray")
+    before = _ray_sessions()
+    yield
+    if _ray_sessions() - before:
+        pytest.fail(f"{request.node.nodeid} started Ray but is not marked @pytest.mark.ray")

@@ -36,6 +36,7 @@ def _jobs(tmp_path, base_url, suite=SMALL):
     return simulated, path
 
 
+@pytest.mark.ray
 def test_run_completes_through_30_percent_503s(ray_session, tmp_path):
     probe_job = load_job(ROOT / "jobs" / "quickstart.yaml", {f"suite.{k}": v for k, v in SMALL.items()})
     with SimulatedOpenAIServer(backend_for_job(probe_job), fail_rate=0.3, seed=1) as server:
@@ -117,6 +118,7 @@ def test_endpoint_down_is_one_line_and_writes_no_shard(tmp_path):
     assert not list((tmp_path / "store" / "down").glob("infer/**/*.parquet"))
 
 
+@pytest.mark.ray
 def test_vllm_without_gpus_fails_fast_in_one_line(tmp_path):
     job_file = tmp_path / "vllm.yaml"
     job_file.write_text(yaml.safe_dump({

@@ -39,6 +39,7 @@ def _raylc(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "raylc", *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.ray
 def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path):
     a = _raylc("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
     assert a.returncode == 0, a.stderr

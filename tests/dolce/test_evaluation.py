@@ -44,6 +44,7 @@ def _read(store, run_id, rel):
     return df.sort("task", "problem_id", "C", "start") if rel == "infer" else df
 
 
+@pytest.mark.ray
 def test_every_stage_written_and_manifest_complete(quickstart_runs):
     store, first, _, _, job = quickstart_runs
     for outputs in OUTPUTS.values():
@@ -56,6 +57,7 @@ def test_every_stage_written_and_manifest_complete(quickstart_runs):
     assert "ray" in manifest["versions"] and "polars" in manifest["versions"]
 
 
+@pytest.mark.ray
 def test_observation_table_contract(quickstart_runs):
     store = quickstart_runs[0]
     obs = _read(store, "first", "score/observations.parquet")
@@ -68,12 +70,14 @@ def test_observation_table_contract(quickstart_runs):
     assert fits.height == 200 and set(fits["category"]) <= {"I", "II", "III", "IV", "V"}
 
 
+@pytest.mark.ray
 def test_same_seed_identical_tables(quickstart_runs):
     store = quickstart_runs[0]
     for rel in TABLES:
         assert _read(store, "first", rel).equals(_read(store, "second", rel)), rel
 
 
+@pytest.mark.ray
 def test_planted_category_recovery_at_least_90_percent(quickstart_runs):
     store = quickstart_runs[0]
     recovery = _read(store, "first", "report/recovery.parquet")
@@ -81,6 +85,7 @@ def test_planted_category_recovery_at_least_90_percent(quickstart_runs):
     assert overall >= 0.90, recovery
 
 
+@pytest.mark.ray
 def test_rerun_same_run_id_skips_finished_stages(quickstart_runs):
     store, first, _, _, job = quickstart_runs
     logs: list[str] = []
@@ -88,6 +93,7 @@ def test_rerun_same_run_id_skips_finished_stages(quickstart_runs):
     assert sum("skipped" in line for line in logs) == len(OUTPUTS)
 
 
+@pytest.mark.ray
 def test_same_run_id_different_spec_refused(quickstart_runs):
     store, _, _, _, job = quickstart_runs
     other = job.model_copy(update={"seed": job.seed + 1})
@@ -95,6 +101,7 @@ def test_same_run_id_different_spec_refused(quickstart_runs):
         evaluate(other, "first", log=lambda m: None)
 
 
+@pytest.mark.ray
 def test_report_command(quickstart_runs):
     store = quickstart_runs[0]
     tables, manifest, _ = load_report(str(Path(store, "first")))

@@ -82,6 +82,7 @@ def _duckdb(s3):
     return con
 
 
+@pytest.mark.ray
 def test_s3_tables_equal_local_run_in_polars_and_duckdb(s3, runs):
     local, _ = runs
     con = _duckdb(s3)
@@ -100,6 +101,7 @@ def test_s3_tables_equal_local_run_in_polars_and_duckdb(s3, runs):
     assert all(v["status"] == "done" for v in manifest["stages"].values())
 
 
+@pytest.mark.ray
 def test_credentials_never_written(s3, runs):
     _, creds = s3
     local, logs = runs
@@ -118,6 +120,7 @@ def _raylc(args, env_extra=None, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
+@pytest.mark.ray
 def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_path):
     server, creds = s3
     job_file = tmp_path / "quickstart-small.yaml"
@@ -167,6 +170,7 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_pat
         assert pl.read_parquet(f"{store}/o1/{rel}").equals(pl.read_parquet(f"s3://{BUCKET}/runs/qs/{rel}")), rel
 
 
+@pytest.mark.ray
 def test_fit_command_reads_and_writes_s3(s3, runs):
     from raylc.dolce import fit_observations
 
@@ -182,6 +186,7 @@ def test_fit_command_reads_and_writes_s3(s3, runs):
     assert {"fit-out/categories.png", "fit-out/lambda_k.png"} <= keys
 
 
+@pytest.mark.ray
 def test_length_sweep_on_s3_equals_local(s3, ray_session, tmp_path):
     """A length-controlled run on S3: its request table is read from S3 by the Ray workers."""
     small = {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 6}

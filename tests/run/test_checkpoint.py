@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
@@ -60,6 +61,7 @@ def _start(job_file: Path, store: Path, address: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.ray
 def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
@@ -87,6 +89,7 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
     assert pl.read_parquet(run_dir / "fits" / "problems.parquet").equals(expected_fits)
 
 
+@pytest.mark.ray
 def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     """The same for a length-controlled suite (HELMET recall): the one inference path."""
     from raylc.evaluate import evaluate

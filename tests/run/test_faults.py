@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress_timeout_s": 300}
 
 
+@pytest.mark.ray
 def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path), **SMALL})
     evaluate(job, "r", log=lambda m: None)
@@ -69,6 +70,7 @@ def _kill_inference_workers(job_file: Path, store: Path) -> None:
     assert proc.returncode == 0, err[-3000:]
 
 
+@pytest.mark.ray
 def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
     job_file = tmp_path / "quickstart.yaml"
     job_file.write_text((ROOT / "jobs" / "quickstart.yaml").read_text() + "\ninference: {shard_rows: 2000, shard_seconds: 0.5}\n")
@@ -80,6 +82,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
     assert pl.read_parquet(tmp_path / "k" / "score" / "observations.parquet").equals(expected)
 
 
+@pytest.mark.ray
 def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
     spec["suite"].update({"lengths": [8192, 16384, 32768, 65536], "base_lengths": [8192], "samples_per_length": 24})

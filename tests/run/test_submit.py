@@ -42,6 +42,7 @@ def _check_run(store: Path, run_id: str) -> None:
     assert recovery.filter(pl.col("task") == "(all)")["recovery"][0] >= 0.8
 
 
+@pytest.mark.ray
 def test_raylc_submit_and_plain_ray_job_submit(head, tmp_path, small_job):
     store = tmp_path / "store"
     proc = subprocess.run(
@@ -90,6 +91,7 @@ def test_submit_bad_job_file_fails_locally(tmp_path):
     assert "unknown key 'sampling.stride'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.ray
 def test_ray_job_stop_interrupts_the_run(head, tmp_path):
     """`ray job stop` sends SIGTERM to the driver (then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S,
     3 s): the run ends in time with its one line in the job's log, the stage marked

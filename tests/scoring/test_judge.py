@@ -26,6 +26,7 @@ def test_simulated_judge_grades_the_rendered_prompts():
     assert simulated_judgement("What is the code of vault V-1?") is None
 
 
+@pytest.mark.ray
 def test_judge_through_the_actor_pool(ray_session):
     backend = SimulatedBackend(SimulatedProbe(), {})
     with SimulatedOpenAIServer(backend, model="judge", fail_rate=0.2, seed=3) as server:

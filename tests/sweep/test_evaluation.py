@@ -25,6 +25,7 @@ def v2_run(ray_session, tmp_path_factory):
     return job, run, logs
 
 
+@pytest.mark.ray
 def test_longbench_v2_cot_runs_two_calls_and_reports_exact_splits(v2_run):
     job, run, _ = v2_run
     samples = run.read("build/samples.parquet")
@@ -41,6 +42,7 @@ def test_longbench_v2_cot_runs_two_calls_and_reports_exact_splits(v2_run):
     assert "## LongBench v2" in summary and "compensated" in summary
 
 
+@pytest.mark.ray
 def test_rerun_skips_finished_stages_and_a_new_run_is_identical(v2_run):
     job, run, _ = v2_run
     logs: list[str] = []
@@ -51,6 +53,7 @@ def test_rerun_skips_finished_stages_and_a_new_run_is_identical(v2_run):
     assert again.read("score/scores.parquet").equals(run.read("score/scores.parquet"))
 
 
+@pytest.mark.ray
 def test_helmet_recall_sweep_longscore(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "helmet-recall.yaml", {
         "store.path": str(tmp_path), "suite.lengths": [2048, 4096, 8192], "suite.base_lengths": [2048],
@@ -82,6 +85,7 @@ def test_bad_data_file_is_one_line_exit_2_and_writes_nothing(tmp_path):
     assert not store.exists() or not any(store.rglob("*"))
 
 
+@pytest.mark.ray
 def test_longbench100_with_judge_and_prior_knowledge_filter(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "longbench100.yaml", {
         "store.path": str(tmp_path), "suite.tasks": ["kv_retrieval", "single_doc_qa", "single_doc_sum"],
