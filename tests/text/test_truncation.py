@@ -160,3 +160,18 @@ def test_real_bpe_tokenizer_cuts_300k_to_fit(bpe_path):
     assert prompt.startswith(HEAD) and prompt.endswith(TAIL)
     body = prompt[len(HEAD) : len(prompt) - len(TAIL)]
     assert body.startswith(words(3)) and body.endswith(_word(99_999))  # both halves kept
+
+
+@pytest.mark.parametrize("kept, expected", [
+    (4, [0, 1, 8, 9]),  # even: two from the start, two from the end
+    (5, [0, 1, 7, 8, 9]),  # odd: floor(n/2) from the start, the extra token from the end
+    (1, [9]),
+    (0, []),
+])
+def test_middle_split_of_odd_and_even_kept_counts(kept, expected):
+    """Exact rows of the middle cut, worked out by hand from ``_keep``'s rule: the first
+    ``n // 2`` ids and the last ``n - n // 2`` (issue 19: an odd count split the other way must
+    fail a test)."""
+    from raylc.text.truncation import _keep
+
+    assert _keep(list(range(10)), kept, "middle") == expected
