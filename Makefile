@@ -26,8 +26,11 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(BIN)/raylc run jobs/quickstart.yaml
 
+# The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
+# in one process (one shared Ray instance; Ray's own workers need the cores).
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not ray"
+	$(BIN)/python -m pytest -q -m ray -n 0
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

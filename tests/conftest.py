@@ -10,7 +10,11 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Every Ray this test session starts (the shared instance, clusters, `raylc run` subprocesses)
 # keeps its session folder under a root of its own, so that the guard below sees only them
 # (another test run on the same machine uses another root). Short: Ray's socket paths live there.
+# Under pytest-xdist each worker is a test session of its own, with its own root.
 RAY_ROOT = Path(os.environ.setdefault("RAY_TMPDIR", f"/tmp/rt-{secrets.token_hex(4)}"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    RAY_ROOT = Path(f"{os.environ.pop('RAY_TMPDIR')}-{os.environ['PYTEST_XDIST_WORKER']}")
+    os.environ["RAY_TMPDIR"] = str(RAY_ROOT)
 
 DOUBLES = str(Path(__file__).resolve().parent / "doubles")
 

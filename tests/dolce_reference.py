@@ -14,12 +14,13 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from raylc.dolce.cells import LL_TIE_RTOL
-from raylc.dolce.cover import cow_cover_prob
 from raylc.scoring import OBSERVATION_SCHEMA as OBS_SCHEMA
 
 IDK = None
 X_VALUES = (1, 0, IDK)  # the order of COWFit.noise_
+#: a likelihood within TIE_RTOL (1 + |max|) of the maximum is a tie (the package's documented
+#: LL_TIE_RTOL; tests/dolce/test_cow.py checks that the two agree)
+TIE_RTOL = 1e-10
 
 
 # --------------------------------------------------------------------------- pi by enumeration
@@ -47,6 +48,32 @@ def brute_cover_prob(lam: int, k: int, L: int, C: int) -> Fraction:
     return Fraction(covered, len(pls) * n_windows)
 
 
+def _comb(n: int, r: int) -> int:
+    return math.comb(n, r) if 0 <= r <= n else 0
+
+
+@lru_cache(maxsize=None)
+def closed_form_cover_prob(lam: int, k: int, L: int, C: int) -> Fraction:
+    """pi(lam, k; L, C) by the final formula of Appendix A.1, written out here in exact integers
+    (independent of ``raylc.dolce.cover``):
+
+        pi = 1 - [2 binom(w + lam, k + 1) + (k - 1)/(k + 1) (2 k lam + 2 lam + w - 2 k - k u - 1) binom(w + u, k)]
+                 / [binom(L - k lam + k, k) (L - C + 1)],   w = L - C - k lam + k,  u = min(C, 2 lam - 2),
+
+    binom(n, r) = 0 unless 0 <= r <= n; pi = 1 for lam = 0, 0 when k < 1, k lam > L or C < lam,
+    1 when C >= L. Equal to :func:`brute_cover_prob` for every L <= 12 (tests/dolce/test_cover.py)."""
+    if lam == 0:
+        return Fraction(1)
+    if k < 1 or k * lam > L or C < lam:
+        return Fraction(0)
+    if C >= L:
+        return Fraction(1)
+    w, u = L - C - k * lam + k, min(C, 2 * lam - 2)
+    bracket = (2 * _comb(w + lam, k + 1)
+               + Fraction(k - 1, k + 1) * (2 * k * lam + 2 * lam + w - 2 * k - k * u - 1) * _comb(w + u, k))
+    return 1 - bracket / (_comb(L - k * lam + k, k) * (L - C + 1))
+
+
 # --------------------------------------------------------------------------- literal Algorithm 1
 def reference_cow_em(observations, n_steps: int = 10) -> dict:
     """Algorithm 1, transcribed per observation with loops over i, j, lambda, k, x.
@@ -55,7 +82,8 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
     resolutions (same as COWFit): priors P_i(z) = sum_j q_ij(z|x_ij) / |J_i|; the duplicated
     q(z = IDK) lines are dropped and q(O) = 1 - q(N); 0/0 in P_nonpar -> 0, in the noise
     M-step -> 1/3, in the E-step -> q(N) = P_i(N). Candidate sets: {C_ij} U {0, maxC+1, L_i};
-    ties within LL_TIE_RTOL (1 + |max|) -> first pair in (lambda, k) order.
+    ties within TIE_RTOL (1 + |max|) -> first pair in (lambda, k) order; pi by
+    :func:`closed_form_cover_prob` (not the package's).
     """
     problems = sorted({o[0] for o in observations})
     L, J = {}, {i: [] for i in problems}
@@ -75,7 +103,7 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
     def pi(lam, k, L_i, C):
         key = (lam, k, L_i, C)
         if key not in pi_cache:
-            pi_cache[key] = float(cow_cover_prob(lam, k, L_i, C))
+            pi_cache[key] = float(closed_form_cover_prob(lam, k, L_i, C))
         return pi_cache[key]
 
     def log(v):
@@ -127,9 +155,9 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
                     for j, (_C, x_ij) in enumerate(J[i]):
                         objective += log(P_ij[j][x_ij] * P_z[i]["O"] + P_N[x_ij] * P_z[i]["N"])
                     scored.append((objective, lam, k, P_ij))
-            # argmax: the first pair within LL_TIE_RTOL (1 + |max|) of the maximum
+            # argmax: the first pair within TIE_RTOL (1 + |max|) of the maximum
             best_val = max(t[0] for t in scored)
-            tol = LL_TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
+            tol = TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
             best = next(t for t in scored if t[0] >= best_val - tol)
             out_ll[i], out_lam[i], out_k[i], P_O_star[i] = best
         # M-step: P_i(z)

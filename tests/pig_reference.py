@@ -12,9 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 import polars as pl
-
-from raylc.dolce import pig_cover_pmf
-from raylc.dolce.cells import LL_TIE_RTOL
+from dolce_reference import TIE_RTOL
 
 IDK = None
 Y_VALUES = (1, 0, IDK)  # the order of PIGFit.noise_
@@ -77,6 +75,12 @@ def exact_cover_pmf(m: int, lam: int, k: int, L: int, C: int) -> Fraction:
         return Fraction(1)
     total = sum((-1) ** i * math.comb(m, i) * _comb(L - k * (lam - m) - i * k, C) for i in range(m + 1))
     return Fraction(math.comb(lam, m) * total, math.comb(L, C))
+
+
+@lru_cache(maxsize=None)
+def exact_cover_pmf_vector(lam: int, k: int, L: int, C: int) -> np.ndarray:
+    """rho~(m) for m = 0..lam from :func:`exact_cover_pmf`, as float64 (for the simulator)."""
+    return np.array([float(exact_cover_pmf(m, lam, k, L, C)) for m in range(lam + 1)])
 
 
 def paper_printed_cover_pmf(m: int, lam: int, k: int, L: int, C: int) -> Fraction:
@@ -176,7 +180,7 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode") -> 
                         objective += log(p_O * P_z[i]["O"] + p_N * P_z[i]["N"])  # line 1112
                     scored.append((objective, lam, k))
             best_val = max(v for v, _, _ in scored)
-            tol = LL_TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
+            tol = TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
             best = next(t for t in scored if t[0] >= best_val - tol)
             out["loglik"][i], out["lam"][i], out["k"][i] = best
             lam_s, k_s = out["lam"][i], out["k"][i]
@@ -246,7 +250,7 @@ def simulate_pig_task(
     Beta(a, b) (``"task"``) - otherwise the oracle's exact covered fraction m / lambda, with
     IDK instead of 0 with probability p_idk_uncovered when m = 0.
     ``redraw_each_observation``: m drawn afresh for every span from rho~(m; lambda, k, L, C)
-    (:func:`raylc.dolce.pig_cover_pmf`, members re-placed per span), which is the PIG model
+    (:func:`exact_cover_pmf`, members re-placed per span), which is the PIG model
     itself (Eq. 6), instead of from one placement per problem.
     Returns (obs, planted) with planted = problem_id, L, planted_lam, planted_k, rho.
     """
@@ -269,7 +273,7 @@ def simulate_pig_task(
         for C in [c for c in ladder if c < L] + [L]:
             starts = np.zeros(1, dtype=np.int64) if C == 0 else np.arange(0, L - C + 1)
             if redraw_each_observation:
-                pmf = pig_cover_pmf(np.arange(lam + 1), lam, k, L, C)
+                pmf = exact_cover_pmf_vector(lam, k, L, C)
                 m = rng.choice(lam + 1, size=starts.size, p=pmf / pmf.sum())
             else:
                 cnt = prefix[starts + C] - prefix[starts]

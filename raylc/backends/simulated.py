@@ -24,7 +24,7 @@ from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
 from raylc.suites.samples import COMPLETION
 from raylc.text.prompts import IDK_ANSWER
-from raylc.text.tokenize import get_tokenizer
+from raylc.text.tokenize import count_texts, get_tokenizer
 
 
 def _complete_run(clues: list[tuple[int, int, int]]) -> int | None:
@@ -78,16 +78,13 @@ class SimulatedBackend(Backend):
 
     def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
         tok = get_tokenizer(None)
-        out = []
-        for p in map(prompt_text, prompts):  # no model, no latency: None keeps repeated runs' tables identical
-            text = self.answer(p)
-            out.append(
-                generation(
-                    text, prompt_tokens=tok.count(p), generated_tokens=tok.count(text), finish_reason="stop",
-                    latency_s=None,
-                )
-            )
-        return out
+        texts = [prompt_text(p) for p in prompts]
+        answers = [self.answer(p) for p in texts]
+        n_prompt = count_texts(pl.Series(texts, dtype=pl.String), tok)
+        n_answer = count_texts(pl.Series(answers, dtype=pl.String), tok)
+        # no model, no latency: None keeps repeated runs' tables identical
+        return [generation(text, prompt_tokens=int(n), generated_tokens=int(m), finish_reason="stop", latency_s=None)
+                for text, n, m in zip(answers, n_prompt, n_answer)]
 
 
 SIMULATED_COT = "Let me read the context step by step. (simulated reasoning)"

@@ -14,8 +14,10 @@ below ``null_rate`` (1.0: every reply). ``api_key`` makes ``Authorization: Beare
 required; a missing or wrong key gets HTTP ``auth_status`` (401, or 400 with LiteLLM's
 message). Servers in the wild: a ``model`` with ``*`` is a wildcard route (``local/*``
 serves any ``local/<x>``), ``listed_models`` replaces what ``/v1/models`` lists (default:
-``[model]``), and ``usage_scale`` scales the reported ``prompt_tokens`` (0.003: a server that
-under-reports usage). :attr:`SimulatedOpenAIServer.stats` counts requests, injected
+``[model]``), ``usage_scale`` scales the reported ``prompt_tokens`` (0.003: a server that
+under-reports usage), and ``echo_key`` makes every error reply repeat the request's
+``Authorization`` header in its message and in an ``X-Echo-Authorization`` header (servers
+and proxies that do; the client must scrub it). :attr:`SimulatedOpenAIServer.stats` counts requests, injected
 failures, null replies, and the maximum number of requests in flight.
 
 Run ``python -m raylc.backends.testserver --port 8000 [--job job.yaml]`` to serve a job's
@@ -63,6 +65,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, status: int, message: str, headers: Optional[dict[str, str]] = None) -> None:
+        said = self.headers.get("Authorization")
+        if self.server.owner.echo_key and said:
+            message = f"{message} (request Authorization: {said}; key {said.removeprefix('Bearer ')})"
+            headers = {**(headers or {}), "X-Echo-Authorization": said}
         self._reply(status, {"error": {"message": message, "type": "error", "code": status}}, headers)
 
     def _authorized(self) -> bool:
@@ -186,6 +192,7 @@ class SimulatedOpenAIServer:
         auth_status: int = 401,
         listed_models: Optional[list[str]] = None,
         usage_scale: float = 1.0,
+        echo_key: bool = False,
     ):
         self.backend = backend or SimulatedBackend(SimulatedProbe(), {}, seed=0)
         self.model, self.port = model, port
@@ -195,6 +202,7 @@ class SimulatedOpenAIServer:
         self.retry_after = retry_after
         self.null_rate, self.null_content, self.null_finish_reason = null_rate, null_content, null_finish_reason
         self.auth_status, self.listed_models, self.usage_scale = auth_status, listed_models, usage_scale
+        self.echo_key = echo_key
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
                       "in_flight": 0, "max_in_flight": 0}
         self._seen: dict[bytes, int] = {}

@@ -246,15 +246,18 @@ class Run:
         rows = 0
         with self.store.open_output(self.run_id, *rel.split("/")) as out:
             writer = None
-            for part in parts:
-                table = part.to_arrow()
-                writer = writer or pq.ParquetWriter(out, table.schema, compression="zstd")
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
-                rows += part.height
-            if writer is None:
-                writer = pq.ParquetWriter(out, empty.to_arrow().schema, compression="zstd")
-                writer.write_table(empty.to_arrow())
-            writer.close()
+            try:
+                for part in parts:
+                    table = part.to_arrow()
+                    writer = writer or pq.ParquetWriter(out, table.schema, compression="zstd")
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                    rows += part.height
+                if writer is None:
+                    writer = pq.ParquetWriter(out, empty.to_arrow().schema, compression="zstd")
+                    writer.write_table(empty.to_arrow())
+            finally:  # also when a part fails: the writer closes before its stream, never in __del__
+                if writer is not None:
+                    writer.close()
         return rows
 
     def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:

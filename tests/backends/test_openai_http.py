@@ -4,6 +4,8 @@ import json
 import pickle
 import socket
 import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -143,6 +145,43 @@ def test_api_key_never_leaks(planted, monkeypatch, capsys, caplog):
     for item in everything:
         assert (SECRET.encode() not in item) if isinstance(item, bytes) else (SECRET not in item)
         assert (SECRET[::-1].encode() not in item) if isinstance(item, bytes) else (SECRET[::-1] not in item)
+
+
+def _echoed(url: str, key: str) -> tuple[str, str]:
+    """Body and ``X-Echo-Authorization`` header of an error reply of an ``echo_key`` server."""
+    req = urllib.request.Request(f"{url}/chat/completions", data=b"{}", headers={"Authorization": f"Bearer {key}"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=5)
+    return err.value.read().decode(), err.value.headers.get("X-Echo-Authorization", "")
+
+
+@pytest.mark.parametrize("status", [429, 503, 500])
+def test_a_key_the_server_echoes_is_scrubbed_from_every_error(planted, monkeypatch, capsys, caplog, status):
+    """Servers and proxies repeat the Authorization header in error bodies and headers: every
+    error text raylc keeps or prints has the key replaced by ``***``."""
+    sim, prompts = planted
+    monkeypatch.setenv("RAYLC_TEST_KEY", SECRET)
+    texts = []
+    with SimulatedOpenAIServer(sim, api_key=SECRET, echo_key=True, fail_rate=1.0, fail_status=status) as server:
+        body, header = _echoed(server.base_url, SECRET)
+        assert SECRET in body and header == f"Bearer {SECRET}"  # the server does echo it
+        retried = OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY", max_retries=1))
+        texts += [r["error"] for r in retried.generate(prompts[:3])]
+    with SimulatedOpenAIServer(sim, api_key=SECRET, echo_key=True, model="other") as server:
+        unserved = OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY", max_retries=0))
+        texts += [r["error"] for r in unserved.generate(prompts[:2])]  # HTTP 404, not retried
+    monkeypatch.setenv("RAYLC_TEST_KEY", SECRET[::-1])
+    with SimulatedOpenAIServer(sim, api_key=SECRET, echo_key=True, auth_status=400) as server:
+        wrong = OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY", max_retries=0))
+        texts += [r["error"] for r in wrong.generate(prompts[:2])]
+        with pytest.raises(BackendUnavailable) as err:
+            wrong.check_endpoint()
+        texts.append(str(err.value))
+    assert len(texts) == 8 and all("Authorization: Bearer ***; key ***" in t for t in texts), texts
+    assert texts[0].startswith(f"HTTP {status}") or f": HTTP {status}" in texts[0]
+    out = capsys.readouterr()
+    for text in [*texts, out.out, out.err, caplog.text]:
+        assert SECRET not in text and SECRET[::-1] not in text
 
 
 def test_concurrency_bound_is_respected(planted):

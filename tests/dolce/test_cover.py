@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from raylc.dolce import cow_cover_prob
 
-from dolce_reference import brute_cover_prob, placements
+from dolce_reference import brute_cover_prob, closed_form_cover_prob, placements
 
 
 def _all_small_cases(L_max: int = 12):
@@ -32,6 +32,23 @@ def test_exhaustive_against_enumeration_L_le_12():
     # the scalar path agrees with the broadcast path
     for i in range(0, len(cases), 97):
         assert cow_cover_prob(*map(int, cases[i])) == pytest.approx(want[i], abs=1e-9)
+
+
+def test_the_tests_closed_form_is_exact_L_le_12():
+    """The test's own transcription of Appendix A.1 equals enumeration in exact arithmetic."""
+    for lam, k, L, C in _all_small_cases(10):
+        assert closed_form_cover_prob(lam, k, L, C) == brute_cover_prob(lam, k, L, C), (lam, k, L, C)
+
+
+@settings(max_examples=300, deadline=None)
+@given(L=st.integers(13, 3000), data=st.data())
+def test_package_equals_the_closed_form_at_large_L(L, data):
+    """Beyond enumeration: the package's log-space evaluation against the exact integer form."""
+    lam = data.draw(st.integers(1, L))
+    k = data.draw(st.integers(1, max(1, L // lam)))
+    C = data.draw(st.integers(0, L))
+    want = float(closed_form_cover_prob(lam, k, L, C))
+    assert cow_cover_prob(lam, k, L, C) == pytest.approx(want, abs=1e-9), (lam, k, L, C)
 
 
 def test_placement_count_is_stars_and_bars():

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from dolce_reference import TIE_RTOL, X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from raylc.dolce import CellStats, COWFit, assign_categories, category_thresholds, fit_cow_task
 from raylc.dolce.cow import _add_rows, _by_entry, _jagged_layout
-
-from dolce_reference import X_VALUES, counts_from_observations, reference_cow_em, simulate_cow_task
 
 
 # --------------------------------------------------------------------------- vs literal Algorithm 1
@@ -100,6 +99,12 @@ def _toy():
     n0 = np.array([1, 1, 1, 0, 0, 0, 0, 1, 0, 0], dtype=float)
     nidk = np.array([4, 9, 9, 30, 0, 5, 10, 25, 10, 0], dtype=float)
     return problem, L, C, n1, n0, nidk
+
+
+def test_reference_tie_tolerance_is_the_packages():
+    from raylc.dolce.cells import LL_TIE_RTOL
+
+    assert TIE_RTOL == LL_TIE_RTOL
 
 
 def test_fit_attributes():

@@ -5,7 +5,8 @@ import json
 import polars as pl
 import pytest
 
-from raylc.io.store import StoreError, read_input
+from raylc.io.store import Store, StoreError, read_input
+from raylc.run.skeleton import Run
 
 
 def test_jsonl_field_first_seen_late_is_kept(tmp_path):
@@ -27,3 +28,108 @@ def test_csv_and_parquet_and_errors(tmp_path):
     (tmp_path / "t.txt").write_text("x")
     with pytest.raises(StoreError, match="unsupported format"):
         read_input(str(tmp_path / "t.txt"))
+
+
+# --- atomic writes (README "Resume": a table is whole or absent) --------------------------------
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+class _FailingStream:
+    """An output stream that takes ``budget`` bytes, then fails like a full disk or a lost node."""
+
+    def __init__(self, inner, budget: int):
+        self.inner, self.budget = inner, budget
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        if len(data) > self.budget:
+            self.inner.write(data[: self.budget])
+            self.inner.flush()
+            raise _Boom("injected write failure")
+        self.budget -= len(data)
+        return self.inner.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.close()
+        return False
+
+
+class _FailingFS:
+    """The store's filesystem, with output streams that fail after ``budget`` bytes."""
+
+    def __init__(self, inner, budget: int):
+        self.inner, self.budget, self.opened = inner, budget, []
+
+    def open_output_stream(self, path, *args, **kwargs):
+        self.opened.append(path)
+        return _FailingStream(self.inner.open_output_stream(path, *args, **kwargs), self.budget)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _failing(store: Store, budget: int) -> _FailingFS:
+    fs = _FailingFS(store.fs, budget)
+    object.__setattr__(store, "_fs", fs)
+    return fs
+
+
+def _listing(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("budget", [0, 1, 100, 1000])
+def test_a_failed_table_write_leaves_the_old_table_and_no_temporary(tmp_path, budget):
+    store = Store(str(tmp_path))
+    old = pl.DataFrame({"x": list(range(50))})
+    store.write_table(old, "r", "score", "t.parquet")
+    before = _listing(tmp_path)
+    new = pl.DataFrame({"x": [f"row {i}" * 20 for i in range(5000)]})
+    fs = _failing(store, budget)
+    with pytest.raises(_Boom):
+        store.write_table(new, "r", "score", "t.parquet")
+    assert fs.opened and all(p != store.path("r", "score", "t.parquet") for p in fs.opened)  # never in place
+    assert _listing(tmp_path) == before  # the old table, byte for byte, and no temporary
+    object.__setattr__(store, "_fs", fs.inner)
+    assert store.read_table("r", "score", "t.parquet").equals(old)
+
+
+def test_a_failed_first_write_leaves_nothing(tmp_path):
+    store = Store(str(tmp_path))
+    _failing(store, 10)
+    with pytest.raises(_Boom):
+        store.write_json({"a": 1}, "r", "manifest.json")
+    assert _listing(tmp_path) == {} and not store.exists("r", "manifest.json")
+
+
+def test_a_streamed_table_is_invisible_until_complete_and_gone_on_failure(tmp_path):
+    """``Run.write_parts`` streams row groups: while it writes, readers see no table under the
+    final name (nor any file they would read); when the producer fails, nothing is left."""
+    store = Store(str(tmp_path))
+    run = Run(store, "r")
+    seen = []
+
+    def parts(fail: bool):
+        for i in range(3):
+            yield pl.DataFrame({"i": list(range(i * 10, i * 10 + 10))})
+            seen.append((store.exists("r", "score", "obs.parquet"), store.parquet_files("r", "score")))
+        if fail:
+            raise _Boom("producer died")
+
+    empty = pl.DataFrame(schema={"i": pl.Int64})
+    with pytest.raises(_Boom):
+        run.write_parts(parts(fail=True), "score/obs.parquet", empty)
+    assert seen == [(False, [])] * 3
+    assert _listing(tmp_path) == {}
+    assert run.write_parts(parts(fail=False), "score/obs.parquet", empty) == 30
+    assert store.read_table("r", "score", "obs.parquet")["i"].to_list() == list(range(30))
+    assert [p.name for p in (tmp_path / "r" / "score").iterdir()] == ["obs.parquet"]

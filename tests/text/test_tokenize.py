@@ -1,0 +1,27 @@
+"""The default tokenizer's batch count equals its one-text count on any text."""
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raylc.text.tokenize import DefaultTokenizer, count_texts
+
+ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=60)
+ANY = st.text(max_size=40)
+MIXED = st.lists(st.one_of(ASCII, ANY, st.sampled_from(["", " ", "\x1f", "a\x85b", "١٢٣4", "x_y", "\u00a0"])),
+                 max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=MIXED)
+def test_count_many_equals_count(texts):
+    tok = DefaultTokenizer()
+    want = [tok.count(t) for t in texts]
+    assert tok.count_many(pl.Series(texts, dtype=pl.String)).tolist() == want
+    assert count_texts(pl.Series(texts, dtype=pl.String), tok).tolist() == want
+
+
+def test_count_many_known_pieces():
+    tok = DefaultTokenizer()
+    texts = ["Key 12345 -> value_x!\n\n", "", "\x1fword", "naïve 2024"]
+    assert tok.count_many(pl.Series(texts)).tolist() == [len(tok.pieces(t)) for t in texts] == [10, 0, 1, 3]  # Key| 123|45| -|>| value|_|x|!|\n\n
