@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from raylc.dolce.options import FitOptions
 from raylc.io.store import StoreError, StoreUnavailable
 from raylc.run.ray_exec import RayUnavailable
-from raylc.spec import JobSpecError, load_job
+from raylc.spec import JobSpecError, load_job, parse_overrides
 
 app = typer.Typer(
     name="raylc",
@@ -48,6 +48,7 @@ def run(
     store: Optional[str] = typer.Option(None, "--store", help="Store root (local folder or s3://bucket/prefix); overrides store.path."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing run with the same job resumes at its first unfinished stage."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
+    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
     from raylc.backends.base import BackendUnavailable
@@ -56,12 +57,12 @@ def run(
     from raylc.io.names import UnsafeName, path_segment
     from raylc.run.skeleton import InferenceFailed, NothingWritten, RunError, RunInterrupted, default_run_id
 
-    overrides: dict[str, Any] = {}
-    if store is not None:
-        overrides["store.path"] = store
-    if seed is not None:
-        overrides["seed"] = seed
     try:
+        overrides = parse_overrides(settings)
+        if store is not None:
+            overrides["store.path"] = store
+        if seed is not None:
+            overrides["seed"] = seed
         job = load_job(job_file, overrides)
         if run_id is not None:  # the run's folder name (raylc/io/names.py)
             try:
@@ -70,7 +71,7 @@ def run(
                 raise JobSpecError(str(exc)) from None
         _preflight(job, job_file)  # before Ray starts and anything is written
         run_id = run_id or default_run_id(job)
-        evaluate(job, run_id, log=lambda m: typer.echo(m, err=True))
+        evaluate(job, run_id, log=lambda m: typer.echo(m, err=True), overrides=overrides)
     except RunInterrupted as exc:  # SIGINT / SIGTERM: one line, exit 130 / 143
         typer.echo(str(exc), err=True)
         raise typer.Exit(exc.exit_code)
@@ -107,14 +108,16 @@ def submit(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id to use (or resume) on the cluster."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Print the job id and return without following the logs."),
     working_dir: Path = typer.Option(Path("."), "--working-dir", help="Folder uploaded as the job's working directory."),
+    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
     from raylc.run.submit import SubmitError
     from raylc.run.submit import submit as do_submit
 
     try:
-        _preflight(load_job(job_file), job_file, hub=True)
-        job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo)
+        _preflight(load_job(job_file, parse_overrides(settings)), job_file, hub=True)
+        job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo,
+                                   settings=settings)
     except (JobSpecError, SubmitError) as exc:
         _fail(str(exc), 2 if isinstance(exc, JobSpecError) else 1)
     typer.echo(f"{job_id} {status}")
@@ -321,6 +324,7 @@ def plan(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer to count with ('default' or hf:<name-or-path>); default: the job's."),
     overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0, help="Tokens a chat template adds to each request."),
     write: Optional[Path] = typer.Option(None, "--write", help="Write the planned job (chosen strides) as YAML that `raylc run` accepts."),
+    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Plan a job without inference: requests, tokens, strides, prefix reuse and cost."""
     from rich.console import Console
@@ -329,7 +333,7 @@ def plan(
     from raylc.io.tables import rich_table
 
     try:
-        job = load_job(job_file)
+        job = load_job(job_file, parse_overrides(settings))
         _preflight(job, job_file)
         planned = evaluation_for(job).plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
                                            tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
@@ -356,13 +360,14 @@ def plan(
 def check(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/dolce-vllm.yaml)."),
     gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0, help="GPU memory in GiB (default: from probe.accelerator_type)."),
+    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Check a vLLM job against its model before any GPU time: length limit, tensor parallelism, KV cache, prompt lengths."""
     from raylc.backends.preflight import preflight
     from raylc.evaluate import evaluation_for
 
     try:
-        job = load_job(job_file)
+        job = load_job(job_file, parse_overrides(settings))
         reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job))
     except JobSpecError as exc:  # a bad job file, or what vLLM would refuse (PreflightError)
         _fail(str(exc))

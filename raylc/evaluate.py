@@ -25,9 +25,11 @@ def evaluation_for(job: Job) -> Evaluation:
     return EVALUATIONS[job.suite.family]
 
 
-def evaluate(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
-    """Run ``job`` end to end (or resume the run ``run_id``); returns the finished run."""
-    return run_job(job, evaluation_for(job), run_id, log)
+def evaluate(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] = print,
+             overrides: Optional[dict[str, Any]] = None) -> Run:
+    """Run ``job`` end to end (or resume the run ``run_id``); returns the finished run.
+    ``overrides``: the command line's changes to the job file, recorded in the manifest."""
+    return run_job(job, evaluation_for(job), run_id, log, overrides)
 
 
 def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any], Evaluation]:

@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence, Union
 
 import yaml
 from pydantic import (
@@ -408,6 +408,26 @@ class _JobLoader(yaml.SafeLoader):
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 self._check_keys(item, [*path, str(i)], seen)
+
+
+_KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def parse_overrides(settings: Sequence[str]) -> dict[str, Any]:
+    """``--set key.path=value`` options as :func:`load_job` overrides; each value is read as
+    YAML (``3``, ``0.5``, ``true``, ``null``, ``[1024, 2048]``, ``{a: 1}``, else a string).
+    JobSpecError naming the option when one is malformed."""
+    out: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        key = key.strip()
+        if not sep or not _KEY_PATH.fullmatch(key):
+            raise JobSpecError(f"--set {setting!r}: expected key.path=value (e.g. --set probe.seed=3)")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise JobSpecError(f"--set {setting!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+    return out
 
 
 def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Job:

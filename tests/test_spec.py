@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raylc.spec import Job, JobSpecError, load_job
+from raylc.spec import Job, JobSpecError, load_job, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,3 +184,70 @@ def test_cli_help_on_every_command():
         proc = subprocess.run([sys.executable, "-m", "raylc", *args, "--help"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert "Usage" in proc.stdout
+
+
+# --- --set key.path=value ----------------------------------------------------------------------
+
+
+def test_set_values_are_yaml():
+    got = parse_overrides(["seed=3", "probe.sampling.temperature=0.5", "suite.lengths=[1024, 2048]", "name=my run",
+                           "store.path=s3://b/runs", "probe.chat_template=false", "probe.tokenizer=null", "x.y="])
+    assert got == {"seed": 3, "probe.sampling.temperature": 0.5, "suite.lengths": [1024, 2048], "name": "my run",
+                   "store.path": "s3://b/runs", "probe.chat_template": False, "probe.tokenizer": None, "x.y": ""}
+
+
+@pytest.mark.parametrize("setting", ["seed", "=3", "a..b=1", "probe.=1", "../x=1", "a b=1", "suite.lengths=[1, 2"])
+def test_a_malformed_set_is_one_line_naming_it(setting):
+    with pytest.raises(JobSpecError) as err:
+        parse_overrides([setting])
+    assert str(err.value).startswith(f"--set {setting!r}: ") and "\n" not in str(err.value)
+
+
+def test_set_changes_a_field_and_an_unknown_key_is_refused():
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["seed=7", "probe.knowledge_rate=0.5"]))
+    assert job.seed == 7 and job.probe.knowledge_rate == 0.5
+    with pytest.raises(JobSpecError, match=r"unknown key 'probe\.knowledge'"):
+        load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["probe.knowledge=0.5"]))
+    with pytest.raises(JobSpecError, match="must be a mapping to override 'seed.x'"):
+        load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["seed.x=1"]))
+
+
+@pytest.mark.parametrize("command", [["plan"], ["check"], ["run"], ["submit", "--address", "http://127.0.0.1:9"]])
+def test_cli_set_refuses_an_unknown_key_in_one_line_before_anything(tmp_path, command):
+    store = tmp_path / "store"
+    out = subprocess.run([sys.executable, "-m", "raylc", command[0], str(ROOT / "jobs" / "quickstart.yaml"),
+                          *command[1:], "--set", "probe.knowledge=0.5", "--set", f"store.path={store}"],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"error: {ROOT / 'jobs' / 'quickstart.yaml'}: unknown key 'probe.knowledge' (allowed: backend, knowledge_rate, "
+        "guess_rate, wrong_rate, idk_rate, accuracy, half_life_tokens)"]
+    assert not store.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_plan_with_set_plans_the_changed_job(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "raylc", "plan", str(ROOT / "jobs" / "quickstart.yaml"),
+                          "--set", "suite.problems_per_task=3", "--set", "suite.tasks=[only-one]"],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    problems = next(line for line in out.stdout.splitlines() if "│ problems " in line)
+    assert problems.split("│")[2].strip() == "3"  # 1 task x 3 problems (the file: 2 x 100)
+
+
+def test_cli_run_hands_the_overrides_to_the_run(tmp_path, monkeypatch):
+    """`raylc run --set` reaches :func:`raylc.evaluate.evaluate` (which records it in the manifest,
+    tests/run/test_skeleton.py) with --store and --seed, without starting Ray here."""
+    from typer.testing import CliRunner
+
+    import raylc.evaluate
+    from raylc.cli import app
+
+    seen = {}
+    monkeypatch.setattr(raylc.evaluate, "evaluate", lambda job, run_id, log, overrides: seen.update(
+        job=job, overrides=overrides))
+    result = CliRunner().invoke(app, ["run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(tmp_path),
+                                      "--seed", "4", "--set", "suite.problems_per_task=5", "--set", "probe.guess_rate=0"])
+    assert result.exit_code == 0, result.output
+    assert seen["overrides"] == {"suite.problems_per_task": 5, "probe.guess_rate": 0, "store.path": str(tmp_path),
+                                 "seed": 4}
+    assert seen["job"].suite.problems_per_task == 5 and seen["job"].seed == 4 and seen["job"].probe.guess_rate == 0

@@ -472,7 +472,8 @@ def prebuild(job: Job, evaluation: Evaluation, run: Run, build: Stage) -> Option
         raise RunError(str(exc)) from None
 
 
-def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log: Callable[[str], None] = print) -> Run:
+def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log: Callable[[str], None] = print,
+            overrides: Optional[dict[str, Any]] = None) -> Run:
     """Run every stage of ``evaluation`` for ``job``; returns the finished :class:`Run`
     (:func:`raylc.evaluate.evaluate` picks the evaluation from the suite). Before anything is
     written: a local store must be a writable folder (:func:`check_store`), and a cluster
@@ -487,6 +488,7 @@ def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log:
                 ray_exec.ensure_ray(job)
             try:
                 opened = open_run(job, run_id)
+                opened.manifest["overrides"] = dict(overrides or {})  # this invocation's (``--set``, ``--store``, ``--seed``)
                 opened.log = log
                 stages = [Stage(*stage) for stage in evaluation.stages(job)]
                 opened.built = prebuild(job, evaluation, opened, stages[0])

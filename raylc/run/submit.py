@@ -21,9 +21,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from raylc.spec import JobSpecError, load_job
+from raylc.spec import JobSpecError, load_job, parse_overrides
 
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -35,12 +35,14 @@ class SubmitError(RuntimeError):
     """Submission failed (cluster unreachable, job failed); one-line message."""
 
 
-def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str]) -> str:
+def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str], settings: Sequence[str] = ()) -> str:
     args = ["python", "-m", "raylc", "run", job_file]
     if store:
         args += ["--store", store]
     if run_id:
         args += ["--run-id", run_id]
+    for setting in settings:
+        args += ["--set", setting]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -155,21 +157,23 @@ def submit(
     wait: bool = True,
     working_dir: Path = Path("."),
     log: Callable[[str], None] = print,
+    settings: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """Validate the job file, submit it, and (``wait``) follow its logs; returns (job id, final status)."""
+    """Validate the job file, submit it, and (``wait``) follow its logs; returns (job id, final status).
+    ``settings``: ``--set key.path=value`` overrides, checked here and passed on to ``raylc run``."""
     wd = working_dir.resolve()
     try:
         rel = job_file.resolve().relative_to(wd)
     except ValueError:
         raise JobSpecError(f"{job_file}: job file must be inside the working directory {wd}") from None
-    overrides = {"store.path": store} if store else None
+    overrides = {**parse_overrides(settings), **({"store.path": store} if store else {})}
     job = load_job(job_file, overrides)  # fail fast, locally, on a bad job file
     timeout_s = job.ray.connect_timeout_s
     check_dashboard(address, timeout_s)
     try:
         client = make_client(address, timeout_s)
         job_id = client.submit_job(
-            entrypoint=build_entrypoint(rel.as_posix(), store, run_id),
+            entrypoint=build_entrypoint(rel.as_posix(), store, run_id, settings),
             runtime_env={"working_dir": str(wd), "excludes": EXCLUDES},
             metadata={"raylc_job": rel.as_posix()},
         )

@@ -1,5 +1,6 @@
 """SIGKILL a run during inference (the quickstart five times, a length sweep twice); the resumed
-run repeats no finished request and its tables equal an uninterrupted run's."""
+run repeats no finished request and its tables equal an uninterrupted run's. Then the checkpoint
+functions alone: accounting, shards, completed keys."""
 
 import json
 import os
@@ -10,12 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
+from raylc.io.store import Store
+from raylc.run import checkpoint
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
 
@@ -120,3 +124,56 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     # the bootstrap's float sums may differ in the last bits between any two runs
     assert_frame_equal(pl.read_parquet(store / "k" / "report" / "summary.parquet"), clean.read("report/summary.parquet"),
                        rel_tol=1e-9)
+
+
+# --- the checkpoint functions themselves (no Ray) ---------------------------------------------
+
+
+def _rows(ids, errors, prompt=None, cached=None, task="t"):
+    n = len(ids)
+    return pl.DataFrame({
+        "task": [task] * n, "request_id": ids, "completion": [None if e else f"c-{i}" for i, e in zip(ids, errors)],
+        "error": errors, "prompt_tokens": prompt or [10] * n, "generated_tokens": [2] * n,
+        "cached_tokens": cached or [None] * n, "truncated_tokens": [0] * n,
+    }, schema_overrides={"error": pl.String, "completion": pl.String, "cached_tokens": pl.Int64})
+
+
+def test_accounting_counts_tokens_of_successes_and_nulls_as_zero():
+    rows = _rows(["a", "b", "c"], [None, "boom", None], prompt=[10, 99, 7], cached=[None, 5, 4])
+    assert checkpoint.accounting(rows, reused=2) == {
+        "requests": 3, "reused": 2, "errors": 1, "prompt_tokens": 17, "generated_tokens": 4, "cached_tokens": 4,
+        "truncated_tokens": 0}
+
+
+def test_completions_are_read_from_the_shards_only_a_success_preferred(tmp_path):
+    store = Store(str(tmp_path))
+    # other tables of the run: requests, build and score outputs are not completions
+    store.write_table(pl.DataFrame({"request_id": ["zz"], "x": [1]}), "r", "requests", "0", "part-0.parquet")
+    store.write_table(pl.DataFrame({"request_id": ["yy"]}), "r", "build", "problems.parquet")
+    writer = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    writer.add(_rows(["b", "a"], [None, "timeout"]))     # a fails first ...
+    writer.add(_rows(["a", "c"], [None, "refused"]))     # ... then succeeds; c only fails
+    writer.add(_rows(["c"], ["refused again"]))
+    writer.flush()
+    got = checkpoint.load_completions(store, "r")
+    assert sorted(got["request_id"]) == ["a", "b", "c"]
+    by_id = {r["request_id"]: r for r in got.iter_rows(named=True)}
+    assert by_id["a"]["error"] is None and by_id["a"]["completion"] == "c-a"
+    assert by_id["c"]["error"] in ("refused", "refused again") and by_id["b"]["error"] is None
+    done = checkpoint.completed_keys(store, "r")
+    assert done.dtype == np.uint64 and done.size == 2 and (np.diff(done.astype(np.float64)) > 0).all()
+    assert checkpoint.is_completed(pl.Series(["a", "b", "c", "zz"]), done).to_list() == [True, True, False, False]
+    rows, first = checkpoint.stored_accounting(store, "r", reused=0)
+    assert rows == {**checkpoint.accounting(got, 0), "reused": 0} and rows["errors"] == 1
+    assert first in ("refused", "refused again")
+
+
+def test_an_empty_run_has_no_completions(tmp_path):
+    store = Store(str(tmp_path))
+    done = checkpoint.completed_keys(store, "none")
+    assert done.dtype == np.uint64 and done.size == 0
+    assert checkpoint.load_completions(store, "none").height == 0
+    assert checkpoint.is_completed(pl.Series(["a"]), done).to_list() == [False]
+    assert checkpoint.stored_accounting(store, "none", reused=3) == (
+        {"requests": 0, "reused": 3, "errors": 0, "prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
+         "truncated_tokens": 0}, None)

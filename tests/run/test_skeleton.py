@@ -112,3 +112,10 @@ def test_stage_table_lists_every_stage(job, tmp_path):
                               "infer": {"status": "interrupted", "seconds": 3.0}}
     table = stage_table(run.manifest)
     assert "build" in table and "problems=1,200" in table and "1.2" in table and "interrupted" in table
+
+
+def test_the_manifest_records_the_command_lines_overrides(job, tmp_path):
+    run_job(job, Counting(), "r", log=lambda m: None, overrides={"seed": 3, "suite.lengths": [1024, 2048]})
+    assert _manifest(tmp_path)["overrides"] == {"seed": 3, "suite.lengths": [1024, 2048]}
+    run_job(job, Counting(), "r", log=lambda m: None)  # a resume without them records none
+    assert _manifest(tmp_path)["overrides"] == {}

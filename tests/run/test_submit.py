@@ -138,3 +138,12 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["stages"]["infer"]["status"] == "interrupted"
     assert not (run / "_lock.json").exists()
+
+
+def test_the_entrypoint_passes_every_set_on_quoted():
+    from raylc.run.submit import build_entrypoint
+
+    got = build_entrypoint("jobs/q.yaml", "s3://b/runs", "r1", ["seed=3", "name=my run", "suite.lengths=[1, 2]"])
+    assert got == ("python -m raylc run jobs/q.yaml --store s3://b/runs --run-id r1 --set seed=3 "
+                   "--set 'name=my run' --set 'suite.lengths=[1, 2]'")
+    assert build_entrypoint("jobs/q.yaml", None, None) == "python -m raylc run jobs/q.yaml"
