@@ -77,14 +77,21 @@ def test_conventions_and_known_values():
 def test_broadcasting_and_scalar_output():
     out = cow_cover_prob(np.arange(4)[:, None], np.array([1, 2, 3]), 20, 6)
     assert out.shape == (4, 3) and out.dtype == np.float64
-    assert np.isscalar(cow_cover_prob(2, 2, 20, 6)) or np.ndim(cow_cover_prob(2, 2, 20, 6)) == 0
+    assert type(cow_cover_prob(2, 2, 20, 6)) is np.float64  # a scalar for scalars, not a 0-d array
+    assert cow_cover_prob([2], 2, 20, 6).shape == (1,)
     assert np.all(out[0] == 1.0)
 
 
-@pytest.mark.parametrize("bad", [(-1, 1, 5, 2), (1, 1, 5, -2), (1.5, 1, 5, 2), ("a", 1, 5, 2)])
-def test_rejects_invalid_arguments(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("bad", "name"), [((-1, 1, 5, 2), "lam"), ((1, -1, 5, 2), "k"), ((1, 1, -5, 2), "L"),
+                                          ((1, 1, 5, -2), "C"), ((1.5, 1, 5, 2), "lam"), ((1, 1, 5.5, 2), "L")])
+def test_rejects_invalid_arguments_naming_them(bad, name):
+    with pytest.raises(ValueError, match=rf"^{name} must "):
         cow_cover_prob(*bad)
+
+
+def test_rejects_non_numbers():
+    with pytest.raises(ValueError):
+        cow_cover_prob("a", 1, 5, 2)
 
 
 @st.composite

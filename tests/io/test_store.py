@@ -133,3 +133,63 @@ def test_a_streamed_table_is_invisible_until_complete_and_gone_on_failure(tmp_pa
     assert run.write_parts(parts(fail=False), "score/obs.parquet", empty) == 30
     assert store.read_table("r", "score", "obs.parquet")["i"].to_list() == list(range(30))
     assert [p.name for p in (tmp_path / "r" / "score").iterdir()] == ["obs.parquet"]
+
+
+# --- what the mutation run found unguarded (README "Mutation testing") ---------------------------
+
+
+def test_local_paths_and_s3_uris_get_their_filesystems(tmp_path):
+    assert not Store(str(tmp_path)).is_s3 and Store(str(tmp_path)).path("r", "t.parquet") == f"{tmp_path}/r/t.parquet"
+    s3 = Store("s3://bucket/runs/")
+    assert s3.is_s3 and s3.path("r") == "bucket/runs/r" and s3.uri("r") == "s3://bucket/runs/r"
+
+
+def test_read_input_relative_name_and_whole_file_schema(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "late.csv").write_text("x\n" + "\n".join(str(i) for i in range(150)) + "\n1.5\n")
+    assert read_input("late.csv")["x"].dtype == pl.Float64  # every row decides the type
+    (tmp_path / "bad.ndjson").write_text('{"a": 1}\n[2]\n')
+    with pytest.raises(StoreError, match=r"bad\.ndjson: line 2: expected a JSON object, got list"):
+        read_input("bad.ndjson")
+
+
+def test_parquet_is_zstd_with_statistics_and_the_asked_row_groups(tmp_path):
+    import pyarrow.parquet as pq
+
+    store = Store(str(tmp_path))
+    store.write_table(pl.DataFrame({"x": list(range(100))}), "t.parquet", row_group_size=10)
+    meta = pq.ParquetFile(tmp_path / "t.parquet").metadata
+    assert meta.num_row_groups == 10
+    col = meta.row_group(0).column(0)
+    assert col.compression == "ZSTD" and col.statistics is not None and col.statistics.has_min_max
+
+
+def test_read_table_columns_hive_folders_and_mixed_files(tmp_path):
+    store = Store(str(tmp_path))
+    store.write_table(pl.DataFrame({"a": [1], "b": ["x"]}), "t", "task=k=v", "day=1", "p0.parquet")
+    store.write_table(pl.DataFrame({"a": [2.5], "c": [True]}), "t", "task=w", "day=2", "p1.parquet")
+    got = store.read_table("t").sort("a")
+    assert got.columns == ["a", "b", "task", "day", "c"]
+    assert got.rows() == [(1.0, "x", "k=v", "1", None), (2.5, None, "w", "2", True)]
+    assert store.read_table("t", columns=["a"]).columns == ["a", "task", "day"]
+    assert store.read_table("t", "task=w", "day=2", "p1.parquet", columns=["c"]).rows() == [(True,)]
+
+
+class _BrokenFS:
+    """A filesystem whose every call fails like a lost mount."""
+
+    def __getattr__(self, name):
+        def fail(*args, **kwargs):
+            raise OSError("Input/output error")
+        return fail
+
+
+@pytest.mark.parametrize("call", ["exists", "read_table", "parquet_files", "table_ok"])
+def test_storage_errors_are_one_line_naming_the_table(tmp_path, call):
+    from raylc.io.store import StoreUnavailable
+
+    store = Store(str(tmp_path))
+    object.__setattr__(store, "_fs", _BrokenFS())
+    with pytest.raises(StoreUnavailable) as err:
+        getattr(store, call)("r", "t.parquet")
+    assert str(err.value) == f"{tmp_path}/r/t.parquet: storage error: Input/output error"

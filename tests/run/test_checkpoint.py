@@ -177,3 +177,83 @@ def test_an_empty_run_has_no_completions(tmp_path):
     assert checkpoint.stored_accounting(store, "none", reused=3) == (
         {"requests": 0, "reused": 3, "errors": 0, "prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
          "truncated_tokens": 0}, None)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _shard_names(tmp_path):
+    return sorted(str(p.relative_to(tmp_path / "r" / "infer")) for p in (tmp_path / "r" / "infer").rglob("*.parquet"))
+
+
+def test_shard_writer_flushes_at_max_rows_or_max_seconds(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(checkpoint.time, "monotonic", clock)
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=3, max_seconds=10.0)
+    assert len(w.attempt) == 8 and w.attempt != checkpoint.ShardWriter(store, "r", 1, 1.0).attempt
+    w.add(_rows(["a", "b"], [None, None]))
+    assert not (tmp_path / "r").exists()
+    w.add(_rows(["c"], [None], task="u"))  # 3 rows: a shard per task, the first shard number
+    assert _shard_names(tmp_path) == [f"task=t/part-{w.attempt}-00000.parquet", f"task=u/part-{w.attempt}-00000.parquet"]
+    w.add(_rows(["d", "e"], [None, None]))  # the count starts again after a flush
+    clock.t += 9.9
+    w.add(_rows([], []))
+    assert len(_shard_names(tmp_path)) == 2
+    clock.t += 0.1  # max_seconds since the last flush: the next batch flushes
+    w.add(_rows(["f"], ["boom"]))
+    assert f"task=t/part-{w.attempt}-00001.parquet" in _shard_names(tmp_path)
+    w.flush()  # nothing pending: no shard
+    assert len(_shard_names(tmp_path)) == 3
+
+
+def test_shard_writer_relaxes_types_and_checks_every_task_first(tmp_path):
+    from raylc.io.names import UnsafeName
+
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=60.0)
+    w.add(_rows(["a"], [None]).with_columns(error=pl.lit(None)))  # an all-null error column (dtype Null)
+    w.add(_rows(["b"], ["boom"]))
+    w.flush()
+    assert checkpoint.load_completions(store, "r").sort("request_id")["error"].to_list() == [None, "boom"]
+    w.add(_rows(["c"], [None]))
+    w.add(_rows(["d"], [None], task="../escape"))
+    with pytest.raises(UnsafeName, match=r"^task '\.\./escape' is not a safe name"):
+        w.flush()
+    assert len(_shard_names(tmp_path)) == 1  # the safe task's rows were not written either
+
+
+def test_shards_carry_their_task_and_only_the_asked_columns(tmp_path):
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    w.add(_rows(["a", "b"], [None, None], task="t1"))
+    w.add(_rows(["c"], [None], task="t2"))
+    shards = list(checkpoint.iter_shards(store, "r", ["request_id"]))
+    assert [s.columns for s in shards] == [["request_id", "task"]] * 2
+    assert sorted((s["task"][0], s["request_id"].to_list()) for s in shards) == [("t1", ["a", "b"]), ("t2", ["c"])]
+    assert all(s.schema["task"] == pl.String for s in shards)
+
+
+def test_a_success_wins_whatever_the_order_and_the_first_error_is_reported(tmp_path):
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    w.add(_rows(["b", "x", "y", "z"], [None, None, None, None]))  # b succeeds first ...
+    w.add(_rows(["b"], ["late error"]))                             # ... then an error is stored for it
+    w.add(_rows(["c"], ["first error"]))
+    w.add(_rows(["c"], ["second error"]))
+    got = checkpoint.load_completions(store, "r")
+    assert got.filter(pl.col("request_id") == "b")["error"].to_list() == [None]
+    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
+    assert first == "first error" and rows["errors"] == 1 and rows["requests"] == 5 and rows["reused"] == 1
+    w.add(_rows(["b"], [None]))  # a duplicate success: accounting falls back to the loaded completions
+    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
+    assert rows == {**checkpoint.accounting(checkpoint.load_completions(store, "r"), 1)} and rows["requests"] == 5
+    done = checkpoint.completed_keys(store, "r")
+    assert done.size == 4 and (np.diff(done.astype(np.float64)) > 0).all()  # x, y, z, b: unique and sorted
+    ids = pl.Series([f"id-{i}" for i in range(200)] + ["b", "x"])
+    assert checkpoint.is_completed(ids, done).to_list() == [False] * 200 + [True, True]

@@ -175,3 +175,20 @@ def test_middle_split_of_odd_and_even_kept_counts(kept, expected):
     from raylc.text.truncation import _keep
 
     assert _keep(list(range(10)), kept, "middle") == expected
+
+
+@pytest.mark.parametrize(("prompt", "want"), [
+    # head, context, tail of TEMPLATE-like "H{context}M{question}T" prompts (the tail at the last M)
+    ("H ctx M q T", ("H", " ctx ", "M q T")),
+    ("HM q T", ("H", "", "M q T")),             # empty context: the middle starts right after the head
+    ("H a M b M q T", ("H", " a M b ", "M q T")),  # the last middle
+    ("X ctx M q T", ("", "X ctx M q T", "")),   # not from the template: all context
+    ("H ctx M q", ("", "H ctx M q", "")),        # wrong tail
+    ("H q T", ("", "H q T", "")),                # no middle
+])
+def test_split_prompt_exact_parts(prompt, want):
+    assert split_prompt(prompt, "H{context}M{question}T") == want
+
+
+def test_split_prompt_without_a_middle_is_all_context():
+    assert split_prompt("H ctx q T", "H{context}{question}T") == ("", "H ctx q T", "")
