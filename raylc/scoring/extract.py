@@ -29,11 +29,14 @@ __all__ = [
     "choice",
     "code_line",
     "first_line",
+    "first_line_last_uuid",
+    "first_line_number",
     "first_word",
     "identity",
     "is_idk",
     "longbench_v2",
     "numeric",
+    "raw_first_line",
     "trec_label",
 ]
 
@@ -101,6 +104,35 @@ def first_line(outputs: Outputs) -> pl.Series | pl.Expr:
         return _null_if_empty(line)
 
     return _apply(outputs, build)
+
+
+def _raw_first_line(e: pl.Expr) -> pl.Expr:
+    """``output.lstrip('\\n').split('\\n')[0]``, the first line as 100-LongBench's ``eval_trec.py``
+    cuts every prediction (no other stripping)."""
+    return e.str.strip_chars_start("\n").str.extract(r"^([^\n]*)", 1)
+
+
+def raw_first_line(outputs: Outputs) -> pl.Series | pl.Expr:
+    """100-LongBench (``eval_trec.py`` ``scorer``): the first line of the output after leading
+    newlines, unstripped; null when it is empty (an empty line scores 0 there)."""
+    return _apply(outputs, lambda e: _null_if_empty(_raw_first_line(e)))
+
+
+def first_line_number(outputs: Outputs) -> pl.Series | pl.Expr:
+    """100-LongBench Passage Count / Passage Retrieval (``utils/metrics.py`` ``acc_score`` on the
+    first line): the first run of digits (``re.search(r'\\d+')``) of :func:`raw_first_line`,
+    as written ("007" stays "007")."""
+    return _apply(outputs, lambda e: _raw_first_line(e).str.extract(r"(\d+)", 1))
+
+
+#: a hyphenated UUID as 100-LongBench's ``kv_retrieval_score`` matches it
+UUID_PATTERN = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+
+
+def first_line_last_uuid(outputs: Outputs) -> pl.Series | pl.Expr:
+    """100-LongBench KV Retrieval (``utils/metrics.py`` ``kv_retrieval_score`` on the first line):
+    the last UUID of :func:`raw_first_line` ("The value of k is <uuid>." gives that uuid)."""
+    return _apply(outputs, lambda e: _raw_first_line(e).str.extract_all(UUID_PATTERN).list.last())
 
 
 def _letters(idk: bool) -> str:
@@ -315,6 +347,9 @@ EXTRACTORS: dict[str, Callable[..., pl.Series | pl.Expr]] = {
     "code": code_line,
     "answer": answer_phrase,
     "longbench_v2": longbench_v2,
+    "raw_first_line": raw_first_line,
+    "first_line_number": first_line_number,
+    "first_line_last_uuid": first_line_last_uuid,
 }
 
 #: DOLCE Table 4 "ANSWER EXTRACTOR" column -> :data:`EXTRACTORS` key. "Extract answer" is

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
-from rapidfuzz import fuzz, process
+from rapidfuzz import process
+from rapidfuzz.distance import Indel
 from rouge_score import rouge_scorer
 
 from raylc.scoring.extract import PY_WHITESPACE, code_line
@@ -243,19 +244,30 @@ def rouge_lsum(predictions: Predictions, references: References, *, use_stemmer:
     return _rouge(predictions, references, "rougeLsum", use_stemmer)
 
 
-def edit_sim(predictions: Predictions, references: References, *, first_code_line: bool = True) -> pl.Series:
-    """Edit similarity, LongBench ``code_sim_score``: ``fuzz.ratio(pred, ref) / 100`` (rapidfuzz's
-    normalized InDel similarity). With ``first_code_line`` (default, as LongBench) the prediction is
-    first reduced to its first line without ``` ` ```/``#``/``//`` (:func:`~raylc.scoring.extract.code_line`),
-    or the empty string when there is none."""
+def edit_sim(predictions: Predictions, references: References, *, first_code_line: bool = True,
+             integer_percent: bool = True) -> pl.Series:
+    """Edit similarity, LongBench ``code_sim_score`` (``LongBench/metrics.py``): fuzzywuzzy's
+    ``fuzz.ratio(pred, ref) / 100``. fuzzywuzzy (``fuzzywuzzy/fuzz.py:ratio``) returns 100 for
+    equal strings (two empty ones included), 0 when one is empty, else the InDel similarity
+    ``(|pred| + |ref| - d) / (|pred| + |ref|)`` (python-Levenshtein's ``ratio``; ``d`` the
+    insert/delete distance) as an integer percent, rounded half to even (``utils.intr``:
+    ``int(round(100 r))``); ``integer_percent=False`` keeps the unrounded fraction. With
+    ``first_code_line`` (default, as LongBench) the prediction is first reduced to its first
+    line without ``` ` ```/``#``/``//`` (:func:`~raylc.scoring.extract.code_line`), or the
+    empty string when there is none."""
     preds = _as_predictions(predictions)
     if first_code_line:
         preds = pl.select(pl.when(preds.is_null()).then(None).otherwise(code_line(preds).fill_null(""))).to_series()
     rows, pairs = _pairs(preds, references)
-    sims = process.cpdist(
-        pairs["pred"].to_list(), pairs["ref"].to_list(), scorer=fuzz.ratio, dtype=np.float64, workers=1
-    )
-    return _reduce(rows, pairs.with_columns(score=pl.Series(np.asarray(sims, dtype=np.float64) / 100.0)))
+    a, b = pairs["pred"].to_list(), pairs["ref"].to_list()
+    dist = np.asarray(process.cpdist(a, b, scorer=Indel.distance, dtype=np.int64, workers=1), dtype=np.float64)
+    lensum = (pairs["pred"].str.len_chars() + pairs["ref"].str.len_chars()).to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (lensum - dist) / lensum
+    r = np.where(pairs["pred"] == pairs["ref"], 1.0, np.where(lensum > 0, r, 0.0))
+    r = np.where((pairs["pred"].str.len_chars() == 0) ^ (pairs["ref"].str.len_chars() == 0), 0.0, r)
+    score = np.round(100.0 * r) / 100.0 if integer_percent else r  # numpy rounds half to even, as round()
+    return _reduce(rows, pairs.with_columns(score=pl.Series(score, dtype=pl.Float64)))
 
 
 # --------------------------------------------------------------------------------------------- #

@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
+from raylc.scoring.extract import raw_first_line
 from raylc.suites.context import (
     BuiltContext,
     ContextTooLong,
@@ -62,7 +63,7 @@ LONGBENCH100_JUDGED = ("single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi
 class LongBench100Suite(LengthSuite):
     """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
     real source documents (``sources``) and a pool of distractor documents (``distractors``),
-    JSONL/Parquet/CSV, local or s3://. QA samples scoring above ``prior_knowledge_threshold``
+    JSONL/Parquet/CSV, local or s3://. QA samples scoring at least ``prior_knowledge_threshold``
     with no context are dropped from the statistics (null disables the filter, and the
     no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
     (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
@@ -87,7 +88,8 @@ class LongBench100Suite(LengthSuite):
         keys = ["task", "sample_id", "length"]
         if self.prior_knowledge_threshold is None or not (scores["length"] == 0).any():
             return super().kept(scores)
-        kept, _ = prior_knowledge_filter(scores.select(*keys, "score"), self.prior_knowledge_threshold)
+        cols = [*keys, "score", *(["completion"] if "completion" in scores.columns else [])]
+        kept, _ = prior_knowledge_filter(scores.select(cols), self.prior_knowledge_threshold)
         return scores.join(kept.select(keys).with_columns(kept=pl.lit(True)), on=keys, how="left").with_columns(
             pl.col("kept").fill_null(False))
 
@@ -103,7 +105,7 @@ class LongBench100Suite(LengthSuite):
                  .select("task", "sample_id").unique().group_by("task").len("samples"))
         table = total.join(dropped.group_by("task").len("dropped"), on="task", how="left").with_columns(
             pl.col("dropped").fill_null(0).cast(pl.Int64)).sort("task")
-        return [("prior_knowledge", f"QA prior-knowledge filter (no-context score > {self.prior_knowledge_threshold})",
+        return [("prior_knowledge", f"QA prior-knowledge filter (no-context score >= {self.prior_knowledge_threshold})",
                  table)]
 
 
@@ -159,10 +161,12 @@ NO_CONTEXT_QA = ("Answer the question as concisely as you can, using a single ph
                  "{input}\nOnly give me the answer and do not output any other words. Answer:\n")
 MAX_TOKENS = {"kv_retrieval": 64, "counting_stars": 32, "passage_retrieval": 32, "passage_count": 32,
               "single_doc_qa": 256, "multi_doc_qa": 256, "single_doc_sum": 512, "multi_doc_sum": 512}
-METRIC = {"kv_retrieval": ("accuracy", "first_word"), "counting_stars": ("accuracy", "choice"),
-          "passage_retrieval": ("accuracy", "numeric"), "passage_count": ("accuracy", "numeric"),
-          "single_doc_qa": ("judge_qa", "none"), "multi_doc_qa": ("judge_qa", "none"),
-          "single_doc_sum": ("judge_sum", "none"), "multi_doc_sum": ("judge_sum", "none")}
+#: task -> (metric, extractor); the answer rules of 100-LongBench's eval_trec.py / utils/metrics.py:
+#: every prediction is cut to its first line, then acc_score (first number) or kv_retrieval_score (last UUID)
+METRIC = {"kv_retrieval": ("accuracy", "first_line_last_uuid"), "counting_stars": ("accuracy", "choice"),
+          "passage_retrieval": ("accuracy", "first_line_number"), "passage_count": ("accuracy", "first_line_number"),
+          "single_doc_qa": ("judge_qa", "raw_first_line"), "multi_doc_qa": ("judge_qa", "raw_first_line"),
+          "single_doc_sum": ("judge_sum", "raw_first_line"), "multi_doc_sum": ("judge_sum", "raw_first_line")}
 PARAGRAPH_LABEL = "Paragraph {i}:\n"
 STAR = "The little penguin counted {n} ★"
 KV = "The value of {key} is {value}."
@@ -415,15 +419,21 @@ def longbench100_report(samples: pl.DataFrame, suite: LongBench100Suite) -> pl.D
 
 
 def prior_knowledge_filter(scores: pl.DataFrame, threshold: Optional[float]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """100-LongBench's QA filter (Section 3.1, Appendix A.2): a QA sample whose no-context
-    (length-0) score exceeds ``threshold`` answers from prior knowledge and is dropped at every
-    length. ``scores``: ``task, sample_id, length, score`` (and any other columns).
+    """100-LongBench's QA filter (Section 3.1, Appendix A.2; ``eval_trec.py`` ``scorer``): a QA
+    sample whose no-context (length-0) score is at least ``threshold`` answers from prior
+    knowledge and is dropped at every length, unless the first line of that no-context answer
+    says "unanswerable" (any case; such a sample is never dropped). ``scores``: ``task,
+    sample_id, length, score`` and, for the "unanswerable" rule, ``completion`` (any other
+    columns are kept).
 
     Returns (the kept rows without the length-0 rows, per QA task ``probed`` / ``dropped``
     sample counts). A null length-0 score (failed judgement) does not drop; ``threshold=None``
     drops nothing."""
     probe = scores.filter((pl.col("length") == 0) & pl.col("task").is_in(list(QA_TASKS)))
-    over = pl.col("score") > threshold if threshold is not None else pl.lit(False)
+    over = pl.col("score") >= threshold if threshold is not None else pl.lit(False)
+    if "completion" in probe.columns:  # an answer that says it cannot answer is never prior knowledge
+        said = raw_first_line(pl.col("completion")).str.to_lowercase().str.contains("unanswerable", literal=True)
+        over = over & ~said.fill_null(False)
     flagged = probe.group_by("task", "sample_id").agg(drop=over.fill_null(False).any())
     bad = flagged.filter("drop").select("task", "sample_id")
     kept = scores.filter(pl.col("length") != 0).join(bad, on=["task", "sample_id"], how="anti")

@@ -17,11 +17,14 @@ from raylc.scoring.extract import (
     choice,
     code_line,
     first_line,
+    first_line_last_uuid,
+    first_line_number,
     first_word,
     identity,
     is_idk,
     longbench_v2,
     numeric,
+    raw_first_line,
     trec_label,
 )
 
@@ -301,3 +304,26 @@ def test_registry_covers_table4():
     assert EXTRACTORS[TABLE4_EXTRACTOR["Extract numeric answer"]](outputs).to_list() == [None, "42"]
     assert EXTRACTORS["trec"](["animal"], labels=TREC_LABELS).to_list() == ["Animal"]
     assert EXTRACTORS["none"](outputs).to_list() == outputs.to_list()
+
+
+# 100-LongBench eval_trec.py cuts every prediction to prediction.lstrip('\n').split('\n')[0]; then
+# utils/metrics.py acc_score takes re.search(r'\d+') and kv_retrieval_score the last UUID. By hand:
+UUID_A = "1f2e3d4c-aaaa-bbbb-cccc-0123456789ab"
+UUID_B = "11111111-2222-3333-4444-555555555555"
+
+
+@pytest.mark.parametrize(("output", "number", "uuid", "line"), [
+    ("12", "12", None, "12"),
+    ("\n\nThe answer is 12 and 13\n7", "12", None, "The answer is 12 and 13"),   # first number, first line
+    ("Paragraph 007.", "007", None, "Paragraph 007."),                               # as written
+    ("I count\n5 passages", None, None, "I count"),                                 # the number is on line 2
+    ("  \n5", None, None, "  "),                                                    # a blank first line
+    (f"The value is {UUID_A}.", "1", UUID_A, f"The value is {UUID_A}."),             # a sentence around it
+    (f"{UUID_A} or rather {UUID_B}\n{UUID_A}", "1", UUID_B, f"{UUID_A} or rather {UUID_B}"),  # the last one
+    (f"{UUID_A.replace('-', '')}", "1", None, UUID_A.replace("-", "")),              # no hyphens: no UUID
+    ("", None, None, None),
+])
+def test_longbench100_first_line_rules(output, number, uuid, line):
+    assert first_line_number([output]).to_list() == [number]
+    assert first_line_last_uuid([output]).to_list() == [uuid]
+    assert raw_first_line([output]).to_list() == [line]

@@ -63,14 +63,22 @@ def ref_qa_f1_score(prediction, ground_truth):  # LongBench metrics.py
     return (2 * precision * recall) / (precision + recall)
 
 
-def ref_code_sim_score(prediction, ground_truth):  # LongBench metrics.py (fuzz from rapidfuzz)
+def ref_fuzzywuzzy_ratio(s1, s2):  # fuzzywuzzy/fuzz.py ratio: its three decorators, then utils.intr
+    if s1 == s2:
+        return 100
+    if not s1 or not s2:
+        return 0
+    return int(round(fuzz.ratio(s1, s2)))  # python-Levenshtein's ratio, as a percent
+
+
+def ref_code_sim_score(prediction, ground_truth):  # LongBench metrics.py
     all_lines = prediction.lstrip("\n").split("\n")
     prediction = ""
     for line in all_lines:
         if ("`" not in line) and ("#" not in line) and ("//" not in line):
             prediction = line
             break
-    return fuzz.ratio(prediction, ground_truth) / 100
+    return ref_fuzzywuzzy_ratio(prediction, ground_truth) / 100
 
 
 def ref_parse_rankings(output):  # HELMET utils.py
@@ -268,11 +276,28 @@ def test_rouge_lsum_is_summary_level():
 
 
 def test_edit_sim_known_values():
-    # InDel: kitten/sitting LCS "ittn" = 4 -> distance 6 + 7 - 8 = 5 -> 1 - 5/13
-    assert edit_sim(["kitten"], ["sitting"], first_code_line=False).item() == pytest.approx(8 / 13)
+    # InDel: kitten/sitting LCS "ittn" = 4 -> distance 6 + 7 - 8 = 5 -> 1 - 5/13 = 61.54% -> 62
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False).item() == pytest.approx(8 / 13)
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False).item() == 0.62
     # rapidfuzz docs: ratio("this is a test", "this is a test!") = 96.55 -> 1 - 1/29
-    assert edit_sim(["this is a test"], ["this is a test!"]).item() == pytest.approx(28 / 29)
-    assert edit_sim(["return a+b"], ["return a + b"]).item() == pytest.approx(20 / 22)
+    assert edit_sim(["this is a test"], ["this is a test!"], integer_percent=False).item() == pytest.approx(28 / 29)
+    assert edit_sim(["return a+b"], ["return a + b"], integer_percent=False).item() == pytest.approx(20 / 22)
+
+
+@pytest.mark.parametrize(("pred", "ref", "want"), [
+    # LongBench/metrics.py code_sim_score = fuzz.ratio(line, ref) / 100, and fuzzywuzzy/fuzz.py ratio
+    # = utils.intr(100 * r) = int(round(100 r)), r = (lensum - indel distance) / lensum; worked by hand:
+    ("this is a test", "this is a test!", 0.97),   # 28/29 = 96.55% -> 97
+    ("return a+b", "return a + b", 0.91),          # 20/22 = 90.91% -> 91
+    ("abc", "abd", 0.67),                          # 4/6 = 66.67% -> 67
+    ("a", "a" + "x" * 14, 0.12),                   # 2/16 = 12.5% -> 12: round() is half to even
+    ("ab", "ab" + "x" * 26, 0.13),                 # 4/30 = 13.33% -> 13
+    ("a", "a" + "x" * 6, 0.25),                    # 2/8 = 25%
+    ("same", "same", 1.0),                         # check_for_equivalence: 100
+    ("x", "", 0.0),                                # check_empty_string: 0
+])
+def test_edit_sim_is_longbench_integer_percent(pred, ref, want):
+    assert edit_sim([pred], [ref], first_code_line=False).item() == want
 
 
 def test_edit_sim_takes_longbench_first_code_line():

@@ -230,6 +230,22 @@ def test_prior_knowledge_filter():
     assert kept_all.height == 10
 
 
+def test_prior_knowledge_filter_is_eval_trec_py():
+    """100-LongBench eval_trec.py: drop when the no-context score >= qa_filter, but never when the
+    first line of the no-context answer contains 'unanswerable' (any case). By hand, threshold 0.5:
+    a (0.5, "Paris") dropped; b (1.0, "UNANSWERABLE, but Paris") kept; c (1.0, "Paris\nunanswerable")
+    dropped (the word is on line 2); d (0.49, "Paris") kept."""
+    rows = []
+    for sid, probe, said in [("a", 0.5, "Paris"), ("b", 1.0, "UNANSWERABLE, but Paris"),
+                             ("c", 1.0, "Paris\nunanswerable"), ("d", 0.49, "Paris")]:
+        rows.append(("single_doc_qa", sid, 0, probe, said))
+        rows += [("single_doc_qa", sid, L, 1.0, "x") for L in (2048, 8192)]
+    scores = pl.DataFrame(rows, schema=["task", "sample_id", "length", "score", "completion"], orient="row")
+    kept, dropped = prior_knowledge_filter(scores, 0.5)
+    assert sorted(set(kept["sample_id"])) == ["b", "d"]
+    assert dropped.rows() == [("single_doc_qa", 4, 2)]
+
+
 def test_judge_templates_and_parsing():
     frame = pl.DataFrame({"metric": ["judge_qa", "judge_sum"], "question": ["Who?", "Summarize."],
                           "answers": [["Ada", "A. L."], ["Expert text."]], "prediction": ["Ada", "Mine."]})
