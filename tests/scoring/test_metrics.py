@@ -68,7 +68,7 @@ def ref_fuzzywuzzy_ratio(s1, s2):  # fuzzywuzzy/fuzz.py ratio: its three decorat
         return 100
     if not s1 or not s2:
         return 0
-    return int(round(fuzz.ratio(s1, s2)))  # python-Levenshtein's ratio, as a percent
+    return round(fuzz.ratio(s1, s2))  # utils.intr = int(round(.)); python-Levenshtein's ratio, as a percent
 
 
 def ref_code_sim_score(prediction, ground_truth):  # LongBench metrics.py
