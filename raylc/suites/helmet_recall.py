@@ -10,7 +10,10 @@ as close below it as whole units allow):
   haystack is noisy needles "One of the special magic numbers for <key> is: <value>." with
   other keys (word keys and 7-digit numbers; UUID keys and values), the gold needle at the
   sample's depth (HELMET E.1: "RULER MK Needle, where the context is other distracting
-  needles"). SubEM.
+  needles"). Scored with ``recall`` (RULER ``string_match_all``), as HELMET's
+  ``scripts/collect_results.py`` reports ``ruler_niah_mk_2`` / ``ruler_niah_mk_3``
+  (``ruler_recall``), not SubEM: a UUID written without hyphens, or a number with thousands
+  separators, is a miss.
 * ``mv_needle`` -- RULER NIAH MultiValue: four needles with the same key and different
   numbers in an essay haystack (the suite's ``haystack`` pool, else RULER's repeated noise
   sentences) at distinct random depths of RULER's 40-point depth grid; scored with
@@ -94,6 +97,8 @@ _MV_VALUES = 4
 _CHUNK = 512  # units drawn per step: fixed, so the unit stream does not depend on the target length
 _TASK_INDEX = {t: i for i, t in enumerate(HELMET_RECALL_TASKS)}
 _MAX_TOKENS = {"json_kv": 100, "mk_needle_number": 128, "mk_needle_uuid": 128, "mv_needle": 128}
+#: HELMET scripts/collect_results.py: json_kv substring_exact_match, the RULER needles ruler_recall
+_METRIC = {"json_kv": "subem", "mk_needle_number": "recall", "mk_needle_uuid": "recall", "mv_needle": "recall"}
 
 _JSON_KV_HEAD = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
 
@@ -321,7 +326,7 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
                 row = {
                     "task": task, "sample_id": f"{task}-{i:04d}", "length": length, "context_tokens": n,
                     "head": sample.head, "context": context, "tail": sample.tail, "question": sample.question,
-                    "answers": sample.answers, "gold": sample.gold, "metric": "recall" if task == "mv_needle" else "subem",
+                    "answers": sample.answers, "gold": sample.gold, "metric": _METRIC[task],
                     "extractor": "none", "followup": None, "max_tokens": _MAX_TOKENS[task], "followup_max_tokens": None,
                     "depth": sample.depth,
                 }

@@ -141,3 +141,17 @@ def test_target_below_the_needle_is_a_one_line_error():
 def test_depth_grid_is_evenly_spaced_and_cycles():
     assert np.allclose(depth_grid(8, 6), [0, 0.2, 0.4, 0.6, 0.8, 1.0, 0, 0.2])
     assert np.allclose(depth_grid(2, 1), [0, 0])
+
+
+def test_multikey_needles_are_scored_as_helmet_collects_them(samples):
+    """HELMET scripts/collect_results.py reports ruler_niah_mk_2 / mk_3 with ruler_recall (RULER
+    string_match_all: ``ref.lower() in pred.lower()``) and json_kv with substring_exact_match. By
+    hand: a UUID written without hyphens, or a number with thousands separators, is a miss for
+    ruler_recall, a hit for SubEM (which drops punctuation)."""
+    assert dict(samples.select("task", "metric").unique().rows()) == {
+        "json_kv": "subem", "mk_needle_number": "recall", "mk_needle_uuid": "recall", "mv_needle": "recall"}
+    uuid, number = "1f2e3d4c-aaaa-bbbb-cccc-0123456789ab", "1234567"
+    outputs = pl.Series([uuid.replace("-", ""), uuid.upper(), "1,234,567", f"It is {number}."])
+    refs = [[uuid], [uuid], [number], [number]]
+    assert METRICS["recall"](outputs, refs).to_list() == [0.0, 1.0, 0.0, 1.0]
+    assert METRICS["subem"](outputs, refs).to_list() == [1.0, 1.0, 1.0, 1.0]
