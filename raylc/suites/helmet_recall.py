@@ -134,12 +134,27 @@ def needle(kind: str, key: str, value: str) -> str:
     return f"One of the special magic {kind} for {key} is: {value}."
 
 
-def _ruler_prompt(kind: str, key: str) -> tuple[str, str, str]:
-    """RULER ``niah`` template (head, tail, question), the answer prefix closing the tail."""
-    head = (f"Some special magic {kind} are hidden within the following text. Make sure to memorize it. "
-            f"I will quiz you about the {kind} afterwards.\n")
-    question = f"What are all the special magic {kind} for {key} mentioned in the provided text?"
-    return head, f"\n{question} The special magic {kind} for {key} mentioned in the provided text are", question
+#: RULER's ``niah`` template and answer prefix (``scripts/data/synthetic/constants.py``), joined as
+#: ``scripts/data/synthetic/niah.py`` uses them
+RULER_NIAH_TEMPLATE = (
+    "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic "
+    "{type_needle_v} for {query} mentioned in the provided text? The special magic {type_needle_v} for {query} "
+    "mentioned in the provided text are")
+
+
+def _ruler_prompt(kind: str, key: str, n_answers: int) -> tuple[str, str, str]:
+    """RULER ``niah`` prompt (head, tail, question), the answer prefix closing the tail. With one
+    answer (``num_needle_q * num_needle_v == 1``: the multi-key variants) ``niah.py`` switches the
+    template to the singular: "Some" -> "A", "are all" -> "is", "are" -> "is", "answers" -> "answer",
+    in that order, and drops the "s" of the needle type."""
+    template = RULER_NIAH_TEMPLATE
+    if n_answers == 1:
+        template = template.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer")
+        kind = kind[:-1]
+    filled = template.replace("{type_needle_v}", kind).replace("{query}", key)
+    head, tail = filled.split("{context}")
+    return head, tail, tail[1:tail.index("?") + 1]
 
 
 def depth_grid(n_samples: int, depths: int) -> np.ndarray:
@@ -284,7 +299,7 @@ class _Sample:
 
             self.needles, self.depths = [needle(kind, key, value)], [depth]
             self.answers, self.gold = [value], value
-            self.head, self.tail, self.question = _ruler_prompt(kind, key)
+            self.head, self.tail, self.question = _ruler_prompt(kind, key, 1)
             self.stream, self.wrap = _Stream(draw, "\n", tok), ("", "")
         else:  # mv_needle
             key = _word_keys(rng, 1)[0]
@@ -295,7 +310,7 @@ class _Sample:
             self.needles = [needle("numbers", key, str(v)) for v in values]
             self.answers = [str(v) for v in values]
             self.gold = ", ".join(self.answers)
-            self.head, self.tail, self.question = _ruler_prompt("numbers", key)
+            self.head, self.tail, self.question = _ruler_prompt("numbers", key, _MV_VALUES)
             source = haystack if haystack is not None else RULER_NOISE
             offset = int(rng.integers(0, len(source))) if haystack is not None else 0
             self.stream, self.wrap = _Stream(_cycle(source, offset), " ", tok), ("", "")

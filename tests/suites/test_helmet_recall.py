@@ -155,3 +155,23 @@ def test_multikey_needles_are_scored_as_helmet_collects_them(samples):
     refs = [[uuid], [uuid], [number], [number]]
     assert METRICS["recall"](outputs, refs).to_list() == [0.0, 1.0, 0.0, 1.0]
     assert METRICS["subem"](outputs, refs).to_list() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_ruler_prompts_switch_to_the_singular_for_one_answer(samples):
+    """RULER scripts/data/synthetic/niah.py: with num_needle_q * num_needle_v == 1 the template
+    (constants.py TASKS['niah'] template + answer_prefix) becomes singular; worked by hand."""
+    number = _rows(samples, "mk_needle_number")[0]
+    key = re.search(r"magic number for (\S+) mentioned", number["question"]).group(1)
+    assert number["head"] == ("A special magic number is hidden within the following text. Make sure to memorize it. "
+                              "I will quiz you about the number afterwards.\n")
+    assert number["tail"] == (f"\nWhat is the special magic number for {key} mentioned in the provided text? "
+                              f"The special magic number for {key} mentioned in the provided text is")
+    uuid_row = _rows(samples, "mk_needle_uuid")[0]
+    assert uuid_row["head"].startswith("A special magic uuid is hidden") and uuid_row["tail"].endswith("text is")
+    multi = _rows(samples, "mv_needle")[0]  # four values: the plural template, as written
+    key = re.search(r"magic numbers for (\S+) mentioned", multi["question"]).group(1)
+    assert multi["head"] == ("Some special magic numbers are hidden within the following text. Make sure to memorize "
+                             "it. I will quiz you about the numbers afterwards.\n")
+    assert multi["tail"] == (f"\nWhat are all the special magic numbers for {key} mentioned in the provided text? "
+                             f"The special magic numbers for {key} mentioned in the provided text are")
+    assert multi["question"] == f"What are all the special magic numbers for {key} mentioned in the provided text?"
