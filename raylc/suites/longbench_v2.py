@@ -5,18 +5,24 @@ Data: the released ``data.json`` (a JSON list) or JSON Lines, one record per que
 ``_id, domain, sub_domain, difficulty (easy/hard), length (short/medium/long), question,
 choice_A..choice_D, answer (A-D), context``.
 
-Prompts (Appendix C.3, the official ``prompts/0shot*.txt``): zero-shot ends with 'Format
-your response as follows: "The correct answer is (insert answer here)".'; chain of thought
-is two calls, the first ending with "Let's think step by step:"; the second (``followup``)
-replaces the document by "The text is too long and omitted here.", repeats the question
-and choices, the cue and the model's reasoning, and asks for the final answer. Generation budgets
+Prompts (Appendix C.3), byte for byte the official ``prompts/0shot.txt``, ``0shot_cot.txt``
+and ``0shot_cot_ans.txt`` of THUDM/LongBench: zero-shot asks to "answer the question below"
+and ends with 'Format your response as follows: "The correct answer is (insert answer
+here)".'; chain of thought asks to "answer the questions below" and is two calls, the first
+ending with "Let’s think step by step:" (a typographic apostrophe, as the files have it);
+the second (``followup``) replaces the document by "The text is too long and omitted here.",
+repeats the question and choices, the cue and the model's reasoning (stripped, as ``pred.py``
+inserts ``output.strip()``), and asks for the final answer. Generation budgets
 are C.2's: 128 new tokens zero-shot, 1024 for the reasoning call and 128 for the answer
 call; C.2's temperature 0.1 is the probe's ``sampling.temperature``. Contexts are not
 length-controlled: ``length`` is the context's token count and the backend truncates from
 the middle to the model window (Section 4 "Setup").
 
 Scoring: the ``longbench_v2`` extractor reads "The correct answer is (X)"; no letter is an
-invalid output, which the compensated score credits with 0.25 (Table 4).
+invalid output, which the compensated score credits with 0.25 (Table 4). ``pred.py`` writes
+no result for a question whose call returned an empty text (``if output == '': continue``),
+so such questions leave the denominators: ``empty_outputs: skip`` (the default) does the
+same; ``empty_outputs: invalid`` counts them as invalid outputs instead (raylc's earlier rule).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ class LongBenchV2Suite(SweepSuite):
     data: str = Field(min_length=1)
     mode: Literal["zero_shot", "cot"] = "zero_shot"
     tokenizer: Optional[str] = None
+    #: an empty output (first or answer call): ``skip`` it as the official pred.py does, or count it ``invalid``
+    empty_outputs: Literal["skip", "invalid"] = "skip"
 
     axis: ClassVar[str] = "length_class"  # short / medium / long: its contexts are not length-controlled
 
@@ -50,9 +58,19 @@ class LongBenchV2Suite(SweepSuite):
 
     sections: ClassVar[tuple[str, ...]] = ("longbench_v2",)
 
+    def kept(self, scores: pl.DataFrame) -> pl.DataFrame:
+        """With ``empty_outputs: skip`` a question whose final completion is empty does not count."""
+        kept = super().kept(scores)
+        if self.empty_outputs == "skip" and "completion" in kept.columns:
+            kept = kept.with_columns(kept=pl.col("kept") & (pl.col("completion") != "").fill_null(True))
+        return kept
+
     def report_sections(self, scores: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
-        return [("longbench_v2", "LongBench v2 (accuracy %, compensated: invalid outputs count 0.25)",
-                 longbench_v2_report(scores).with_columns(pl.col(pl.Float64).round(2)))]
+        counted = scores.filter("kept") if "kept" in scores.columns else scores
+        skipped = scores.height - counted.height
+        note = f"; {skipped} empty output(s) skipped, as pred.py does" if skipped else ""
+        return [("longbench_v2", f"LongBench v2 (accuracy %, compensated: invalid outputs count 0.25{note})",
+                 longbench_v2_report(counted).with_columns(pl.col(pl.Float64).round(2)))]
 
 
 __all__ = ["LongBenchV2DataError", "build_longbench_v2", "load_longbench_v2", "longbench_v2_report", "prompt"]
@@ -71,8 +89,9 @@ SPLITS = ("overall", *DIFFICULTIES, *LENGTH_CLASSES)
 
 _ANSWER_FORMAT = 'Format your response as follows: "The correct answer is (insert answer here)".'
 COT_FOLLOWUP = "\n\nBased on the above, what is the single, most likely answer choice? " + _ANSWER_FORMAT
-_HEAD = "Please read the following text and answer the question below.\n\n<text>\n"
-_COT_CUE = "Let's think step by step:"
+_HEAD = "Please read the following text and answer the question below.\n\n<text>\n"  # prompts/0shot.txt
+_COT_HEAD = "Please read the following text and answer the questions below.\n\n<text>\n"  # prompts/0shot_cot.txt
+_COT_CUE = "Let\u2019s think step by step:"
 _OMITTED = "Please read the following text and answer the questions below.\n\nThe text is too long and omitted here.\n\n"
 MAX_TOKENS = {"zero_shot": 128, "cot": 1024}
 COT_ANSWER_MAX_TOKENS = 128
@@ -143,8 +162,8 @@ def _question(record: dict[str, str]) -> str:
 
 def prompt(record: dict[str, str], mode: str) -> tuple[str, str, str]:
     """(head, context, tail) of the Appendix C prompt; ``mode`` is ``zero_shot`` or ``cot``."""
-    cue = _ANSWER_FORMAT if mode == "zero_shot" else _COT_CUE
-    return _HEAD, record["context"].strip(), f"\n</text>\n\n{_question(record)}\n\n{cue}"
+    head, cue = (_HEAD, _ANSWER_FORMAT) if mode == "zero_shot" else (_COT_HEAD, _COT_CUE)
+    return head, record["context"].strip(), f"\n</text>\n\n{_question(record)}\n\n{cue}"
 
 
 def cot_followup(record: dict[str, str]) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import polars as pl
 
-from raylc.scoring.extract import EXTRACTORS
+from raylc.scoring.extract import EXTRACTORS, PY_WHITESPACE
 from raylc.scoring.metrics import METRIC_COLUMNS, METRICS
 
 if TYPE_CHECKING:
@@ -53,8 +53,10 @@ def _ids(frame: pl.DataFrame, job: Job) -> pl.Series:
 def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame] = None) -> pl.DataFrame:
     """Request rows (:data:`REQUEST_COLUMNS`). Without ``first_round``: every sample's first
     call. With it (``task, sample_id, length, completion`` of round 1): the second call of the
-    two-call samples, the ``followup`` with the completion in place of
-    :data:`raylc.suites.samples.COMPLETION` (no context), ``followup_max_tokens``."""
+    two-call samples, the ``followup`` with the completion, stripped (LongBench v2 ``pred.py``
+    inserts ``output.strip()``), in place of :data:`raylc.suites.samples.COMPLETION` (no
+    context), ``followup_max_tokens``; a first call that returned an empty text has no second
+    call (``pred.py`` stops there), and its sample's final completion is empty."""
     if first_round is None:
         rows = samples.with_columns(round=pl.lit(1, pl.Int64))
     else:
@@ -62,12 +64,13 @@ def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame
             samples.filter(pl.col("followup").is_not_null())
             .join(first_round.select("task", "sample_id", "length", "completion"), on=["task", "sample_id", "length"],
                   how="inner")
-            .filter(pl.col("completion").is_not_null())
+            .filter(pl.col("completion").is_not_null() & (pl.col("completion") != ""))
             .with_columns(
                 round=pl.lit(2, pl.Int64),
                 head=pl.lit(""),
                 context=pl.lit(""),
-                tail=pl.col("followup").str.replace(COMPLETION, pl.col("completion"), literal=True),
+                tail=pl.col("followup").str.replace(
+                    COMPLETION, pl.col("completion").str.strip_chars(PY_WHITESPACE), literal=True),
                 max_tokens=pl.col("followup_max_tokens"),
             )
         )
@@ -87,8 +90,10 @@ def final_completions(samples: pl.DataFrame, first: pl.DataFrame, second: pl.Dat
     return (
         samples.join(one, on=keys, how="left").join(two, on=keys, how="left")
         .with_columns(
-            completion=pl.when(two_call).then(pl.col("c2")).otherwise(pl.col("c1")),
-            error=pl.when(two_call & pl.col("e1").is_null() & pl.col("c2").is_null() & pl.col("e2").is_null())
+            completion=pl.when(two_call & (pl.col("c1") == "")).then(pl.lit(""))
+            .when(two_call).then(pl.col("c2")).otherwise(pl.col("c1")),
+            error=pl.when(two_call & (pl.col("c1") == "") & pl.col("e1").is_null()).then(None)
+            .when(two_call & pl.col("e1").is_null() & pl.col("c2").is_null() & pl.col("e2").is_null())
             .then(pl.lit("second call missing"))
             .when(two_call & pl.col("e1").is_null()).then(pl.col("e2"))
             .otherwise(pl.col("e1")),

@@ -13,10 +13,13 @@ from raylc.suites.longbench_v2 import (
     load_longbench_v2,
     longbench_v2_report,
 )
+from raylc.spec import Job
 from raylc.suites.samples import check_samples
+from raylc.sweep import stages as length
 from raylc.text.tokenize import get_tokenizer
 
 FIXTURE = Path(__file__).resolve().parents[2] / "jobs" / "data" / "longbench_v2" / "fixture.json"
+JOB = Job(name="t")
 
 
 def _suite(mode="zero_shot", data=FIXTURE):
@@ -86,21 +89,49 @@ def test_zero_shot_samples_follow_appendix_c():
     assert build_longbench_v2(_suite(), seed=7).equals(samples)  # nothing random
 
 
-def test_cot_is_two_calls_with_the_answer_request_after_the_reasoning():
+#: THUDM/LongBench prompts/0shot_cot.txt and 0shot_cot_ans.txt, as the files have them (note "questions"
+#: and the typographic apostrophe of "Let’s"); pred.py fills them with str.replace
+OFFICIAL_COT = ("Please read the following text and answer the questions below.\n\n<text>\n$DOC$\n</text>\n\n"
+                "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n"
+                "(D) $C_D$\n\nLet\u2019s think step by step:")
+OFFICIAL_COT_ANS = ("Please read the following text and answer the questions below.\n\nThe text is too long and "
+                    "omitted here.\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n"
+                    "(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nLet\u2019s think step by step: $COT$\n\nBased on the above, "
+                    "what is the single, most likely answer choice? Format your response as follows: \"The correct "
+                    "answer is (insert answer here)\".")
+
+
+def _official(template: str, record: dict, cot: str = "") -> str:
+    out = template.replace("$DOC$", record["context"].strip()).replace("$Q$", record["question"].strip())
+    for c in "ABCD":
+        out = out.replace(f"$C_{c}$", record[f"choice_{c}"].strip())
+    return out.replace("$COT$", cot)
+
+
+def test_cot_prompts_are_the_official_files_byte_for_byte():
     samples = build_longbench_v2(_suite("cot"), seed=0)
-    row = samples.row(0, named=True)
-    assert row["tail"].endswith("(D) The autumn recount missed a colony\n\nLet's think step by step:")
-    follow = row["followup"]  # Appendix C.3's answer call: the document omitted, the reasoning in place
-    assert follow.startswith("Please read the following text and answer the questions below.\n\n"
-                             "The text is too long and omitted here.\n\nWhat is the correct answer to this question: ")
-    assert row["context"] not in follow and "(D) The autumn recount missed a colony" in follow
-    assert follow.endswith(
-        "Let's think step by step: {completion}\n\nBased on the above, what is the single, most likely answer choice? "
-        'Format your response as follows: "The correct answer is (insert answer here)".'
-    )
-    assert (row["max_tokens"], row["followup_max_tokens"]) == (1024, 128)
+    records = {r["_id"]: r for r in json.loads(FIXTURE.read_text())}
+    for row in samples.iter_rows(named=True):
+        record = records[row["sample_id"]]
+        assert row["head"] + row["context"] + row["tail"] == _official(OFFICIAL_COT, record)
+        assert row["followup"] == _official(OFFICIAL_COT_ANS, record, "{completion}")
+        assert (row["max_tokens"], row["followup_max_tokens"]) == (1024, 128)
     zero = build_longbench_v2(_suite(), seed=0)
-    assert samples["context"].equals(zero["context"]) and samples["head"].equals(zero["head"])
+    assert samples["context"].equals(zero["context"])
+
+
+def test_the_answer_call_gets_the_stripped_reasoning_and_an_empty_one_stops(tmp_path):
+    """pred.py: ``response = output.strip()`` goes in place of $COT$; ``if output == '': continue``."""
+    samples = build_longbench_v2(_suite("cot"), seed=0).head(3)
+    first = length.requests(samples, JOB).with_columns(
+        completion=pl.Series(["  \n I think (B).\n\n", "", "Because."]), error=pl.lit(None, pl.String))
+    second = length.requests(samples, JOB, first)
+    assert second["sample_id"].to_list() == [samples["sample_id"][0], samples["sample_id"][2]]  # no call after ""
+    assert "Let\u2019s think step by step: I think (B).\n\nBased on the above" in second["tail"][0]
+    answered = second.with_columns(completion=pl.lit("The correct answer is (B)"), error=pl.lit(None, pl.String))
+    final = length.final_completions(samples, first, answered)
+    assert final["completion"].to_list() == ["The correct answer is (B)", "", "The correct answer is (B)"]
+    assert final["error"].to_list() == [None, None, None]
 
 
 def test_gold_extracts_to_the_answer():
@@ -167,3 +198,23 @@ def test_report_by_group_and_empty_split():
     assert m2["hard"]["n"] == 0 and m2["easy"]["accuracy"] == 0.0
     with pytest.raises(ValueError, match="lack column 'prediction'"):
         longbench_v2_report(scores.drop("prediction"))
+
+
+def test_empty_outputs_leave_the_denominators_as_pred_py_skips_them():
+    """Output 09 is empty: pred.py writes no result for it, so overall is 5 right of 11 (45.45%),
+    3 invalid (27.27%), compensated (5 + 0.75) / 11; ``empty_outputs: invalid`` keeps 12 rows."""
+    samples = build_longbench_v2(_suite(), seed=0)
+    scores = samples.with_columns(
+        length=pl.lit(1), completion=pl.Series(PROBE_OUTPUTS),
+        prediction=EXTRACTORS["longbench_v2"](pl.Series(PROBE_OUTPUTS)))
+    skip = _suite()
+    kept = skip.kept(scores)
+    assert kept.filter(~pl.col("kept"))["sample_id"].to_list() == ["lb2-fx-09"]
+    (name, heading, table), = skip.report_sections(kept)
+    overall = table.row(0, named=True)
+    assert heading.endswith("; 1 empty output(s) skipped, as pred.py does)")
+    assert (overall["n"], overall["accuracy"], overall["invalid"], overall["compensated"]) == (
+        11, round(100 * 5 / 11, 2), round(100 * 3 / 11, 2), round(100 * 5.75 / 11, 2))
+    counted = LongBenchV2Suite(**{**skip.model_dump(), "empty_outputs": "invalid"})
+    (_, heading, table), = counted.report_sections(counted.kept(scores))
+    assert table.row(0, named=True)["n"] == 12 and "skipped" not in heading
