@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from raylc.scoring.extract import EXTRACTORS
+from raylc.spec import Job
 from raylc.suites.longbench_v2 import (
     FIELDS,
     LongBenchV2DataError,
@@ -13,7 +14,6 @@ from raylc.suites.longbench_v2 import (
     load_longbench_v2,
     longbench_v2_report,
 )
-from raylc.spec import Job
 from raylc.suites.samples import check_samples
 from raylc.sweep import stages as length
 from raylc.text.tokenize import get_tokenizer
@@ -210,7 +210,7 @@ def test_empty_outputs_leave_the_denominators_as_pred_py_skips_them():
     skip = _suite()
     kept = skip.kept(scores)
     assert kept.filter(~pl.col("kept"))["sample_id"].to_list() == ["lb2-fx-09"]
-    (name, heading, table), = skip.report_sections(kept)
+    (_, heading, table), = skip.report_sections(kept)
     overall = table.row(0, named=True)
     assert heading.endswith("; 1 empty output(s) skipped, as pred.py does)")
     assert (overall["n"], overall["accuracy"], overall["invalid"], overall["compensated"]) == (
