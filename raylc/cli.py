@@ -86,6 +86,8 @@ def run(
         _fail(str(exc), 1)
     except (JobSpecError, RunError, StoreError, UnsafeName, ObservationError) as exc:
         _fail(str(exc))
+    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
+        _fail(str(exc), 1)
 
 
 @app.command()
@@ -341,6 +343,8 @@ def plan(
         _fail(str(exc), 1)
     except (ValueError, StoreError) as exc:  # JobSpecError, PlanError, a suite's data errors: bad input
         _fail(str(exc))
+    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
+        _fail(str(exc), 1)
     if write is not None:
         try:
             planned.write(write)
@@ -352,6 +356,8 @@ def plan(
         lengths = lengths.with_columns(pl.col("stride").cast(pl.String).fill_null("-"))
     console.print(rich_table(lengths, f"Planned requests per length ({job_file})"))
     console.print(rich_table(planned.summary(), "Plan"))
+    for warning in planned.warnings():
+        typer.echo(f"warning: {warning}", err=True)
     if write is not None:
         typer.echo(f"wrote {write}")
 
@@ -371,6 +377,8 @@ def check(
         reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job))
     except JobSpecError as exc:  # a bad job file, or what vLLM would refuse (PreflightError)
         _fail(str(exc))
+    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
+        _fail(str(exc), 1)
     if not reports:
         backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge") if getattr(job, s) is not None}))
         typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm probes)")

@@ -315,6 +315,10 @@ class Plan:
             return None
         return self.price_per_mtok * (self.prompt_tokens + self.generated_tokens) / 1e6
 
+    def warnings(self) -> list[str]:
+        """Nothing to warn about: DOLCE prompts report their fit in ``raylc check``."""
+        return []
+
     def summary(self) -> pl.DataFrame:
         """The plan as ``item, value`` rows (what ``raylc plan`` prints)."""
         saving = 1 - self.prefill_with_reuse / self.prefill_without_reuse if self.prefill_without_reuse else 0.0

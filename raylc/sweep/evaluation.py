@@ -51,9 +51,10 @@ def _with_knowledge(job: Job, samples: pl.DataFrame, reqs: pl.DataFrame) -> pl.D
 
 
 def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
-    cols = ["request_id", "completion", "error"]
+    cols = ["request_id", "completion", "error", "truncated_tokens"]
     if not stored.height:
-        return reqs.with_columns(completion=pl.lit(None, pl.String), error=pl.lit(None, pl.String))
+        return reqs.with_columns(completion=pl.lit(None, pl.String), error=pl.lit(None, pl.String),
+                                 truncated_tokens=pl.lit(None, pl.Int64))
     return reqs.join(stored.select(cols), on="request_id", how="left")
 
 
@@ -111,7 +112,7 @@ def score(run: Run) -> Rows:
             return judge_sample_scores(frame, lambda prompts: run.generate(prompts, judge_job))
 
     try:
-        scores = job.suite.kept(stages.score_samples(answered, judge))
+        scores = job.suite.kept(stages.with_visibility(stages.score_samples(answered, judge)))
     except ValueError as exc:
         raise ValueError(f"{run.store.uri(run.run_id, *SAMPLES.split('/'))}: {exc}") from None
     run.write(scores, SCORES)

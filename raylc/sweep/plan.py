@@ -26,7 +26,7 @@ class SweepPlan:
     a completion of at most the first call's ``max_tokens``."""
 
     job: Job
-    lengths: pl.DataFrame  # task, length, samples, requests, prompt_tokens, generated_tokens
+    lengths: pl.DataFrame  # task, length, samples, requests, prompt_tokens, generated_tokens, truncated
     tokenizer: str
     price_per_mtok: Optional[float] = None
     tokens_per_s_per_gpu: Optional[float] = None
@@ -42,6 +42,18 @@ class SweepPlan:
     @property
     def generated_tokens(self) -> int:
         return int(self.lengths["generated_tokens"].sum())
+
+    def warnings(self) -> list[str]:
+        """One line when samples do not fit the probe's window with their ``max_tokens``: the
+        backend cuts their contexts (``probe.truncation``), and the scores flag them."""
+        cut = self.lengths.filter(pl.col("truncated") > 0)
+        if not cut.height:
+            return []
+        lengths = ", ".join(str(x) for x in sorted(set(cut["length"].to_list())))
+        return [f"{int(cut['truncated'].sum()):,} of {int(self.lengths['samples'].sum()):,} samples (at lengths "
+                f"{lengths}) do not fit probe.max_model_len {self.job.window():,} with their max_tokens: "
+                f"truncation '{getattr(self.job.probe, 'truncation', 'middle')}' cuts their contexts, so the model "
+                f"sees less than the target length (scores.parquet flags them: truncated, visible_tokens)"]
 
     def summary(self) -> pl.DataFrame:
         rows = [
@@ -87,16 +99,19 @@ def plan_sweep(job: Job, *, tokenizer: Optional[str] = None, price_per_mtok: Opt
     first, second, first_max, second_max = request_tokens(samples, plan_tokenizer(spec), job.max_tokens(),
                                                           overhead_tokens, recount=tokenizer is not None)
     max_len = job.window()
+    cut = np.zeros(first.size, dtype=bool)
     if max_len:  # the backend cuts the context to fit prompt + max_tokens into the window
+        cut = first + first_max > max_len
         first = np.minimum(first, np.maximum(max_len - first_max, 1))
     table = samples.select("task", "length").with_columns(
+        truncated=pl.Series(cut.astype(np.int64)),
         requests=pl.Series(1 + (second > 0).astype(np.int64)),
         prompt_tokens=pl.Series(first + second, dtype=pl.Int64),
         generated_tokens=pl.Series(first_max + second_max, dtype=pl.Int64),
     )
     lengths = table.group_by("task", "length").agg(
         samples=pl.len(), requests=pl.col("requests").sum(), prompt_tokens=pl.col("prompt_tokens").sum(),
-        generated_tokens=pl.col("generated_tokens").sum(),
+        generated_tokens=pl.col("generated_tokens").sum(), truncated=pl.col("truncated").sum(),
     ).sort("task", "length")
     return SweepPlan(job=job, lengths=lengths, tokenizer=spec or "default", price_per_mtok=price_per_mtok,
                      tokens_per_s_per_gpu=tokens_per_s_per_gpu)

@@ -31,7 +31,9 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     axis = suite.axis
     tables: dict[str, pl.DataFrame] = {
         "per_task_length": kept.group_by("task", axis).agg(
-            n=pl.len(), score=pl.col("score").mean(), context_tokens=pl.col("context_tokens").mean().round(0)
+            n=pl.len(), score=pl.col("score").mean(), context_tokens=pl.col("context_tokens").mean().round(0),
+            **({"visible_tokens": pl.col("visible_tokens").mean().round(0),
+                "truncated": pl.col("truncated").sum().cast(pl.Int64)} if "truncated" in kept.columns else {}),
         ).sort("task", axis),
     }
     md = [f"# raylc report: {run.run_id}", "", f"Job `{job.name}` ({suite.kind}), model `{job.model_name()}`, "

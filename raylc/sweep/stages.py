@@ -81,9 +81,11 @@ def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame
 def final_completions(samples: pl.DataFrame, first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
     """The samples with the ``completion`` and ``error`` scoring uses: the second call's for
     two-call samples, else the first's (``first`` / ``second``: request rows joined with
-    their stored generations)."""
+    their stored generations), and ``truncated_tokens``: the context tokens the backend cut
+    from the first call (the one holding the context) to fit the probe's window."""
     keys = ["task", "sample_id", "length"]
-    one = first.select(*keys, c1="completion", e1="error")
+    cut = pl.col("truncated_tokens").cast(pl.Int64) if "truncated_tokens" in first.columns else pl.lit(None, pl.Int64)
+    one = first.select(*keys, c1="completion", e1="error", truncated_tokens=cut)
     two = second.select(*keys, c2="completion", e2="error") if second.height else pl.DataFrame(
         schema={**{k: samples.schema[k] for k in keys}, "c2": pl.String, "e2": pl.String})
     two_call = pl.col("followup").is_not_null()
@@ -144,6 +146,15 @@ def score_samples(
         return answered.drop(drop).with_columns(prediction=pl.lit(None, pl.String), valid=pl.lit(None, pl.Boolean),
                                                 score=pl.lit(None, pl.Float64))
     return pl.concat(parts, how="vertical_relaxed").drop(drop).sort("task", "length", "sample_id")
+
+
+def with_visibility(scores: pl.DataFrame) -> pl.DataFrame:
+    """``scores`` plus ``truncated`` (the backend cut the context: the model never saw all of it)
+    and ``visible_tokens`` (``context_tokens`` less the cut tokens, the length the model saw;
+    the cut is counted in the probe's tokenizer, the context in the suite's)."""
+    cut = pl.col("truncated_tokens").fill_null(0) if "truncated_tokens" in scores.columns else pl.lit(0, pl.Int64)
+    return scores.with_columns(truncated=cut > 0,
+                               visible_tokens=(pl.col("context_tokens") - cut).clip(lower_bound=0).cast(pl.Int64))
 
 
 def scores_for_longscore(scores: pl.DataFrame, model: str, axis: str = "length") -> pl.DataFrame:

@@ -48,3 +48,33 @@ def test_printed_report_has_the_scores_longscore_and_the_suites_sections():
     text = out.getvalue()
     assert "Mean score per task and length" in text and "LongScore" in text
     assert "QA prior-knowledge filter" in text and "dropped" in text and "per_length" not in text
+
+
+def test_truncated_samples_are_flagged_per_row_and_counted_in_the_report(tmp_path, monkeypatch):
+    """A sample whose context the backend cut to fit the window (``truncated_tokens`` of its
+    first call) is flagged in scores.parquet, with the length the model saw, and the report
+    shows the visible length next to the target and how many samples were cut."""
+    from raylc.io.parallel import in_process
+    from raylc.run.skeleton import Run
+    from raylc.spec import parse_job
+    from raylc.sweep import stages
+    from raylc.sweep.report import write_length_report
+
+    job = parse_job({"name": "t", "store": {"path": str(tmp_path)}, "suite": {
+        "kind": "helmet_recall", "tasks": ["json_kv"], "lengths": [200, 700], "base_lengths": [200],
+        "samples_per_length": 2, "depths": 2}})
+    samples = stages.build_samples(job)
+    first = samples.select("task", "sample_id", "length", completion="gold").with_columns(
+        error=pl.lit(None, pl.String), truncated_tokens=pl.when(pl.col("length") == 700).then(50).otherwise(0))
+    final = stages.final_completions(samples, first, first.clear())
+    scores = job.suite.kept(stages.with_visibility(stages.score_samples(final)))
+    assert scores.filter(pl.col("truncated"))["length"].unique().to_list() == [700]
+    want = scores.select(pl.col("context_tokens") - pl.when(pl.col("length") == 700).then(50).otherwise(0))
+    assert scores["visible_tokens"].to_list() == want.to_series().to_list()
+    run = Run(Store(str(tmp_path)), "r", job=job)
+    monkeypatch.setattr(run, "mapper", lambda: in_process)
+    per = write_length_report(run, job, scores, n_boot=0)["per_task_length"]
+    assert per.select("length", "truncated").rows() == [(200, 0), (700, 2)]
+    assert per["visible_tokens"].to_list() == (per["context_tokens"] - pl.Series([0, 50])).to_list()
+    summary = (tmp_path / "r" / "report" / "summary.md").read_text()
+    assert "visible_tokens" in summary and "truncated" in summary
