@@ -193,3 +193,18 @@ def test_storage_errors_are_one_line_naming_the_table(tmp_path, call):
     with pytest.raises(StoreUnavailable) as err:
         getattr(store, call)("r", "t.parquet")
     assert str(err.value) == f"{tmp_path}/r/t.parquet: storage error: Input/output error"
+
+
+def test_json_is_written_where_asked_sorted_indented_and_with_str_fallback(tmp_path):
+    import datetime as dt
+
+    store = Store(str(tmp_path))
+    store.write_json({"b": 1, "a": {"when": dt.date(2026, 1, 2), "p": tmp_path}}, "r", "manifest.json")
+    text = (tmp_path / "r" / "manifest.json").read_text()
+    assert text == '{\n  "a": {\n    "p": "' + str(tmp_path) + '",\n    "when": "2026-01-02"\n  },\n  "b": 1\n}'
+    assert store.read_json("r", "manifest.json") == {"a": {"p": str(tmp_path), "when": "2026-01-02"}, "b": 1}
+
+
+def test_a_missing_table_is_one_line_naming_it(tmp_path):
+    with pytest.raises(StoreError, match=rf"^{tmp_path}/r/nope\.parquet: no such table$"):
+        Store(str(tmp_path)).read_table("r", "nope.parquet")

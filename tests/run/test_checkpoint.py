@@ -257,3 +257,27 @@ def test_a_success_wins_whatever_the_order_and_the_first_error_is_reported(tmp_p
     assert done.size == 4 and (np.diff(done.astype(np.float64)) > 0).all()  # x, y, z, b: unique and sorted
     ids = pl.Series([f"id-{i}" for i in range(200)] + ["b", "x"])
     assert checkpoint.is_completed(ids, done).to_list() == [False] * 200 + [True, True]
+
+
+def test_only_an_unreadable_shard_is_deleted(tmp_path):
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    w.add(_rows(["a"], [None]))
+    w.add(_rows(["b"], [None]))
+    good = _shard_names(tmp_path)
+    (tmp_path / "r" / "infer" / "task=t" / "part-zzzz-00000.parquet").write_bytes(b"PAR1 cut off by a crash")
+    assert sorted(checkpoint.load_completions(store, "r")["request_id"]) == ["a", "b"]
+    assert _shard_names(tmp_path) == good
+
+
+def test_shard_writer_flushes_exactly_at_max_seconds(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(checkpoint.time, "monotonic", clock)
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=10.0)
+    clock.t += 9.0
+    w.add(_rows(["a"], [None]))
+    assert not (tmp_path / "r").exists()
+    clock.t += 1.0  # 10.0 s exactly
+    w.add(_rows(["b"], [None]))
+    assert len(_shard_names(tmp_path)) == 1

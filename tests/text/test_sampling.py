@@ -128,3 +128,26 @@ def test_every_mapping_validation_and_scalar_equivalence():
     for bad in (0, {5: 0}, {-1: 2}, "x", 2.5, {5: 2.5}, [3], None):
         with pytest.raises(ValueError, match="every must be a stride >= 1 or a mapping"):
             Sampling(every=bad)
+
+
+@pytest.mark.parametrize("strategy", ["enumerate", "sample_rate", "sample_ip_rate", "take_ip_rate"])
+def test_strategies_other_than_take_every_ignore_every(strategy):
+    """``every`` is take_every's stride: the other strategies observe the same spans with or without it."""
+    problems = _problems([60, 45])
+    base = {"strategy": strategy, "rate": 0.5 if strategy == "sample_rate" else 2.0,
+            "stride_fraction": 0.2 if strategy == "take_ip_rate" else 0.0}
+    plain = sample_spans(problems, Sampling(**base), seed=3)
+    assert plain.equals(sample_spans(problems, Sampling(**base, every=7), seed=3))
+    assert plain.equals(sample_spans(problems, Sampling(**base, every={5: 9, 10: 4}), seed=3))
+
+
+def test_the_default_seed_is_zero_and_rows_are_sorted_by_task_first():
+    problems = pl.DataFrame({"task": ["b", "a", "a"], "problem_id": ["a1", "b2", "b1"], "L": [30, 30, 30]})
+    sampling = Sampling(strategy="sample_rate", rate=0.5)
+    spans = sample_spans(problems, sampling)
+    assert spans.equals(sample_spans(problems, sampling, seed=0))
+    assert not spans.equals(sample_spans(problems, sampling, seed=1))
+    assert spans["task"].to_list() == sorted(spans["task"].to_list())
+    assert spans.equals(spans.sort("task", "problem_id", "C", "start"))
+    assert spans.schema == pl.Schema({"task": pl.String, "problem_id": pl.String, "L": pl.Int64, "C": pl.Int64,
+                                      "start": pl.Int64})

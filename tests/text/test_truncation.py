@@ -192,3 +192,31 @@ def test_split_prompt_exact_parts(prompt, want):
 
 def test_split_prompt_without_a_middle_is_all_context():
     assert split_prompt("H ctx q T", "H{context}{question}T") == ("", "H ctx q T", "")
+
+
+def test_exact_fits_and_the_default_policy():
+    """A prompt whose tokens plus max_tokens equal the window fits as it is; one token more is
+    cut by the default policy, middle; a context cut to nothing still fits head + tail."""
+    tok = DefaultTokenizer()
+    n = tok.count(HEAD + words(40) + TAIL)
+    assert fit_to_window(HEAD, words(40), TAIL, tok, n + 7, 7, "refuse") == (HEAD + words(40) + TAIL, 0)
+    prompt, cut = fit_to_window(HEAD, words(40), TAIL, tok, n + 6, 7)
+    assert cut == 1 and prompt == fit_to_window(HEAD, words(40), TAIL, tok, n + 6, 7, "middle")[0]
+    fixed = tok.count(HEAD + TAIL)
+    assert fit_to_window(HEAD, words(40), TAIL, tok, fixed + 7, 7, "end") == (HEAD + TAIL, 40)
+    assert fit_to_window(HEAD, words(40), TAIL, tok, fixed + 8, 7, "end") == (HEAD + words(1) + TAIL, 39)
+
+
+def test_messages_name_the_max_tokens_and_where_it_came_from():
+    tok = DefaultTokenizer()
+    with pytest.raises(PromptTooLong) as err:
+        fit_to_window(HEAD, words(500), TAIL, tok, 300, 10, "refuse", max_tokens_from="suite.max_tokens[json_kv]")
+    assert "+ the request's max_tokens 10 (from suite.max_tokens[json_kv]) > max_model_len 300" in str(err.value)
+    with pytest.raises(PromptTooLong) as err:
+        fit_to_window(HEAD, words(500), TAIL, tok, 20, 10, "middle")
+    assert str(err.value) == (
+        f"instruction and question alone need {tok.count(HEAD + TAIL)} tokens + the request's max_tokens 10 (from "
+        "the suite's limit for this task if it sets one, else probe.sampling.max_tokens) > max_model_len 20")
+    with pytest.raises(ValueError) as err:
+        fit_to_window(HEAD, "", TAIL, tok, 100, 1, "left")  # type: ignore[arg-type]
+    assert str(err.value) == "unknown truncation policy 'left' (allowed: middle, end, start, refuse)"
