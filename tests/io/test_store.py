@@ -148,9 +148,10 @@ def test_read_input_relative_name_and_whole_file_schema(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "late.csv").write_text("x\n" + "\n".join(str(i) for i in range(150)) + "\n1.5\n")
     assert read_input("late.csv")["x"].dtype == pl.Float64  # every row decides the type
-    (tmp_path / "bad.ndjson").write_text('{"a": 1}\n[2]\n')
-    with pytest.raises(StoreError, match=r"bad\.ndjson: line 2: expected a JSON object, got list"):
-        read_input("bad.ndjson")
+    for name in ("bad.ndjson", "bad.jsonl"):
+        (tmp_path / name).write_text('{"a": 1}\n[2]\n')
+        with pytest.raises(StoreError, match=rf"^{name.replace('.', '[.]')}: line 2: expected a JSON object, got list$"):
+            read_input(name)
 
 
 def test_parquet_is_zstd_with_statistics_and_the_asked_row_groups(tmp_path):
@@ -184,7 +185,7 @@ class _BrokenFS:
         return fail
 
 
-@pytest.mark.parametrize("call", ["exists", "read_table", "parquet_files", "table_ok"])
+@pytest.mark.parametrize("call", ["exists", "read_table", "parquet_files", "table_ok", "delete", "read_text"])
 def test_storage_errors_are_one_line_naming_the_table(tmp_path, call):
     from raylc.io.store import StoreUnavailable
 
@@ -208,3 +209,10 @@ def test_json_is_written_where_asked_sorted_indented_and_with_str_fallback(tmp_p
 def test_a_missing_table_is_one_line_naming_it(tmp_path):
     with pytest.raises(StoreError, match=rf"^{tmp_path}/r/nope\.parquet: no such table$"):
         Store(str(tmp_path)).read_table("r", "nope.parquet")
+
+
+def test_a_json_list_file_with_leading_blank_lines_is_a_list(tmp_path):
+    from raylc.io.store import json_records
+
+    records = json_records("x.json", b"\n  \n[{\"a\": 1}, {\"a\": 2}]")
+    assert [r for _, r in records] == [{"a": 1}, {"a": 2}]

@@ -253,10 +253,13 @@ def test_a_success_wins_whatever_the_order_and_the_first_error_is_reported(tmp_p
     w.add(_rows(["b"], [None]))  # a duplicate success: accounting falls back to the loaded completions
     rows, first = checkpoint.stored_accounting(store, "r", reused=1)
     assert rows == {**checkpoint.accounting(checkpoint.load_completions(store, "r"), 1)} and rows["requests"] == 5
+    assert first in ("first error", "second error")
     done = checkpoint.completed_keys(store, "r")
     assert done.size == 4 and (np.diff(done.astype(np.float64)) > 0).all()  # x, y, z, b: unique and sorted
     ids = pl.Series([f"id-{i}" for i in range(200)] + ["b", "x"])
     assert checkpoint.is_completed(ids, done).to_list() == [False] * 200 + [True, True]
+    w.add(_rows(["c"], [None]))  # c succeeds at last: no error to report
+    assert checkpoint.stored_accounting(store, "r", reused=0)[1] is None
 
 
 def test_only_an_unreadable_shard_is_deleted(tmp_path):
