@@ -15,6 +15,7 @@ from raylc.scoring.metrics import METRICS
 from raylc.suites.context import PoolError
 from raylc.suites.longbench100 import (
     LONGBENCH100_TASKS,
+    METRIC,
     QA_TASKS,
     LongBench100Suite,
     build_longbench100,
@@ -260,3 +261,28 @@ def test_judge_templates_and_parsing():
     blank = frame.with_columns(prediction=pl.Series([None, "  "], dtype=pl.String))
     assert judge_sample_scores(blank, lambda p: pytest.fail("no judge call for blank predictions")).to_list() == [
         0.0, 0.0]
+
+
+def test_the_judge_sees_the_first_line_only():
+    """eval_trec.py cuts every prediction to ``lstrip('\\n').split('\\n')[0]`` before qa_model_score /
+    sum_model_score: the QA and summary tasks use that extractor, and an empty first line scores 0
+    without a judge call."""
+    from raylc.sweep.stages import score_samples
+
+    assert {t: METRIC[t][1] for t in QA_TASKS} == dict.fromkeys(QA_TASKS, "raw_first_line")
+    assert METRIC["single_doc_sum"][1] == METRIC["multi_doc_sum"][1] == "raw_first_line"
+    rows = pl.DataFrame({
+        "task": ["single_doc_qa"] * 3, "sample_id": ["a", "b", "c"], "length": [2048] * 3, "metric": ["judge_qa"] * 3,
+        "extractor": ["raw_first_line"] * 3, "question": ["Who?"] * 3, "answers": [["Ada"]] * 3,
+        "completion": ["\n\nAda wrote it.\nThen more text.", "\n  \nAda", "Nobody"],
+        "head": "", "context": "", "tail": "", "gold": "Ada", "followup": None, "max_tokens": 32,
+        "followup_max_tokens": None})
+    seen = []
+
+    def judge(frame):
+        seen.extend(frame["prediction"].to_list())
+        return pl.Series([1.0] * frame.height)
+
+    scored = score_samples(rows, judge)
+    assert scored["prediction"].to_list() == ["Ada wrote it.", "  ", "Nobody"]
+    assert seen == ["Ada wrote it.", "  ", "Nobody"]
