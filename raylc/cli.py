@@ -135,9 +135,8 @@ def longscore(
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is set)."),
 ) -> None:
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
-    from rich.console import Console
 
-    from raylc.io.tables import rich_table
+    from raylc.io.tables import console, rich_table
     from raylc.sweep.commands import run_longscore
 
     try:
@@ -154,7 +153,7 @@ def longscore(
         _fail(str(exc))
     cols = ["model", "task", "base", "avg_score", "avg_lc", "rank_base", "rank_score", "rank_lc", "warning"]
     summary = result["summary"].select(cols).with_columns(pl.col("base", "avg_score", "avg_lc").round(2))
-    Console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
+    console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
 
 
 def _with_fit_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -218,11 +217,10 @@ def fit(
     options: FitOptions,
 ) -> None:
     """DOLCE fit of an observation table: lambda, k and focus category per problem."""
-    from rich.console import Console
 
     from raylc.dolce.commands import run_fit
     from raylc.dolce.report import category_matrix
-    from raylc.io.tables import rich_table
+    from raylc.io.tables import console, rich_table
 
     try:
         out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray))
@@ -230,13 +228,13 @@ def fit(
         _fail(str(exc), 1)
     except StoreError as exc:
         _fail(str(exc))
-    console = Console()
+    screen = console()
     problems = out_frames["problems"]
     counts = problems.group_by("task", "subset", "scenario", "category").len("n").with_columns(
         share=pl.col("n") / pl.col("n").sum().over("subset"))
-    console.print(rich_table(category_matrix(counts), "DOLCE focus categories", pct=("I", "II", "III", "IV", "V")))
+    screen.print(rich_table(category_matrix(counts), "DOLCE focus categories", pct=("I", "II", "III", "IV", "V")))
     if "compare" in out_frames:
-        console.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)), f"Compared with {compare}"))
+        screen.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)), f"Compared with {compare}"))
 
 
 @app.command()
@@ -254,10 +252,9 @@ def sensitivity(
     options: FitOptions,
 ) -> None:
     """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6); the reference and every refit use the fit options."""
-    from rich.console import Console
 
     from raylc.dolce.commands import run_sensitivity_grid
-    from raylc.io.tables import rich_table
+    from raylc.io.tables import console, rich_table
 
     try:
         ev = [int(x) for x in every.split(",") if x.strip()]
@@ -282,7 +279,7 @@ def sensitivity(
         _fail(str(exc), 1)
     except StoreError as exc:
         _fail(str(exc))
-    Console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
+    console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
 
 
 @app.command()
@@ -296,9 +293,8 @@ def units(
 ) -> None:
     """Per-task unit statistics (DOLCE Figure 5): problems, context tokens, units per problem, tokens per unit."""
     from rich import box
-    from rich.console import Console
 
-    from raylc.io.tables import rich_table
+    from raylc.io.tables import console, rich_table
     from raylc.suites.documents import DocumentsError, unit_report
 
     try:
@@ -314,7 +310,7 @@ def units(
     table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
     for column in table.columns:
         column.min_width = max(map(len, str(column.header).split("\n")))
-    Console().print(table)
+    console().print(table)
 
 
 @app.command()
@@ -329,10 +325,9 @@ def plan(
     settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Plan a job without inference: requests, tokens, strides, prefix reuse and cost."""
-    from rich.console import Console
 
     from raylc.evaluate import evaluation_for
-    from raylc.io.tables import rich_table
+    from raylc.io.tables import console, rich_table
 
     try:
         job = load_job(job_file, parse_overrides(settings))
@@ -350,12 +345,12 @@ def plan(
             planned.write(write)
         except OSError as exc:
             _fail(f"{write}: cannot write the plan ({exc.strerror or exc})")
-    console = Console()
+    screen = console()
     lengths = planned.lengths
     if "stride" in lengths.columns:  # DOLCE sampling; a length sweep lists samples per task and length
         lengths = lengths.with_columns(pl.col("stride").cast(pl.String).fill_null("-"))
-    console.print(rich_table(lengths, f"Planned requests per length ({job_file})"))
-    console.print(rich_table(planned.summary(), "Plan"))
+    screen.print(rich_table(lengths, f"Planned requests per length ({job_file})"))
+    screen.print(rich_table(planned.summary(), "Plan"))
     for warning in planned.warnings():
         typer.echo(f"warning: {warning}", err=True)
     if write is not None:

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from raylc.dolce import CATEGORIES
 from raylc.io.figures import png_bytes
+from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 
 REPORT_TABLES = ("categories", "recovery", "problems")
@@ -47,7 +48,7 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
 
 
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or screen()
     console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
     if "recovery" in tables:
         console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))

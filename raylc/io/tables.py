@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from typing import IO, Optional
+
 import polars as pl
+from rich.console import Console
 from rich.table import Table
+
+#: the width tables get when the output is not a terminal (piped, logged): wide enough that
+#: rich never cuts a cell to "…", so every name shows in full
+PIPED_WIDTH = 1000
+
+
+def console(file: Optional[IO[str]] = None) -> Console:
+    """A console for tables: a terminal's own width, else :data:`PIPED_WIDTH` (each table at its
+    natural width, nothing cut)."""
+    out = Console(file=file)
+    return out if out.is_terminal else Console(file=file, width=PIPED_WIDTH)
 
 
 def _cells(df: pl.DataFrame, pct: tuple[str, ...]) -> list[list[str]]:

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from raylc.io.figures import png_bytes
 from raylc.io.store import Store
+from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 from raylc.sweep.longscore import longscore
 from raylc.sweep.stages import scores_for_longscore
@@ -85,7 +86,7 @@ def print_length_report(tables: dict[str, pl.DataFrame], console: Optional[Conso
                         headings: Optional[dict[str, str]] = None) -> None:
     """The tables of a length-controlled run (:func:`write_length_report`); other tables than
     the per-length scores and LongScore are the suite's sections, printed under ``headings``."""
-    console = console or Console()
+    console = console or screen()
     headings = headings or {}
     console.print(rich_table(tables["per_task_length"].with_columns(pl.col("score").round(4)),
                              "Mean score per task and length"))
