@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
 
@@ -24,6 +25,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings as ``warning: <message>``, one line, no source line (``warnings.showwarning``)."""
+    text = " ".join(str(message).split())
+    print(f"warning: {text}", file=file if file is not None else sys.stderr)
+
+
+@app.callback()
+def _setup() -> None:
+    """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
+    warnings.showwarning = _one_line_warning
 
 
 def _fail(message: str, code: int = 2) -> None:

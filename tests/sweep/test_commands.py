@@ -39,3 +39,16 @@ def test_longscore_bad_input_one_line(tmp_path):
         assert proc.returncode == 2
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(f"error: {args[0]}")
     assert not (tmp_path / "o").exists()
+
+
+def test_python_warnings_print_as_one_line_each(tmp_path):
+    """A LongScore warning (an uneven base) is one ``warning:`` line: no category, file or source line."""
+    rows = [("m", "a", 2048, 0.9), ("m", "a", 8192, 0.5), ("m", "b", 4096, 0.4), ("m", "b", 8192, 0.3)]
+    pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row").write_csv(tmp_path / "s.csv")
+    proc = subprocess.run([sys.executable, "-m", "raylc", "longscore", str(tmp_path / "s.csv"), "--out",
+                           str(tmp_path / "o"), "--no-ray"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines and all(line.startswith("warning: ") for line in lines), lines
+    assert "UserWarning" not in proc.stderr and ".py:" not in proc.stderr
+    assert "Base from [2048] only" in lines[0]
