@@ -149,7 +149,10 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_pat
     assert proc.returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"error: {store}/o1") and "storage error" in last and "--run-id o1" in last
-    assert "Traceback" not in err
+    # raylc prints no traceback; under load Ray Data may log one of its own for the failed read
+    # (Ray's log noise, issue 18), whose frames are all inside Ray
+    frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
+    assert not [f for f in frames if "/ray/" not in f], frames
     for secret in creds.values():
         assert secret not in out + err
     # every object that is visible is a complete table (or JSON), never a partial one
