@@ -262,10 +262,8 @@ def edit_sim(predictions: Predictions, references: References, *, first_code_lin
     a, b = pairs["pred"].to_list(), pairs["ref"].to_list()
     dist = np.asarray(process.cpdist(a, b, scorer=Indel.distance, dtype=np.int64, workers=1), dtype=np.float64)
     lensum = (pairs["pred"].str.len_chars() + pairs["ref"].str.len_chars()).to_numpy().astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (lensum - dist) / lensum
-    r = np.where(pairs["pred"] == pairs["ref"], 1.0, np.where(lensum > 0, r, 0.0))
-    r = np.where((pairs["pred"].str.len_chars() == 0) ^ (pairs["ref"].str.len_chars() == 0), 0.0, r)
+    # one empty string: d = lensum, so r = 0; equal strings: d = 0, so r = 1, and two empty ones are 1 too
+    r = np.divide(lensum - dist, lensum, out=np.ones_like(lensum), where=lensum > 0)
     score = np.round(100.0 * r) / 100.0 if integer_percent else r  # numpy rounds half to even, as round()
     return _reduce(rows, pairs.with_columns(score=pl.Series(score, dtype=pl.Float64)))
 
