@@ -34,9 +34,15 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 @app.callback()
-def _setup() -> None:
+def _setup(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Ray's own logs (its banner, its error records with tracebacks, C++ error lines); also RAYLC_VERBOSE=1."),
+) -> None:
     """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
+    from raylc.run.ray_exec import VERBOSE_ENV
+
     warnings.showwarning = _one_line_warning
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"  # read where Ray starts, and passed on by `submit`
 
 
 def _fail(message: str, code: int = 2) -> None:

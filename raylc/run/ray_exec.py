@@ -162,11 +162,76 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, incl
             signal.signal(signal.SIGTERM, sigterm)
 
 
+VERBOSE_ENV = "RAYLC_VERBOSE"
+
+
+def verbose() -> bool:
+    """Whether Ray's own logs reach the console (``raylc --verbose``, or RAYLC_VERBOSE=1)."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def _quiet_core_worker(ray: Any) -> None:
+    """Keep the driver's core worker (C++) from printing error-level lines that are not errors
+    while ``ray.init`` creates it: Ray Data passes every actor its transformer as an object
+    reference, and the core worker logs "constructor arguments in the object store" at error
+    level for each actor with restarts (ray-project/ray#57733). RAY_BACKEND_LOG_LEVEL is read
+    when the core worker starts, inside ``ray._private.worker.connect``, after the local node's
+    processes were spawned, so those processes, the workers they start and a cluster's nodes
+    keep their log levels. An error in ``connect`` is raised as usual (and made one line by the
+    caller); only its console output is dropped. Nothing changes at ``--verbose``, or if the
+    user set the variable."""
+    if verbose() or "RAY_BACKEND_LOG_LEVEL" in os.environ:
+        return
+    worker = ray._private.worker
+    connect = getattr(worker, "connect", None)
+    if connect is None or getattr(connect, "_raylc_quiet", False):
+        return
+
+    def quiet_connect(*args: Any, **kwargs: Any) -> Any:
+        os.environ["RAY_BACKEND_LOG_LEVEL"] = "fatal"
+        sys.stderr.flush()
+        saved = os.dup(2)  # the C++ logger announces the level it read on fd 2: hide that one line
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            return connect(*args, **kwargs)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+            os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+
+    quiet_connect._raylc_quiet = True  # type: ignore[attr-defined]
+    worker.connect = quiet_connect
+
+
+class _NoErrorRecords(logging.Filter):
+    """Drops Ray Data's error records from the console: a failed stream is raised to raylc,
+    which prints it as one line; the record, with its traceback, stays in the session's
+    ``logs/ray-data/`` files."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's console handler (``ray/data/_internal/logging.py``) keeps its progress lines
+    and loses its error records, unless ``--verbose``."""
+    if verbose():
+        return
+    for handler in logging.getLogger("ray.data").handlers:
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+        if console and not any(
+                isinstance(f, _NoErrorRecords) for f in handler.filters):
+            handler.addFilter(_NoErrorRecords())
+
+
 def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
           source: Optional[str]) -> None:
     import ray
 
-    common: dict[str, Any] = {"logging_level": logging.ERROR, "configure_logging": True}
+    _quiet_core_worker(ray)
+    common: dict[str, Any] = {"logging_level": logging.INFO if verbose() else logging.ERROR, "configure_logging": True}
     if address:
         if source is None and address == os.environ.get("RAY_ADDRESS"):
             source = "RAY_ADDRESS"
@@ -189,6 +254,7 @@ def _configure_data(job: Job) -> None:
     restarts instead."""
     import ray.data
 
+    _quiet_ray_data()
     ctx = ray.data.DataContext.get_current()
     if job.ray.no_progress_timeout_s is not None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from raylc.run.ray_exec import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
@@ -35,8 +36,9 @@ class SubmitError(RuntimeError):
     """Submission failed (cluster unreachable, job failed); one-line message."""
 
 
-def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str], settings: Sequence[str] = ()) -> str:
-    args = ["python", "-m", "raylc", "run", job_file]
+def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str], settings: Sequence[str] = (),
+                     verbose: bool = False) -> str:
+    args = ["python", "-m", "raylc", *(["--verbose"] if verbose else []), "run", job_file]
     if store:
         args += ["--store", store]
     if run_id:
@@ -173,7 +175,7 @@ def submit(
     try:
         client = make_client(address, timeout_s)
         job_id = client.submit_job(
-            entrypoint=build_entrypoint(rel.as_posix(), store, run_id, settings),
+            entrypoint=build_entrypoint(rel.as_posix(), store, run_id, settings, verbose()),
             runtime_env={"working_dir": str(wd), "excludes": EXCLUDES},
             metadata={"raylc_job": rel.as_posix()},
         )

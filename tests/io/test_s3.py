@@ -149,10 +149,9 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_pat
     assert proc.returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"error: {store}/o1") and "storage error" in last and "--run-id o1" in last
-    # raylc prints no traceback; under load Ray Data may log one of its own for the failed read
-    # (Ray's log noise, issue 18), whose frames are all inside Ray
-    frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
-    assert not [f for f in frames if "/ray/" not in f], frames
+    # no traceback: neither raylc's nor the one Ray Data logs for the failed read (kept in the
+    # session's logs/ray-data/ files; the console shows it at --verbose)
+    assert "Traceback" not in err and 'File "' not in err, err[-3000:]
     for secret in creds.values():
         assert secret not in out + err
     # every object that is visible is a complete table (or JSON), never a partial one

@@ -1,0 +1,78 @@
+"""Ray's own logs reach the console only at ``--verbose`` (issue 18): no error-level line that is
+not an error, no banner, no Python warning; raylc's own lines and Ray Data's progress stay."""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raylc.run import ray_exec
+from raylc.run.submit import build_entrypoint
+
+ROOT = Path(__file__).resolve().parents[2]
+C_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [EWIF] \d+ \d+\]")  # Ray's C++ logger
+
+
+def _console():
+    """Ray Data's console handler (``ray/data/_internal/logging.py``), configured on import."""
+    import ray.data  # noqa: F401
+
+    consoles = [h for h in logging.getLogger("ray.data").handlers if type(h).__name__ == "PlainRayHandler"]
+    assert len(consoles) == 1, "Ray Data's logging config changed: review raylc.run.ray_exec._quiet_ray_data"
+    return consoles[0]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_ray_data_error_records_leave_the_console_unless_verbose(monkeypatch, verbose):
+    monkeypatch.setenv(ray_exec.VERBOSE_ENV, "1" if verbose else "0")
+    console = _console()
+    saved = list(console.filters)
+    child = logging.getLogger("ray.data._internal.execution.streaming_executor_state")
+    try:
+        ray_exec._quiet_ray_data()
+        ray_exec._quiet_ray_data()  # once only
+        assert len(console.filters) == len(saved) + (0 if verbose else 1)
+        shown = [lv for lv in (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+                 if console.filter(child.makeRecord(child.name, lv, __file__, 1, "m", (), None))]
+    finally:
+        console.filters[:] = saved
+    assert shown == ([logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL] if verbose
+                     else [logging.INFO, logging.WARNING])
+
+
+def test_verbose_is_passed_to_a_submitted_run():
+    assert build_entrypoint("jobs/q.yaml", None, None).split()[:4] == ["python", "-m", "raylc", "run"]
+    assert build_entrypoint("jobs/q.yaml", None, None, verbose=True).split()[:5] == ["python", "-m", "raylc", "--verbose", "run"]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_run_log_has_no_ray_noise_unless_verbose(tmp_path, verbose):
+    """A small quickstart through the CLI, as ``make demo`` runs it (acceptance 4 of issue 18);
+    at ``--verbose`` Ray's banner and its C++ error line about actor arguments come back, which
+    shows that the quiet run hides them rather than never producing them."""
+    job_file = tmp_path / "quickstart-small.yaml"
+    spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
+    spec["suite"].update({"problems_per_task": 10, "max_units": 150})
+    job_file.write_text(yaml.safe_dump(spec))
+    env = {k: v for k, v in os.environ.items() if k not in (ray_exec.VERBOSE_ENV, "RAY_BACKEND_LOG_LEVEL")}
+    flags = ["--verbose"] if verbose else []
+    proc = subprocess.run([sys.executable, "-m", "raylc", *flags, "run", str(job_file), "--store", str(tmp_path / "runs"),
+                           "--run-id", "r"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    c_errors = [x for x in lines if C_LOG_LINE.match(x) and " E " in x[:40]]
+    banner = [x for x in lines if "Started a local Ray instance" in x]
+    if verbose:
+        assert banner and c_errors
+        return
+    assert not c_errors and not banner
+    assert not [x for x in lines if C_LOG_LINE.match(x)], "a C++ log line reached the console"
+    assert not [x for x in lines if re.search(r"\b(ERROR|Error|Traceback)\b", x)]
+    assert not [x for x in lines if "Warning" in x or x.startswith("warning:")]
+    assert any(x.startswith("[infer] requests=") for x in lines) and any("recovery" in x for x in lines)
