@@ -121,6 +121,69 @@ def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
     evaluation.print_report(tables)
 
 
+def _run_folder(run_dir: str) -> tuple[Any, str]:
+    """``<store>/<run_id>`` as the store and the run id."""
+    from raylc.io.store import Store
+
+    root, _, run_id = run_dir.rstrip("/").rpartition("/")
+    return Store(root or "."), run_id
+
+
+@app.command()
+def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
+    """What a run is doing: each stage's state; for inference the requests stored against planned, rates and an ETA."""
+    from raylc.io.tables import console, rich_table
+    from raylc.run.status import duration, run_status
+
+    try:
+        st = run_status(*_run_folder(run_dir))
+    except (StoreUnavailable, RayUnavailable) as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    rows = []
+    for stage, state in st["stages"].items():
+        counts = st["rows"].get(stage) or {}
+        detail = ", ".join(f"{k}={v:,}" for k, v in counts.items())
+        if stage == "infer" and st["infer"] and state != "done" and st["infer"].get("planned") is not None:
+            p = st["infer"]
+            share = p["stored"] / p["planned"] if p["planned"] else 1.0
+            detail = (f"stored {p['stored']:,} of {p['planned']:,} requests ({share:.1%}), errors {p.get('errors', 0):,}; "
+                      f"{p.get('requests_per_s', 0):,.1f} req/s, {p.get('prompt_tokens_per_s', 0):,.0f} prompt tok/s, "
+                      f"{p.get('generated_tokens_per_s', 0):,.0f} generated tok/s"
+                      + (f"; ETA {duration(p['eta_s'])}" if "eta_s" in p else "")
+                      + (f"; last shard {duration(p['last_update_s'])} ago" if "last_update_s" in p else ""))
+        seconds = st["seconds"].get(stage)
+        rows.append({"stage": stage, "state": state, "seconds": "" if seconds is None else f"{seconds:.1f}",
+                     "detail": detail})
+    typer.echo(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, "
+               f"updated {duration(st['age_s'])} ago")
+    console().print(rich_table(pl.DataFrame(rows), "stages"))
+    if st["state"] in ("interrupted", "failed"):
+        typer.echo(f"re-run the job with --run-id {st['run_id']} (and the same --store) to resume: finished "
+                   "stages and stored requests are kept")
+
+
+@app.command()
+def runs(store: str = typer.Argument(..., help="A store root (local folder or s3://bucket/prefix).")) -> None:
+    """The runs in a store: run id, job, model, state and age, newest first."""
+    from raylc.io.store import Store
+    from raylc.io.tables import console, rich_table
+    from raylc.run.status import duration, list_runs
+
+    try:
+        table = list_runs(Store(store))
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    if not table.height:
+        typer.echo(f"{store}: no runs")
+        return
+    shown = table.with_columns(pl.col("age_s").map_elements(duration, return_dtype=pl.String).alias("age")).drop("age_s")
+    console().print(rich_table(shown, f"runs in {store}"))
+
+
 @app.command()
 def submit(
     job_file: Path = typer.Argument(..., help="Job YAML file inside the working directory."),

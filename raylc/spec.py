@@ -455,4 +455,6 @@ def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Jo
                 if not isinstance(node, dict):
                     raise JobSpecError(f"{path}: key '{part}' must be a mapping to override '{dotted}'")
             node[last] = value
-    return parse_job(data, str(path))
+    job = parse_job(data, str(path))
+    job.suite._job_dir = str(p.parent)  # relative data paths (SuiteConfig.data_path), as the user wrote the job path
+    return job

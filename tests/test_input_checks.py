@@ -186,7 +186,7 @@ def test_jsonl_syntax_errors_name_the_line(tmp_path, monkeypatch):
 
 def test_documents_run_names_the_line_of_a_syntax_error(tmp_path, monkeypatch):
     (tmp_path / "docs.jsonl").write_text(DOCS.read_text().splitlines()[0] + '\n{"task": "qa",\n')
-    job = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("jobs/data/documents/example.jsonl", "docs.jsonl")
+    job = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("data/documents/example.jsonl", "docs.jsonl")
     (tmp_path / "job.yaml").write_text(job)
     err = _refused(tmp_path, monkeypatch, "run", "job.yaml", "--store", "store", "--run-id", "r")
     assert err.startswith("error: docs.jsonl: line 2: invalid JSON at column"), err

@@ -251,3 +251,34 @@ def test_cli_run_hands_the_overrides_to_the_run(tmp_path, monkeypatch):
     assert seen["overrides"] == {"suite.problems_per_task": 5, "probe.guess_rate": 0, "store.path": str(tmp_path),
                                  "seed": 4}
     assert seen["job"].suite.problems_per_task == 5 and seen["job"].seed == 4 and seen["job"].probe.guess_rate == 0
+
+
+def test_relative_data_paths_resolve_against_the_job_files_folder(tmp_path, monkeypatch):
+    """Issue 18: a job's data path is relative to the job file's folder (else, when nothing is
+    there, to the working directory: job files written relative to where raylc runs); the
+    job's value, and so its fingerprint, stays as written."""
+    jobs = tmp_path / "project" / "jobs"
+    (jobs / "data").mkdir(parents=True)
+    docs = (ROOT / "jobs" / "data" / "documents" / "example.jsonl").read_text()
+    (jobs / "data" / "docs.jsonl").write_text(docs)
+    text = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("data/documents/example.jsonl", "data/docs.jsonl")
+    (jobs / "job.yaml").write_text(text)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    job = load_job(jobs / "job.yaml")
+    assert job.suite.data == "data/docs.jsonl" and job.suite.data_path(job.suite.data) == str(jobs / "data" / "docs.jsonl")
+    built = job.suite.build(job.seed)
+    assert built.height > 0
+    monkeypatch.chdir(jobs.parent)  # the same job from its project folder: the same fingerprint and table
+    again = load_job("jobs/job.yaml")
+    assert again.fingerprint() == job.fingerprint() and again.suite.data_path("data/docs.jsonl") == "jobs/data/docs.jsonl"
+    assert again.suite.build(again.seed).equals(built)
+    # nothing beside the job, a file under the working directory: that one (older job files)
+    (elsewhere / "cwd.jsonl").write_text(docs)
+    monkeypatch.chdir(elsewhere)
+    assert job.suite.data_path("cwd.jsonl") == "cwd.jsonl"
+    # found nowhere: the path beside the job, which the one-line error then names
+    assert job.suite.data_path("missing.jsonl") == str(jobs / "missing.jsonl")
+    for given in ("s3://bucket/docs.jsonl", str(tmp_path / "abs.jsonl")):
+        assert job.suite.data_path(given) == given

@@ -154,13 +154,13 @@ def _hub_config(repo_id: str, timeout_s: float) -> tuple[Optional[dict[str, Any]
 def resolve_hf_config(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, hub: bool = True,
                       timeout_s: float = HUB_TIMEOUT_S, section: str = "probe") -> tuple[Optional[dict[str, Any]], str]:
     """``(config, where)``: the model's config.json as a dict and where it came from, or
-    ``(None, what was tried)``. Order: ``hf_config`` (relative paths against the working
-    directory, then the job file's folder), ``model`` as a local folder, the Hugging Face cache,
+    ``(None, what was tried)``. Order: ``hf_config`` (relative paths against the job
+    file's folder, then the working directory, as data paths: :meth:`SuiteConfig.data_path`), ``model`` as a local folder, the Hugging Face cache,
     the Hub (only with ``hub``; ``HF_HUB_OFFLINE`` is honoured). A ``hf_config`` that does not
     exist is a :class:`PreflightError`."""
     if probe.hf_config:
         given = Path(probe.hf_config).expanduser()
-        bases = [Path.cwd()] + ([Path(source).resolve().parent] if source is not None else [])
+        bases = ([Path(source).resolve().parent] if source is not None else []) + [Path.cwd()]
         for candidate in ([given] if given.is_absolute() else [b / given for b in bases]):
             file = candidate / "config.json" if candidate.is_dir() else candidate
             if file.is_file():

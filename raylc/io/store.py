@@ -191,6 +191,15 @@ class Store:
         with _io(self.uri(*parts)):
             return self._files(self.path(*parts))
 
+    def folders(self, *parts: str) -> list[str]:
+        """Names of the folders directly under ``parts`` (dot-folders skipped), sorted."""
+        with _io(self.uri(*parts)):
+            target = self.path(*parts)
+            if self.fs.get_file_info(target).type != pafs.FileType.Directory:
+                return []
+            found = self.fs.get_file_info(pafs.FileSelector(target, recursive=False))
+        return sorted(f.base_name for f in found if f.type == pafs.FileType.Directory and not f.base_name.startswith("."))
+
     def _files(self, target: str) -> list[str]:
         info = self.fs.get_file_info(target)
         if info.type == pafs.FileType.NotFound:

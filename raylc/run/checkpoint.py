@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import polars as pl
@@ -120,8 +120,9 @@ def write_requests(store: Store, run_id: str, chunks: Iterable[pl.DataFrame], pa
 class ShardWriter:
     """Collects completion batches and writes them as atomic shards per task."""
 
-    def __init__(self, store: Store, run_id: str, max_rows: int, max_seconds: float):
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: Store, run_id: str, max_rows: int, max_seconds: float,
+                 on_flush: Optional[Callable[[pl.DataFrame], None]] = None):
+        self.store, self.run_id, self.on_flush = store, run_id, on_flush
         self.max_rows, self.max_seconds = max_rows, max_seconds
         self.attempt = uuid.uuid4().hex[:8]
         self.pending: list[pl.DataFrame] = []
@@ -146,6 +147,8 @@ class ShardWriter:
             name = f"part-{self.attempt}-{self.shards:05d}.parquet"
             self.store.write_table(part.drop("task"), self.run_id, SHARD_DIR, f"task={task}", name)
         self.shards += 1
+        if self.on_flush is not None:  # after the shards are stored (progress, heartbeat)
+            self.on_flush(frame)
         self.pending, self.rows, self.last = [], 0, time.monotonic()
 
 

@@ -37,6 +37,7 @@ from raylc.spec import Job
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
+INFER = "infer"  # the stage whose progress the manifest records while it runs
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
 SAMPLE_PROBLEMS = 8  # problems sampled at a time
 SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
@@ -209,7 +210,7 @@ class Run:
     def acquire(self) -> None:
         """Take the run's lock; refuse while another live process holds it."""
         held = self.store.read_json(self.run_id, LOCK)
-        if held and _lock_alive(held):
+        if held and lock_alive(held):
             raise RunError(
                 f"{self.store.uri(self.run_id)}: run is in use by pid {held.get('pid')} on {held.get('host')} "
                 f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id"
@@ -292,10 +293,35 @@ class Run:
         """The stored checkpoint shards, one frame each."""
         return checkpoint.iter_shards(self.store, self.run_id)
 
-    def infer(self, pending: Iterable[pl.DataFrame], problems: str = "") -> None:
+    def infer(self, pending: Iterable[pl.DataFrame], problems: str = "", reused: int = 0) -> None:
         """Send ``pending`` request rows through the probe (:func:`infer_requests`); ``problems``:
-        the run-relative problems table that span references are rendered from."""
-        infer_requests(self.job, self, pending, self.log, problems=tuple(problems.split("/")) if problems else ())
+        the run-relative problems table that span references are rendered from; ``reused``: the
+        stage's requests already stored (for the progress ``raylc status`` shows)."""
+        infer_requests(self.job, self, pending, self.log, problems=tuple(problems.split("/")) if problems else (),
+                       reused=reused)
+
+    def start_progress(self, reused: int) -> None:
+        """Open the infer stage's ``progress`` record in the manifest (:mod:`raylc.run.status`
+        reads it): requests stored before this attempt, to run, done so far, tokens, times."""
+        self.manifest["stages"].setdefault(INFER, {"status": "running"})["progress"] = {
+            "reused": reused, "to_run": 0, "done": 0, "errors": 0, "prompt_tokens": 0, "generated_tokens": 0,
+            "started_at": time.time(), "updated_at": time.time()}
+
+    def add_to_run(self, rows: int) -> None:
+        self.manifest["stages"][INFER]["progress"]["to_run"] += rows
+
+    def record_progress(self, stored: pl.DataFrame) -> None:
+        """Count a flushed batch of completions into the progress record and save the manifest,
+        which also refreshes the run's lock (a long infer stage stays visibly alive)."""
+        progress = self.manifest["stages"][INFER]["progress"]
+        ok = stored["error"].is_null() if "error" in stored.columns else pl.Series([True] * stored.height)
+        progress["done"] += stored.height
+        progress["errors"] += stored.height - int(ok.sum())
+        for col in ("prompt_tokens", "generated_tokens"):
+            if col in stored.columns:
+                progress[col] += int(stored.filter(ok)[col].fill_null(0).sum() or 0)
+        progress["updated_at"] = time.time()
+        self.save()
 
     def inference_rows(self, reused: int, total: int) -> Rows:
         """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of
@@ -333,7 +359,7 @@ def _lock_record() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started_at": _STARTED, "heartbeat": time.time()}
 
 
-def _lock_alive(held: dict[str, Any]) -> bool:
+def lock_alive(held: dict[str, Any]) -> bool:
     """Whether the lock's owner may still be running: same host -> its pid exists; else a recent heartbeat."""
     if held.get("host") == socket.gethostname():
         if held.get("pid") == os.getpid():
@@ -373,6 +399,12 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return run
 
 
+def _progress(run: Run, name: str) -> dict[str, Any]:
+    """The stage's progress record, kept when it fails or is interrupted (``raylc status``)."""
+    progress = run.manifest["stages"].get(name, {}).get("progress")
+    return {"progress": progress} if progress else {}
+
+
 def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     """Run one stage unless it (and everything upstream) is done already; True if it ran."""
     name = stage.name
@@ -385,13 +417,15 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     try:
         rows = stage.fn(run)
     except ValueError as exc:  # the stage's data cannot go on (a family's one-line message)
-        run.manifest["stages"][name] = {"status": "failed", "seconds": round(time.perf_counter() - t0, 3)}
+        run.manifest["stages"][name] = {**_progress(run, name), "status": "failed",
+                                        "seconds": round(time.perf_counter() - t0, 3)}
         with suppress(Exception):
             run.save()
         raise RunError(str(exc)) from exc
     except KeyboardInterrupt:  # SIGINT or SIGTERM (run_job): recorded, and redone on resume
         run.interrupted = name
-        run.manifest["stages"][name] = {"status": "interrupted", "seconds": round(time.perf_counter() - t0, 3)}
+        run.manifest["stages"][name] = {**_progress(run, name), "status": "interrupted",
+                                        "seconds": round(time.perf_counter() - t0, 3)}
         with suppress(Exception):
             run.save()
         raise
@@ -413,7 +447,8 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
         ray_exec.check_gpus(job, log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None
-    writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds)
+    writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds,
+                                    on_flush=run.record_progress)
     try:
         for batch in batches:
             writer.add(batch)
@@ -434,13 +469,21 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
 
 
 def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Callable[[str], None],
-                   problems: tuple[str, ...] = ()) -> None:
+                   problems: tuple[str, ...] = (), reused: int = 0) -> None:
     """The one inference path: the ``pending`` request rows (chunks) become a request table in
     the run folder (``requests/<attempt>/``), which Ray Data reads in blocks on the workers and
     streams through the probe's prepare and engine stages (:func:`ray_exec.stream_requests`)
     into checkpoint shards; the table is removed when the stream ends. ``problems``: the
     run-relative path of the problems table that DOLCE span references are rendered from."""
-    files = checkpoint.write_requests(run.store, run.run_id, pending, ray_exec.block_rows(job))
+    run.start_progress(reused)
+
+    def counted(chunks: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        for chunk in chunks:
+            run.add_to_run(chunk.height)
+            yield chunk
+
+    files = checkpoint.write_requests(run.store, run.run_id, counted(pending), ray_exec.block_rows(job))
+    run.save()  # the planned count, before the first completion
     try:
         if files:
             source = ray_exec.RequestSource(run.store.root, files, problems=(run.run_id, *problems) if problems else ())

@@ -278,7 +278,7 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     (``document`` is the context, after the spec's ``r`` rewrite if any). ``template`` is the
     prompt template of :mod:`raylc.text.prompts`; ``seed`` draws the ``problems_per_task`` sample.
     """
-    frame = read_documents(suite.data)
+    frame = read_documents(suite.data_path(suite.data))
     if suite.tasks is not None:
         missing = sorted(set(suite.tasks) - set(frame["task"].unique().to_list()))
         if missing:

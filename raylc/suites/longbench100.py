@@ -381,10 +381,10 @@ def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
     Deterministic per ``seed``; shortfalls (sources too long for a length, too few sources) are
     logged and visible in :func:`longbench100_report`."""
     tok = get_tokenizer(suite.tokenizer)
-    pool = load_distractors(suite.distractors, tok)
+    pool = load_distractors(suite.data_path(suite.distractors), tok)
     if pool.skipped:
         log.warning("%s: skipped %s", pool.source, ", ".join(f"{n} rows ({why})" for why, n in pool.skipped.items()))
-    sources = load_sources(suite.sources, tok) if set(suite.tasks) & set(SOURCE_TASKS) else None
+    sources = load_sources(suite.data_path(suite.sources), tok) if set(suite.tasks) & set(SOURCE_TASKS) else None
     rows: list[dict] = []
     for task in suite.tasks:
         if task in SYNTHETIC:

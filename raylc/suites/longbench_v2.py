@@ -180,7 +180,7 @@ def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     token count (``suite.tokenizer``). Nothing is random: ``seed`` is accepted for the common
     builder signature and does not change the table."""
     del seed
-    data = load_longbench_v2(suite.data)
+    data = load_longbench_v2(suite.data_path(suite.data))
     tok = get_tokenizer(suite.tokenizer)
     cot = suite.mode == "cot"
     rows = []

@@ -17,20 +17,33 @@ Nothing outside this module branches on a suite's kind or family.
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic_core import PydanticCustomError
 
 Builder = Callable[[Any, int], pl.DataFrame]
 
 
 class SuiteConfig(BaseModel):
-    """Base of every suite config (frozen; unknown keys are errors)."""
+    """Base of every suite config (frozen; unknown keys are errors). Fields naming data files
+    are read through :meth:`data_path`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     family: ClassVar[str] = ""
+    _job_dir: Optional[str] = PrivateAttr(default=None)  # set by raylc.spec.load_job; not in the fingerprint
+
+    def data_path(self, value: str) -> str:
+        """Where a data field's file is: a URI (``s3://...``) or an absolute path as given; a
+        relative path against the job file's folder, or, when no file is there, against the
+        working directory (job files written relative to the folder raylc runs in). The value
+        in the job, its manifest and its fingerprint stay as written."""
+        if self._job_dir is None or "://" in value or Path(value).expanduser().is_absolute():
+            return value
+        beside = Path(self._job_dir) / value
+        return str(beside) if beside.exists() or not Path(value).exists() else value
 
     def tokenizer_spec(self) -> Optional[str]:
         """The tokenizer the suite counts context tokens with (None: the offline default)."""

@@ -66,7 +66,7 @@ def _run_round(run: Run, reqs: pl.DataFrame, samples: pl.DataFrame) -> int:
     run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
             f"attempts, {pending.height} to run")
     if pending.height:
-        run.infer([_with_knowledge(run.job, samples, pending)])
+        run.infer([_with_knowledge(run.job, samples, pending)], reused=reused)
     return reused
 
 

@@ -420,7 +420,7 @@ def _no_mpe_copy(tmp_path) -> Path:
     data = yaml.safe_load((ROOT / "jobs" / "helmet-recall-vllm-128k.yaml").read_text())
     del data["probe"]["hf_overrides"]["max_position_embeddings"]
     data["store"]["path"] = str(tmp_path / "store")
-    data["probe"]["hf_config"] = str(ROOT / data["probe"]["hf_config"])
+    data["probe"]["hf_config"] = str(ROOT / "jobs" / data["probe"]["hf_config"])
     return _write(tmp_path / "no-mpe.yaml", data)
 
 
@@ -463,7 +463,7 @@ def test_shipped_gpu_jobs_pass(name, limit):
     assert "warning" not in proc.stderr  # rope_theta kept in the 128K job's override
     job = load_job(ROOT / "jobs" / name)
     assert job.probe.model == "Qwen/Qwen2.5-7B-Instruct"
-    assert json.loads((ROOT / job.probe.hf_config).read_text())["max_position_embeddings"] == 32768
+    assert json.loads((ROOT / "jobs" / job.probe.hf_config).read_text())["max_position_embeddings"] == 32768
 
 
 def test_cli_non_vllm_job_has_nothing_to_check():

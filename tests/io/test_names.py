@@ -144,7 +144,7 @@ def _documents_job(cwd: Path, task: str) -> Path:
     for row in rows[:3]:
         row["task"] = task
     (cwd / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    job = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("jobs/data/documents/example.jsonl", "docs.jsonl")
+    job = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("data/documents/example.jsonl", "docs.jsonl")
     (cwd / "job.yaml").write_text(job)
     return cwd / "job.yaml"
 
@@ -181,7 +181,7 @@ def test_run_refuses_a_documents_task_that_is_not_a_safe_name(tmp_path, monkeypa
     before = _tree(tmp_path)
     err = _one_line_exit_2(*_raylc(cwd, "run", str(job), "--store", "store", "--run-id", "r",
                                    monkeypatch=monkeypatch if in_process else None))
-    assert err.startswith("error: docs.jsonl: row 1 (id 'qa-1'): task ") and "is not a safe name" in err
+    assert err.startswith(f"error: {job.parent / 'docs.jsonl'}: row 1 (id 'qa-1'): task ") and "is not a safe name" in err
     assert _tree(tmp_path) == before  # nothing written anywhere, not even the store
 
 

@@ -53,7 +53,30 @@ def _kill_during_inference(job_file: Path, store: Path, address: str, kills: int
         ids = _request_ids(run_dir)
         assert len(ids) == len(set(ids)), f"attempt {attempt}: a finished request was issued again"
         assert len(ids) > before
+        _check_status(store, before, len(ids))
     return set(_request_ids(run_dir))
+
+
+def _check_status(store: Path, before: int, stored: int) -> None:
+    """`raylc status` on the killed run (issue 18): infer interrupted, with the requests stored
+    (counted at each shard: at most the shards on disk, at least what the attempt started with)
+    against planned (every span: what was stored before plus what the attempt had to run)."""
+    from typer.testing import CliRunner
+
+    from raylc.cli import app
+    from raylc.run.status import run_status
+
+    st = run_status(Store(str(store)), "k")
+    assert st["state"] == "interrupted" and st["stages"]["infer"] == "interrupted"
+    assert {k: v for k, v in st["stages"].items() if k not in ("infer", "build", "sample")} == {
+        "score": "pending", "fit": "pending", "report": "pending"}
+    progress = st["infer"]
+    assert before <= progress["stored"] <= stored < progress["planned"]
+    assert progress["planned"] == pl.read_parquet(store / "k" / "sample" / "spans.parquet").height
+    out = CliRunner().invoke(app, ["status", str(store / "k")])
+    assert out.exit_code == 0, out.output
+    assert f"stored {progress['stored']:,} of {progress['planned']:,} requests" in out.output
+    assert "interrupted" in out.output.splitlines()[0] and "--run-id k" in out.output
 
 
 def _start(job_file: Path, store: Path, address: str) -> subprocess.Popen:

@@ -76,7 +76,7 @@ def test_bad_data_file_is_one_line_exit_2_and_writes_nothing(tmp_path):
     bad.write_text('[{"_id": "x", "domain": "d"}]')
     job = tmp_path / "job.yaml"
     job.write_text((ROOT / "jobs" / "longbench-v2.yaml").read_text().replace(
-        "jobs/data/longbench_v2/fixture.json", str(bad)))
+        "data/longbench_v2/fixture.json", str(bad)))
     store = tmp_path / "runs"
     result = CliRunner().invoke(app, ["run", str(job), "--store", str(store), "--run-id", "x"])
     assert result.exit_code == 2, result.output

@@ -1,0 +1,137 @@
+"""What a run is doing, read from its manifest and lock alone (local or s3://): ``raylc status``
+for one run (each stage's state; for inference the requests stored against planned, request
+and token rates and an ETA) and ``raylc runs`` for a store's runs. A run whose manifest says a
+stage is running but whose process is gone (killed, its node lost) is ``interrupted``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any, Optional
+
+import polars as pl
+
+from raylc.io.store import Store, StoreError
+from raylc.run.skeleton import INFER, LOCK, MANIFEST, lock_alive
+
+STATES = ("done", "running", "interrupted", "failed", "pending")
+
+
+def _when(value: Any) -> Optional[float]:
+    """Epoch seconds of a manifest time (ISO text or a number)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return dt.datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def _stage_names(manifest: dict[str, Any]) -> list[str]:
+    """The job's stages in order (from its evaluation), else those the manifest names."""
+    from raylc.evaluate import evaluation_for
+    from raylc.spec import JobSpecError, parse_job
+
+    try:
+        job = parse_job(manifest.get("job"), "manifest.json")
+        return [stage[0] for stage in evaluation_for(job).stages(job)]
+    except (JobSpecError, KeyError, TypeError, ValueError):
+        return list(manifest.get("stages", {}))
+
+
+def stage_states(manifest: dict[str, Any], alive: bool) -> dict[str, str]:
+    """Each stage's state: the manifest's, except that a stage marked ``running`` by a process
+    that is gone (``alive`` False) is ``interrupted``; stages not reached are ``pending``."""
+    stages = manifest.get("stages", {})
+    states = {}
+    for name in _stage_names(manifest):
+        status = stages.get(name, {}).get("status", "pending")
+        states[name] = "interrupted" if status == "running" and not alive else status
+    return states
+
+
+def run_state(states: dict[str, str], alive: bool) -> str:
+    """One word for the run: ``failed`` or ``interrupted`` if a stage is; ``done`` when every
+    stage is; else ``running`` while its process lives, ``interrupted`` when it is gone."""
+    values = set(states.values())
+    for word in ("failed", "interrupted"):
+        if word in values:
+            return word
+    if values and values == {"done"}:
+        return "done"
+    return "running" if alive else "interrupted"
+
+
+def infer_progress(stage: dict[str, Any], state: str, now: float) -> dict[str, Any]:
+    """Requests stored and planned, rates and (while ``state`` is running) an ETA from the infer
+    stage's progress record (:meth:`raylc.run.skeleton.Run.record_progress`); for a finished
+    stage, its counts."""
+    progress = stage.get("progress")
+    if stage.get("status") == "done" or not progress:
+        rows = stage.get("rows", {})
+        return {"stored": rows.get("requests"), "planned": rows.get("requests")}
+    started, updated = float(progress["started_at"]), float(progress["updated_at"])
+    elapsed = max(updated - started, 1e-9)
+    done, to_run = int(progress["done"]), int(progress["to_run"])
+    rate = done / elapsed if done else 0.0
+    out = {
+        "stored": int(progress["reused"]) + done, "planned": int(progress["reused"]) + to_run,
+        "errors": int(progress["errors"]), "requests_per_s": rate,
+        "prompt_tokens_per_s": int(progress["prompt_tokens"]) / elapsed if done else 0.0,
+        "generated_tokens_per_s": int(progress["generated_tokens"]) / elapsed if done else 0.0,
+        "last_update_s": now - updated,
+    }
+    if state == "running" and rate > 0:
+        out["eta_s"] = max(to_run - done, 0) / rate
+    return out
+
+
+def run_status(store: Store, run_id: str, now: Optional[float] = None) -> dict[str, Any]:
+    """The status of ``<store>/<run_id>``: run id, job, model, state, per-stage states, the
+    inference progress and the times; a :class:`StoreError` when there is no run there."""
+    manifest = store.read_json(run_id, MANIFEST)
+    if manifest is None:
+        raise StoreError(f"{store.uri(run_id)}: no raylc run here (no manifest.json; a run submitted with "
+                         "--no-wait has one once it starts)")
+    lock = store.read_json(run_id, LOCK)
+    alive = bool(lock) and lock_alive(lock)
+    states = stage_states(manifest, alive)
+    job = manifest.get("job") or {}
+    probe = job.get("probe") or {}
+    now = time.time() if now is None else now
+    return {
+        "run_id": manifest.get("run_id", run_id), "uri": store.uri(run_id), "job": job.get("name"),
+        "model": probe.get("model") or probe.get("backend"), "state": run_state(states, alive), "stages": states,
+        "seconds": {k: v.get("seconds") for k, v in manifest.get("stages", {}).items()},
+        "rows": {k: v.get("rows") for k, v in manifest.get("stages", {}).items()},
+        "infer": infer_progress(manifest.get("stages", {}).get(INFER, {}), states[INFER], now) if INFER in states else None,
+        "created_at": manifest.get("created_at"), "updated_at": manifest.get("updated_at"),
+        "age_s": now - (_when(manifest.get("updated_at")) or now),
+    }
+
+
+def list_runs(store: Store, now: Optional[float] = None) -> pl.DataFrame:
+    """One row per run under ``store`` (a folder holding a manifest): run id, job, model, state,
+    created and the seconds since its last update, newest first."""
+    rows = []
+    for run_id in store.folders():
+        try:
+            status = run_status(store, run_id, now)
+        except StoreError:
+            continue  # not a run (another folder in the store)
+        rows.append({k: status[k] for k in ("run_id", "job", "model", "state", "created_at", "age_s")})
+    schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
+              "created_at": pl.String, "age_s": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).sort("age_s")
+
+
+def duration(seconds: Optional[float]) -> str:
+    """``42 s``, ``3 min``, ``2.5 h``, ``4.0 d``."""
+    if seconds is None:
+        return ""
+    for unit, size, limit in (("s", 1, 120), ("min", 60, 7200), ("h", 3600, 172800)):
+        if seconds < limit:
+            return f"{seconds / size:.0f} {unit}" if unit != "h" else f"{seconds / size:.1f} h"
+    return f"{seconds / 86400:.1f} d"

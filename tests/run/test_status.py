@@ -1,0 +1,146 @@
+"""`raylc status` and `raylc runs` from manifests and locks alone (no Ray); the infer stage's
+progress record written at each shard. The killed-run case with real shards is in
+tests/run/test_checkpoint.py (SIGKILL during inference)."""
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from raylc.cli import app
+from raylc.io.store import Store
+from raylc.run import checkpoint
+from raylc.run.skeleton import LOCK, MANIFEST, Run
+from raylc.run.status import duration, list_runs, run_status
+from raylc.spec import load_job
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = CliRunner()
+STAGES = ["build", "sample", "infer", "score", "fit", "report"]  # the quickstart's (a DOLCE job)
+
+
+def _manifest(stages: dict, **extra) -> dict:
+    job = load_job(ROOT / "jobs" / "quickstart.yaml")
+    return {"run_id": "r", "job": job.resolved(), "stages": stages, "created_at": "2026-11-24T10:00:00+00:00",
+            "updated_at": "2026-11-24T10:05:00+00:00", **extra}
+
+
+def _write(tmp_path, run_id: str, manifest: dict, lock: dict | None = None) -> Store:
+    store = Store(str(tmp_path))
+    store.write_json({**manifest, "run_id": run_id}, run_id, MANIFEST)
+    if lock is not None:
+        store.write_json(lock, run_id, LOCK)
+    return store
+
+
+def _dead_lock() -> dict:
+    return {"host": socket.gethostname(), "pid": 2**22 + 12345, "started_at": "x", "heartbeat": time.time()}
+
+
+def _live_lock() -> dict:  # another live process on this host: the test's parent
+    return {"host": socket.gethostname(), "pid": os.getppid(), "started_at": "x", "heartbeat": time.time()}
+
+
+PROGRESS = {"reused": 100, "to_run": 900, "done": 300, "errors": 2, "prompt_tokens": 600_000,
+            "generated_tokens": 3_000, "started_at": 1000.0, "updated_at": 1060.0}
+
+
+def test_a_killed_run_is_interrupted_with_stored_and_planned(tmp_path):
+    stages = {"build": {"status": "done", "rows": {"problems": 5}, "seconds": 0.1},
+              "sample": {"status": "done", "rows": {"spans": 1000}, "seconds": 0.1},
+              "infer": {"status": "running", "progress": PROGRESS}}
+    store = _write(tmp_path, "r", _manifest(stages), _dead_lock())
+    st = run_status(store, "r", now=1090.0)
+    assert st["state"] == "interrupted"
+    assert st["stages"] == {"build": "done", "sample": "done", "infer": "interrupted", "score": "pending",
+                            "fit": "pending", "report": "pending"}
+    p = st["infer"]
+    assert (p["stored"], p["planned"], p["errors"]) == (400, 1000, 2)
+    assert p["requests_per_s"] == pytest.approx(5.0) and p["prompt_tokens_per_s"] == pytest.approx(10_000.0)
+    assert p["generated_tokens_per_s"] == pytest.approx(50.0) and p["last_update_s"] == pytest.approx(30.0)
+    assert "eta_s" not in p  # not running: no ETA
+
+
+def test_a_running_run_has_an_eta(tmp_path):
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": PROGRESS}}
+    store = _write(tmp_path, "r", _manifest(stages), _live_lock())
+    st = run_status(store, "r", now=1061.0)
+    assert st["state"] == "running" and st["stages"]["infer"] == "running"
+    assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s
+
+
+def test_no_lock_means_no_process(tmp_path):
+    store = _write(tmp_path, "r", _manifest({"build": {"status": "running"}}))
+    st = run_status(store, "r")
+    assert st["state"] == "interrupted" and st["stages"]["build"] == "interrupted" and st["infer"] == {
+        "stored": None, "planned": None}
+
+
+@pytest.mark.parametrize("status, word", [("interrupted", "interrupted"), ("failed", "failed")])
+def test_a_recorded_end_keeps_its_word_and_progress(tmp_path, status, word):
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"},
+              "infer": {"status": status, "progress": PROGRESS, "seconds": 60.0}}
+    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), "r", now=2000.0)
+    assert st["state"] == word and st["infer"]["stored"] == 400
+
+
+def test_a_finished_run_is_done(tmp_path):
+    stages = {s: {"status": "done", "rows": {"requests": 7} if s == "infer" else {}} for s in STAGES}
+    st = run_status(_write(tmp_path, "r", _manifest(stages, finished_at="x")), "r")
+    assert st["state"] == "done" and st["infer"] == {"stored": 7, "planned": 7}
+
+
+def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
+    done = {s: {"status": "done"} for s in STAGES}
+    _write(tmp_path, "old", _manifest(done, updated_at="2026-11-20T10:00:00+00:00"))
+    _write(tmp_path, "new", _manifest({"build": {"status": "running"}}, updated_at="2026-11-24T10:00:00+00:00"), _live_lock())
+    (tmp_path / "not-a-run").mkdir()
+    (tmp_path / ".hidden").mkdir()
+    table = list_runs(Store(str(tmp_path)))
+    assert table.select("run_id", "job", "model", "state").rows() == [
+        ("new", "quickstart", "simulated", "running"), ("old", "quickstart", "simulated", "done")]
+    out = RUNNER.invoke(app, ["runs", str(tmp_path)])
+    assert out.exit_code == 0 and "not-a-run" not in out.output and "quickstart" in out.output
+    empty = RUNNER.invoke(app, ["runs", str(tmp_path / "not-a-run")])
+    assert empty.exit_code == 0 and "no runs" in empty.output
+
+
+def test_status_cli_lines(tmp_path):
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": PROGRESS}}
+    _write(tmp_path, "r", _manifest(stages), _dead_lock())
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "r")])
+    assert out.exit_code == 0, out.output
+    first = out.output.splitlines()[0]
+    assert first.startswith(f"run r ({tmp_path}/r): interrupted; job quickstart, model simulated")
+    assert "stored 400 of 1,000 requests (40.0%), errors 2; 5.0 req/s, 10,000 prompt tok/s, 50 generated tok/s" in out.output
+    assert "--run-id r" in out.output.splitlines()[-1]
+    missing = RUNNER.invoke(app, ["status", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and missing.output.startswith(f"error: {tmp_path}/nope: no raylc run here")
+
+
+def test_progress_is_recorded_at_each_shard(tmp_path):
+    """Run.start_progress / add_to_run / record_progress through a ShardWriter's flushes: the
+    manifest on disk counts every stored completion (errors apart, tokens of successes only)."""
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path)})
+    run = Run(Store(str(tmp_path)), "r", {"stages": {"infer": {"status": "running"}}}, job=job)
+    run.start_progress(reused=10)
+    run.add_to_run(5)
+    writer = checkpoint.ShardWriter(run.store, "r", max_rows=2, max_seconds=60.0, on_flush=run.record_progress)
+    batch = pl.DataFrame({"task": ["t"] * 3, "request_id": ["a", "b", "c"], "error": [None, "boom", None],
+                          "prompt_tokens": [10, 20, 30], "generated_tokens": [1, 2, 3]})
+    writer.add(batch)  # 3 rows >= 2: one flush
+    on_disk = json.loads((tmp_path / "r" / MANIFEST).read_text())["stages"]["infer"]["progress"]
+    assert {k: on_disk[k] for k in ("reused", "to_run", "done", "errors", "prompt_tokens", "generated_tokens")} == {
+        "reused": 10, "to_run": 5, "done": 3, "errors": 1, "prompt_tokens": 40, "generated_tokens": 4}
+    assert (tmp_path / "r" / LOCK).exists()  # the heartbeat is refreshed with it
+
+
+@pytest.mark.parametrize("seconds, text", [(5, "5 s"), (119, "119 s"), (600, "10 min"), (7300, "2.0 h"),
+                                           (3 * 86400, "3.0 d"), (None, "")])
+def test_duration(seconds, text):
+    assert duration(seconds) == text
