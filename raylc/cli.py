@@ -209,22 +209,24 @@ def submit(
 
 @app.command()
 def longscore(
-    scores: str = typer.Argument(..., help="Scores table (Parquet/CSV/JSONL, local or s3://): model, task, length, score [, sample_id]."),
+    scores: list[str] = typer.Argument(..., help="Scores tables (Parquet/CSV/JSONL, local or s3://: model, task, length, score [, sample_id]) and/or finished length-suite runs (<store>/<run_id>, or a glob such as runs/helmet-*)."),
     out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for per_length/summary tables and figures."),
-    base_lengths: str = typer.Option("2048,4096,6144", "--base-lengths", help="Comma-separated base lengths in tokens."),
+    base_lengths: Optional[str] = typer.Option(None, "--base-lengths", help="Comma-separated base lengths in tokens (default: the runs' own, else 2048,4096,6144)."),
     n_boot: int = typer.Option(0, "--n-boot", help="Bootstrap resamples for confidence intervals (needs sample_id)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is set)."),
 ) -> None:
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
 
+    from raylc.compare import run_longscore
     from raylc.io.tables import console, rich_table
-    from raylc.sweep.commands import run_longscore
 
-    try:
-        lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
-    except ValueError:
-        _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
+    lengths = None
+    if base_lengths is not None:
+        try:
+            lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
     try:
         from raylc.run.ray_exec import task_mapper
 
@@ -234,8 +236,51 @@ def longscore(
     except StoreError as exc:
         _fail(str(exc))
     cols = ["model", "task", "base", "avg_score", "avg_lc", "rank_base", "rank_score", "rank_lc", "warning"]
+    if result["summary"]["run_id"].is_not_null().any():
+        cols.insert(0, "run_id")
     summary = result["summary"].select(cols).with_columns(pl.col("base", "avg_score", "avg_lc").round(2))
     console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
+
+
+@app.command()
+def compare(
+    runs: list[str] = typer.Argument(..., help="Finished runs: <store>/<run_id> (local or s3://), or globs such as runs/quickstart-*."),
+    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for the leaderboard tables and figures."),
+    n_boot: int = typer.Option(200, "--n-boot", help="Bootstrap resamples for LongScore's confidence intervals."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category shares with 95% intervals, agreement between probes, figures."""
+    from raylc.compare import compare_runs, find_runs
+    from raylc.io.tables import console, rich_table
+
+    try:
+        found = find_runs(runs)
+        tables = compare_runs(found, out, n_boot=n_boot, seed=seed)
+    except StoreUnavailable as exc:
+        _fail(str(exc), 1)
+    except StoreError as exc:
+        _fail(str(exc))
+    screen = console()
+    screen.print(rich_table(tables["runs"], f"{len(found)} runs"))
+    if "summary" in tables:
+        cols = ["run_id", "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "rank_base",
+                "rank_score", "rank_lc"]
+        screen.print(rich_table(tables["summary"].select(cols).with_columns(
+            pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)),
+            "LongScore per run (LC in %, averaged over long lengths; 95% bootstrap CI)"))
+    if "categories" in tables:
+        wide = tables["categories"].with_columns(
+            cell=pl.format("{}% [{}, {}]", *(pl.col(c).mul(100).round(1) for c in ("share", "share_lo", "share_hi"))))
+        wide = wide.pivot("category", index=["run_id", "model", "task", "subset", "n_problems"], values="cell")
+        screen.print(rich_table(wide, "DOLCE category shares per run (95% Wilson interval over problems)"))
+        from raylc.dolce.report import print_legend
+
+        print_legend(screen)
+        if tables["agreement"].height:
+            screen.print(rich_table(tables["agreement"].select(
+                "run_a", "run_b", "task", "subset", "n_problems", "rho_lam", "rho_k", "category_agreement").with_columns(
+                pl.col("rho_lam", "rho_k", "category_agreement").round(3)), "Agreement between runs (Spearman, DOLCE Section 6)"))
+    typer.echo(f"tables and figures -> {out}", err=True)
 
 
 def _with_fit_options(command: Callable[..., None]) -> Callable[..., None]:

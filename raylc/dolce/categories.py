@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CATEGORIES", "assign_categories", "category_thresholds"]
+__all__ = ["CATEGORIES", "CATEGORY_LEGEND", "assign_categories", "category_thresholds"]
 
 CATEGORIES = ("I", "II", "III", "IV", "V")
+#: One line per category (Figure 1; :func:`assign_categories`), printed under category tables.
+CATEGORY_LEGEND = (
+    "I    lambda = 0: answered without the context (closed-book)",
+    "II   lambda <= lambda_p, k > k_p: a short span suffices and it recurs (redundant retrieval)",
+    "III  lambda <= lambda_p, k <= k_p: a short span suffices, found in few places (retrieval)",
+    "IV   lambda_p < lambda <= lambda_q: a longer stretch of the context is needed",
+    "V    lambda > lambda_q: no partial observation suffices (holistic understanding)",
+)
 
 
 def category_thresholds(ladder) -> tuple[int, int]:

@@ -23,7 +23,8 @@ from raylc.io.figures import pyplot, save_figure
 
 plt = pyplot()
 
-__all__ = ["CATEGORY_COLORS", "exponential_ticks", "plot_categories", "plot_lambda_k", "plot_sensitivity"]
+__all__ = ["CATEGORY_COLORS", "exponential_ticks", "plot_categories", "plot_category_shares_by_run", "plot_lambda_k",
+           "plot_sensitivity"]
 
 #: One colour per category I .. V (retrieval-focused III in green, holistic V in red).
 CATEGORY_COLORS = {"I": "#9e9e9e", "II": "#80b1d3", "III": "#4daf4a", "IV": "#fdb462", "V": "#e41a1c"}
@@ -79,6 +80,8 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
     for ax, scen in zip(axes[:, 0], scenarios):
         part = category_bar_order(df, scen)
         labels = [_label(t, s) for t, s in zip(part["task"], part["subset"])]
+        if "n_problems" in part.columns:  # n on every bar: a bar of one problem is not a 100% share
+            labels = [f"{lab} (n={n})" for lab, n in zip(labels, part["n_problems"])]
         y = np.arange(part.height)
         left = np.zeros(part.height)
         for c in CATEGORIES:
@@ -94,6 +97,47 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
         ax.set_xlabel("problems (%)")
         ax.set_title(f"{scen} scenario: sorted by Categories III-V", fontsize=9)
     fig.legend(*axes[0, 0].get_legend_handles_labels(), ncol=5, fontsize=7, loc="outside upper center", frameon=False)
+    return save_figure(fig, path)
+
+
+def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
+    """Category shares with 95% intervals per run, one panel per (task, subset): for each
+    category I-V a bar per run in its model's colour (:func:`raylc.io.figures.model_colors`),
+    error bars from ``share_lo``/``share_hi``, n in the legend. ``shares``: the ``categories``
+    table of :func:`raylc.compare.category_shares`."""
+    from raylc.io.figures import model_colors
+
+    df = _checked(shares, "shares", ["run_id", "model", "task", "subset", "category", "n_problems", "share",
+                                     "share_lo", "share_hi"])
+    groups = df.select("task", "subset").unique(maintain_order=True).sort("task", "subset")
+    runs = df.select("run_id", "model").unique(maintain_order=True).sort("run_id")
+    colors = model_colors(runs["model"])
+    cols = min(groups.height, 3)
+    rows = -(-groups.height // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    width = 0.8 / max(runs.height, 1)
+    x = np.arange(len(CATEGORIES))
+    for ax, (task, subset) in zip(axes.flat, groups.iter_rows()):
+        part = df.filter((pl.col("task") == task) & (pl.col("subset") == subset))
+        for i, (run_id, model) in enumerate(runs.iter_rows()):
+            r = part.filter(pl.col("run_id") == run_id)
+            if not r.height:
+                continue
+            r = r.with_columns(pl.col("category").replace_strict({c: j for j, c in enumerate(CATEGORIES)},
+                                                                 return_dtype=pl.Int64).alias("pos")).sort("pos")
+            share = 100 * r["share"].to_numpy()
+            err = np.vstack([share - 100 * r["share_lo"].to_numpy(), 100 * r["share_hi"].to_numpy() - share])
+            hatch = "//" if list(runs["model"]).count(model) > 1 and i % 2 else None
+            ax.bar(x[r["pos"].to_numpy()] - 0.4 + width * (i + 0.5), share, width, yerr=err, capsize=2,
+                   color=colors[model], hatch=hatch, edgecolor="white", linewidth=0.4,
+                   label=f"{run_id} ({model}), n={int(r['n_problems'][0])}")
+        ax.set_xticks(x, [f"Cat. {c}" for c in CATEGORIES], fontsize=8)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("problems (%), 95% Wilson interval", fontsize=8)
+        ax.set_title(_label(task, subset), fontsize=9)
+        ax.legend(fontsize=6, frameon=False)
+    for ax in list(axes.flat)[groups.height:]:
+        ax.axis("off")
     return save_figure(fig, path)
 
 

@@ -8,6 +8,7 @@ import polars as pl
 from rich.console import Console
 
 from raylc.dolce import CATEGORIES
+from raylc.dolce.categories import CATEGORY_LEGEND
 from raylc.io.figures import png_bytes
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
@@ -47,9 +48,17 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def print_legend(console: Console) -> None:
+    """The categories' legend (:data:`raylc.dolce.categories.CATEGORY_LEGEND`) under a table."""
+    console.print("Categories (DOLCE Figure 1; lambda_p = k_p: the first tertile of the task's observation "
+                  "lengths; lambda_q: the problem's longest partial observation):\n  " + "\n  ".join(CATEGORY_LEGEND),
+                  highlight=False)
+
+
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or screen()
     console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
+    print_legend(console)
     if "recovery" in tables:
         console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
 

@@ -20,6 +20,18 @@ def pyplot() -> Any:
     return plt
 
 
+#: Colour-blind-safe colours for models: Okabe & Ito (2008), black last; then Paul Tol's muted scheme.
+MODEL_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+                 "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
+
+
+def model_colors(models: Any) -> dict[str, str]:
+    """One colour per model name, from :data:`MODEL_PALETTE` in sorted-name order: the same
+    model has the same colour in every figure drawn from one set of models."""
+    names = sorted({str(m) for m in models})
+    return {m: MODEL_PALETTE[i % len(MODEL_PALETTE)] for i, m in enumerate(names)}
+
+
 def save_figure(fig: Any, path: str | Path, title: Optional[str] = None, tight: bool = False) -> Path:
     """Write ``fig`` as a PNG at ``path`` (folders created) and close it; returns the path."""
     if title:

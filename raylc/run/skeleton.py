@@ -534,6 +534,7 @@ def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log:
                 opened.manifest["overrides"] = dict(overrides or {})  # this invocation's (``--set``, ``--store``, ``--seed``)
                 opened.log = log
                 stages = [Stage(*stage) for stage in evaluation.stages(job)]
+                opened.manifest["plan"] = [stage.name for stage in stages]  # the stages to come (raylc status)
                 opened.built = prebuild(job, evaluation, opened, stages[0])
                 opened.acquire()
             except StoreUnavailable as exc:

@@ -30,15 +30,9 @@ def _when(value: Any) -> Optional[float]:
 
 
 def _stage_names(manifest: dict[str, Any]) -> list[str]:
-    """The job's stages in order (from its evaluation), else those the manifest names."""
-    from raylc.evaluate import evaluation_for
-    from raylc.spec import JobSpecError, parse_job
-
-    try:
-        job = parse_job(manifest.get("job"), "manifest.json")
-        return [stage[0] for stage in evaluation_for(job).stages(job)]
-    except (JobSpecError, KeyError, TypeError, ValueError):
-        return list(manifest.get("stages", {}))
+    """The run's stages in order: its plan (written when the run opens), else those it names."""
+    names = list(manifest.get("plan") or [])
+    return names + [name for name in manifest.get("stages", {}) if name not in names]
 
 
 def stage_states(manifest: dict[str, Any], alive: bool) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from raylc.io.figures import pyplot, save_figure
+from raylc.io.figures import model_colors, pyplot, save_figure
 
 
 def _length_label(tokens: int) -> str:
@@ -73,8 +73,7 @@ def plot_score_vs_length(
                            on=["task", "length"], how="left")
     names = _tasks(cells, tasks)
     plt, fig, axes = _grid(len(names))
-    models = sorted(cells["model"].unique().to_list())
-    colors = {m: plt.get_cmap("tab10" if len(models) <= 10 else "tab20")(i % 20) for i, m in enumerate(models)}
+    colors = model_colors(cells["model"].unique())
     for ax, task in zip(axes, names):
         sub = cells.filter(pl.col("task") == task).sort("length")
         for (model,), line in sub.group_by("model", maintain_order=True):
@@ -82,7 +81,7 @@ def plot_score_vs_length(
         if "is_base" in sub.columns:
             base = sub.filter(pl.col("is_base"))["length"]
             if base.len():
-                ax.axvspan(base.min() / 2**0.25, base.max() * 2**0.25, color="0.9", zorder=0, label="_base")
+                ax.axvspan(base.min() / 2**0.25, base.max() * 2**0.25, color="0.9", zorder=0, label="base lengths")
         _length_axis(ax, sorted(sub["length"].unique().to_list()))
         ax.set_title(task)
         ax.set_ylabel(value)
@@ -100,20 +99,18 @@ def plot_longscore_vs_length(
 ) -> Path:
     """LongScore ``LC_l`` (percent) against length per model (100-LongBench Figure 7).
 
-    Darker lines mark stronger Base Ability within each task, as in the paper; bootstrap intervals
-    (``lc_lo``, ``lc_hi``) are drawn as bands. Only long lengths unless ``include_base``.
+    One colour per model (:func:`raylc.io.figures.model_colors`, as in the score figure; the
+    paper shades by Base Ability instead); bootstrap intervals (``lc_lo``, ``lc_hi``) are drawn
+    as bands. Only long lengths unless ``include_base``.
     """
     frame = per_length if include_base or "is_base" not in per_length.columns else per_length.filter(~pl.col("is_base"))
     names = _tasks(frame, tasks)
     plt, fig, axes = _grid(len(names))
-    cmap = plt.get_cmap("Blues")
+    colors = model_colors(per_length["model"].unique())
     for ax, task in zip(axes, names):
         sub = frame.filter(pl.col("task") == task).sort("length")
-        bases = sub.group_by("model").agg(pl.col("base").first()).sort("base", nulls_last=False)
-        n = max(bases.height - 1, 1)
-        shade = {m: 0.35 + 0.6 * i / n for i, m in enumerate(bases["model"])}
         for (model,), line in sub.group_by("model", maintain_order=True):
-            color = cmap(shade[model])
+            color = colors[model]
             ax.plot(line["length"], line["lc"], marker="o", ms=3, color=color, label=model)
             if "lc_lo" in line.columns and line["lc_lo"].null_count() < line.height:
                 ok = line.filter(pl.col("lc_lo").is_not_null())

@@ -44,6 +44,8 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
     if lc_input is not None and lc_input["length"].is_in(base).any() and (~lc_input["length"].is_in(base)).any():
         result = longscore(lc_input, base, n_boot=n_boot, seed=job.seed, mapper=run.mapper())
+        result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns else frame
+                  for name, frame in result.items()}  # every summary table names its run (raylc compare)
         tables.update(result)
         write_longscore_result(result, store)
         cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "warning"]
@@ -64,14 +66,14 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
 def write_longscore_result(result: dict[str, pl.DataFrame], store: Store) -> None:
     """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root. The
     figures are drawn first: a plotting failure leaves nothing half-written."""
-    figures = _figures(result)
+    figures = longscore_figures(result)
     for name, frame in result.items():
         store.write_table(frame, f"{name}.parquet")
     for name, data in figures.items():
         store.write_bytes(data, name)
 
 
-def _figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:
+def longscore_figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:
     """The PNG figures of a LongScore result, by file name."""
     from raylc.sweep.plots import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
 

@@ -59,8 +59,8 @@ def _kill_during_inference(job_file: Path, store: Path, address: str, kills: int
 
 def _check_status(store: Path, before: int, stored: int) -> None:
     """`raylc status` on the killed run (issue 18): infer interrupted, with the requests stored
-    (counted at each shard: at most the shards on disk, at least what the attempt started with)
-    against planned (every span: what was stored before plus what the attempt had to run)."""
+    (counted at each shard: at most the shards on disk; for DOLCE at least what the attempt
+    started with) against planned (for DOLCE every span: stored before plus the attempt's)."""
     from typer.testing import CliRunner
 
     from raylc.cli import app
@@ -68,11 +68,15 @@ def _check_status(store: Path, before: int, stored: int) -> None:
 
     st = run_status(Store(str(store)), "k")
     assert st["state"] == "interrupted" and st["stages"]["infer"] == "interrupted"
-    assert {k: v for k, v in st["stages"].items() if k not in ("infer", "build", "sample")} == {
-        "score": "pending", "fit": "pending", "report": "pending"}
+    names = list(st["stages"])
+    after = names[names.index("infer") + 1:]
+    assert after and all(st["stages"][n] == "pending" for n in after)
+    assert all(st["stages"][n] == "done" for n in names[:names.index("infer")])
     progress = st["infer"]
-    assert before <= progress["stored"] <= stored < progress["planned"]
-    assert progress["planned"] == pl.read_parquet(store / "k" / "sample" / "spans.parquet").height
+    assert progress["stored"] <= min(stored, progress["planned"])
+    spans = store / "k" / "sample" / "spans.parquet"
+    if spans.exists():  # DOLCE: one request per span (a length sweep counts each of its rounds in turn)
+        assert before <= progress["stored"] and progress["planned"] == pl.read_parquet(spans).height > stored
     out = CliRunner().invoke(app, ["status", str(store / "k")])
     assert out.exit_code == 0, out.output
     assert f"stored {progress['stored']:,} of {progress['planned']:,} requests" in out.output
@@ -145,8 +149,8 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(store / "k" / rel).equals(clean.read(rel)), rel
     # the bootstrap's float sums may differ in the last bits between any two runs
-    assert_frame_equal(pl.read_parquet(store / "k" / "report" / "summary.parquet"), clean.read("report/summary.parquet"),
-                       rel_tol=1e-9)
+    assert_frame_equal(pl.read_parquet(store / "k" / "report" / "summary.parquet").drop("run_id"),
+                       clean.read("report/summary.parquet").drop("run_id"), rel_tol=1e-9)
 
 
 # --- the checkpoint functions themselves (no Ray) ---------------------------------------------

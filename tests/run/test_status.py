@@ -26,7 +26,7 @@ STAGES = ["build", "sample", "infer", "score", "fit", "report"]  # the quickstar
 
 def _manifest(stages: dict, **extra) -> dict:
     job = load_job(ROOT / "jobs" / "quickstart.yaml")
-    return {"run_id": "r", "job": job.resolved(), "stages": stages, "created_at": "2026-11-24T10:00:00+00:00",
+    return {"run_id": "r", "job": job.resolved(), "plan": STAGES, "stages": stages, "created_at": "2026-11-24T10:00:00+00:00",
             "updated_at": "2026-11-24T10:05:00+00:00", **extra}
 
 
@@ -72,6 +72,13 @@ def test_a_running_run_has_an_eta(tmp_path):
     st = run_status(store, "r", now=1061.0)
     assert st["state"] == "running" and st["stages"]["infer"] == "running"
     assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s
+
+
+def test_a_manifest_without_a_plan_lists_the_stages_it_names(tmp_path):
+    manifest = {k: v for k, v in _manifest({"build": {"status": "done"}, "sample": {"status": "running"}}).items()
+                if k != "plan"}
+    st = run_status(_write(tmp_path, "r", manifest), "r")
+    assert st["stages"] == {"build": "done", "sample": "interrupted"} and st["infer"] is None
 
 
 def test_no_lock_means_no_process(tmp_path):

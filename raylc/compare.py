@@ -1,0 +1,314 @@
+"""Finished runs side by side (``raylc compare``), and LongScore of score tables and runs
+(``raylc longscore``).
+
+A run is ``<store>/<run_id>`` (local or s3://), named directly or by a glob on its last
+segment (``runs/helmet-*``, ``s3://bucket/runs/q*``). From the length-controlled runs come
+their kept scores, relabelled so that LongScore (:func:`raylc.sweep.longscore.longscore`) ranks
+runs, not only models: two runs of one model stay two rows. From the DOLCE runs come the
+category shares per task with 95% Wilson intervals over the problems, and, for every pair of
+DOLCE runs over the same problems, the agreement of Section 6 (Spearman's rho of lambda and k,
+:func:`raylc.dolce.compare.compare_fits`). Every table carries ``run_id`` and ``model`` (the
+probe's model; ``simulated`` for the simulated probe).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import itertools
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import polars as pl
+
+from raylc.dolce.categories import CATEGORIES
+from raylc.io.figures import png_bytes
+from raylc.io.parallel import Mapper
+from raylc.io.store import Store, StoreError, read_input
+from raylc.run.skeleton import MANIFEST
+from raylc.spec import Job, JobSpecError, parse_job
+from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, task_correlation
+from raylc.sweep.report import longscore_figures, write_longscore_result
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A finished run: its store, id, manifest and job."""
+
+    store: Store
+    run_id: str
+    job: Job
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri(self.run_id)
+
+    @property
+    def model(self) -> str:
+        return self.job.model_name()
+
+    def read(self, rel: str) -> pl.DataFrame:
+        return self.store.read_table(self.run_id, *rel.split("/"))
+
+
+def _candidates(pattern: str) -> list[tuple[Store, str]]:
+    """(store, run id) pairs a pattern names: itself, or the folders its last segment matches."""
+    root, _, last = pattern.rstrip("/").rpartition("/")
+    store = Store(root or ".")
+    if not any(c in last for c in "*?["):
+        return [(store, last)]
+    if any(c in root for c in "*?[") and "://" not in root:  # a local glob with wildcards higher up
+        return [_candidates(path)[0] for path in sorted(glob.glob(pattern.rstrip("/")))]
+    return [(store, name) for name in store.folders() if fnmatch.fnmatchcase(name, last)]
+
+
+def find_runs(patterns: Sequence[str]) -> list[RunRef]:
+    """The finished runs the patterns name, in order, each once. A run named directly that is
+    missing or unfinished is a :class:`StoreError` (one line); a glob skips folders that are
+    not finished runs, and matching none is an error."""
+    runs: list[RunRef] = []
+    seen: set[str] = set()
+    for pattern in patterns:
+        found = _candidates(pattern)
+        direct = len(found) == 1 and not any(c in pattern for c in "*?[")
+        kept = 0
+        for store, run_id in found:
+            ref = _finished_run(store, run_id, strict=direct)
+            if ref is None:
+                continue
+            kept += 1
+            if ref.uri not in seen:
+                seen.add(ref.uri)
+                runs.append(ref)
+        if not direct and not kept:
+            raise StoreError(f"{pattern}: matches no finished raylc run")
+    return runs
+
+
+def _finished_run(store: Store, run_id: str, strict: bool) -> Optional[RunRef]:
+    manifest = store.read_json(run_id, MANIFEST)
+    uri = store.uri(run_id)
+    problem = None
+    if manifest is None:
+        problem = "not a raylc run (no manifest.json)"
+    else:
+        try:
+            job = parse_job(manifest.get("job"), f"{uri}/{MANIFEST}")
+        except JobSpecError as exc:
+            raise StoreError(str(exc)) from None
+        unfinished = [s for s, v in manifest.get("stages", {}).items() if v.get("status") != "done"]
+        if unfinished or not manifest.get("finished_at"):
+            problem = f"not finished (stage {unfinished[0] if unfinished else 'report'}; see `raylc status {uri}`)"
+    if problem is None:
+        return RunRef(store, run_id, job)
+    if strict:
+        raise StoreError(f"{uri}: {problem}")
+    return None
+
+
+def _labels(runs: Sequence[RunRef]) -> pl.DataFrame:
+    """A unique label per run (its id; with its store when two stores share an id)."""
+    ids = [r.run_id for r in runs]
+    labels = [r.run_id if ids.count(r.run_id) == 1 else r.uri for r in runs]
+    return pl.DataFrame({"label": labels, "run_id": ids, "model": [r.model for r in runs]},
+                        schema={"label": pl.String, "run_id": pl.String, "model": pl.String})
+
+
+def relabel(frame: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` keyed by run label in ``model`` -> ``run_id`` and ``model`` columns first."""
+    out = frame.rename({"model": "label"}).join(labels, on="label", how="left").drop("label")
+    return out.select("run_id", "model", *[c for c in out.columns if c not in ("run_id", "model")])
+
+
+def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
+    """The kept scores of the length-controlled runs as LongScore input (``model`` = the run's
+    label), the labels, and the base lengths they share (a :class:`StoreError` when they differ)."""
+    from raylc.sweep.stages import scores_for_longscore
+
+    sweep = [r for r in runs if r.job.suite.family == "sweep"]
+    labels = _labels(sweep)
+    frames, bases = [], set()
+    for ref, label in zip(sweep, labels["label"]):
+        scores = ref.read("score/scores.parquet")
+        frames.append(scores_for_longscore(scores.filter(pl.col("kept")), label, ref.job.suite.axis))
+        bases.add(tuple(ref.job.suite.longscore_base()))
+    if len(bases) > 1:
+        raise StoreError("the runs use different LongScore base lengths "
+                         f"({'; '.join(', '.join(map(str, b)) for b in sorted(bases))}): compare runs of one suite setting")
+    schema = {"model": pl.String, "task": pl.String, "length": pl.Int64, "sample_id": pl.String, "score": pl.Float64}
+    table = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=schema)
+    return table, labels, list(next(iter(bases), ()))
+
+
+def wilson(n: pl.Expr, total: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr]:
+    """Wilson score interval for a binomial share ``n / total`` (Wilson 1927)."""
+    p = n / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * (p * (1 - p) / total + z * z / (4 * total * total)).sqrt() / (1 + z * z / total)
+    # the ends are exactly 0 at n = 0 and 1 at n = N (rounding would leave 1e-17 off)
+    return (pl.when(n == 0).then(0.0).otherwise((centre - half).clip(lower_bound=0.0)),
+            pl.when(n == total).then(1.0).otherwise((centre + half).clip(upper_bound=1.0)))
+
+
+def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:
+    """Per DOLCE run, task and subset: each category's count, share and 95% Wilson interval
+    over the problems of that subset (the run's ``fits/problems.parquet``)."""
+    frames = []
+    for ref in runs:
+        if ref.job.suite.family != "dolce":
+            continue
+        problems = ref.read("fits/problems.parquet")
+        grid = problems.select("task", "subset", "scenario").unique().join(
+            pl.DataFrame({"category": list(CATEGORIES)}), how="cross")
+        counts = grid.join(problems.group_by("task", "subset", "category").agg(n=pl.len()),
+                           on=["task", "subset", "category"], how="left").with_columns(pl.col("n").fill_null(0))
+        counts = counts.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
+        lo, hi = wilson(pl.col("n"), pl.col("n_problems"))
+        frames.append(counts.with_columns(share=pl.col("n") / pl.col("n_problems"), share_lo=lo, share_hi=hi)
+                      .select(pl.lit(ref.run_id).alias("run_id"), pl.lit(ref.model).alias("model"), "task", "subset",
+                              "scenario", "category", pl.col("n").cast(pl.Int64), pl.col("n_problems").cast(pl.Int64),
+                              "share", "share_lo", "share_hi"))
+    schema = {"run_id": pl.String, "model": pl.String, "task": pl.String, "subset": pl.String, "scenario": pl.String,
+              "category": pl.String, "n": pl.Int64, "n_problems": pl.Int64, "share": pl.Float64,
+              "share_lo": pl.Float64, "share_hi": pl.Float64}
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    out = pl.concat(frames, how="vertical_relaxed")
+    return out.sort("run_id", "task", "subset", pl.col("category").replace_strict(order, return_dtype=pl.Int64))
+
+
+def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
+    """For every pair of DOLCE runs, per (task, subset) over the problems both fitted whose
+    question and units are the same (different probes, or settings, on one suite): Section 6's
+    metrics (Spearman's rho of lambda and k, median relative changes, category agreement,
+    KL of the noise), the first run as reference."""
+    from raylc.dolce.compare import COMPARE_SCHEMA, compare_fits
+
+    dolce = [r for r in runs if r.job.suite.family == "dolce"]
+    fits = {r.uri: (r.read("fits/problems.parquet"), r.read("fits/tasks.parquet")) for r in dolce}
+    content = {r.uri: _problem_content(r) for r in dolce}
+    rows = []
+    for a, b in itertools.combinations(dolce, 2):
+        same = content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner")
+        if not same.height:
+            continue
+        keep = [fits[a.uri][0].join(same, on=["task", "problem_id"], how="semi"),
+                fits[b.uri][0].join(same, on=["task", "problem_id"], how="semi")]
+        table = compare_fits(keep[0], fits[a.uri][1], keep[1], fits[b.uri][1])
+        if table.height:
+            rows.append(table.select(pl.lit(a.run_id).alias("run_a"), pl.lit(a.model).alias("model_a"),
+                                     pl.lit(b.run_id).alias("run_b"), pl.lit(b.model).alias("model_b"), pl.all()))
+    schema = {"run_a": pl.String, "model_a": pl.String, "run_b": pl.String, "model_b": pl.String, **COMPARE_SCHEMA}
+    return pl.concat(rows) if rows else pl.DataFrame(schema=schema)
+
+
+def _problem_content(ref: RunRef) -> pl.DataFrame:
+    """(task, problem_id, content): a hash of each problem's question and units, so that only
+    the same problems are matched across runs (one id may name other problems under another
+    seed or data file)."""
+    problems = ref.read("build/problems.parquet").select("task", "problem_id", "question", "units")
+    return problems.select("task", "problem_id", content=pl.struct("question", "units").hash())
+
+
+def runs_table(runs: Sequence[RunRef]) -> pl.DataFrame:
+    """One row per run: id, where, job, suite, model, seed, finished."""
+    return pl.DataFrame([{"run_id": r.run_id, "model": r.model, "uri": r.uri, "job": r.job.name,
+                          "suite": r.job.suite.kind, "seed": r.job.seed} for r in runs],
+                        schema={"run_id": pl.String, "model": pl.String, "uri": pl.String, "job": pl.String,
+                                "suite": pl.String, "seed": pl.Int64})
+
+
+def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: int = 200, seed: int = 0,
+                 mapper: Optional[Mapper] = None) -> dict[str, pl.DataFrame]:
+    """The leaderboard of ``runs`` under ``out_uri``: ``runs``, LongScore (``per_length``,
+    ``summary``: per run and task with CIs and the three rankings) for the length-controlled
+    runs, ``categories`` and ``agreement`` for the DOLCE runs, and figures. Nothing is written
+    when a table cannot be made."""
+    tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
+    figures: dict[str, bytes] = {}
+    scores, labels, base = length_scores(runs)
+    if scores.height and base:
+        try:
+            result = longscore(scores, base, n_boot=n_boot, seed=seed, mapper=mapper)
+        except ValueError as exc:
+            raise StoreError(f"LongScore of the runs: {exc}") from None
+        figures.update(longscore_figures(result))
+        tables.update({name: relabel(frame, labels) for name, frame in result.items()})
+    shares = category_shares(runs)
+    if shares.height:
+        from raylc.dolce.plots import plot_category_shares_by_run
+
+        tables["categories"] = shares
+        tables["agreement"] = probe_agreement(runs)
+        figures.update(png_bytes({"categories.png": lambda path: plot_category_shares_by_run(shares, path)}))
+    out = Store(out_uri)
+    for name, frame in tables.items():
+        out.write_table(frame, f"{name}.parquet")
+    for name, data in figures.items():
+        out.write_bytes(data, name)
+    return tables
+
+
+def run_longscore(
+    sources: str | Sequence[str],
+    out_uri: str,
+    base_lengths: Optional[Sequence[int]] = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    mapper: Optional[Mapper] = None,
+) -> dict[str, pl.DataFrame]:
+    """Read the scores of ``sources`` (score tables, and run folders or globs of them: a run's
+    kept scores, :func:`raylc.compare.length_scores`), compute LongScore, write ``per_length``,
+    ``summary``, ``correlation`` Parquet tables and PNG figures under ``out_uri`` (local or
+    s3://). Every table carries ``run_id`` (null for rows from a score table) and ``model``.
+    Per (model, task) aggregation is mapped by ``mapper`` (e.g. over Ray tasks; None: in
+    process). A table that :func:`raylc.sweep.longscore.validate_scores` refuses is a
+    :class:`StoreError` line naming the file, before anything is written."""
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    tables, run_patterns = [], []
+    for source in sources:
+        (run_patterns if is_run_source(source) else tables).append(source)
+    frames, labels = [], []
+    for uri in tables:
+        scores = read_input(uri)
+        missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
+        if missing:
+            hint = " (a run's own score table: pass the run folder instead)" if missing == ["model"] else ""
+            raise StoreError(f"{uri}: scores is missing columns {missing} (needed: model, task, length, score "
+                             f"[, sample_id]){hint}")
+        frames.append(scores)
+        labels.append(scores.select(pl.col("model").cast(pl.String).unique().alias("label")).with_columns(
+            run_id=pl.lit(None, pl.String), model=pl.col("label")))
+    if run_patterns:
+        run_scores, run_labels, run_base = length_scores(find_runs(run_patterns))
+        base_lengths = run_base if base_lengths is None and run_base else base_lengths
+        if not run_scores.height:
+            raise StoreError(f"{', '.join(run_patterns)}: no length-controlled run among them")
+        frames.append(run_scores)
+        labels.append(run_labels)
+    scores = pl.concat(frames, how="diagonal_relaxed")
+    base_lengths = DEFAULT_BASE_LENGTHS if base_lengths is None else base_lengths
+    where = ", ".join(sources)
+    try:
+        result = longscore(scores, base_lengths, n_boot=n_boot, seed=seed, mapper=mapper)
+    except ValueError as exc:
+        raise StoreError(f"{where}: {exc}") from None
+    if scores["model"].n_unique() >= 3 and scores["task"].n_unique() >= 2:
+        result["correlation"] = task_correlation(scores, by="task")
+    label_table = pl.concat(labels).unique("label", keep="first")
+    result = {name: relabel(frame, label_table) if name in ("per_length", "summary") else frame
+              for name, frame in result.items()}
+    write_longscore_result(result, Store(out_uri))
+    return result
+
+
+def is_run_source(source: str) -> bool:
+    """Whether ``source`` names runs (a glob, or a folder holding a manifest.json), not a table."""
+    last = source.rstrip("/").rpartition("/")[2]
+    if any(c in last for c in "*?["):
+        return True
+    root, _, name = source.rstrip("/").rpartition("/")
+    return Store(root or ".").exists(name, MANIFEST)
