@@ -172,3 +172,24 @@ def test_loader_errors_are_one_line_naming_file_record_and_field(tmp_path):
         load_longbench(str(tmp_path / "missing.jsonl"))
     with pytest.raises(LongBenchDataError, match="dataset 'qasper' of suite.datasets has no records"):
         build_longbench(_suite(datasets=["qasper"]), 0)
+
+
+@pytest.mark.ray
+def test_cli_run_of_the_shipped_job_reports_the_official_scores(ray_session, tmp_path):
+    from typer.testing import CliRunner
+
+    from raylc.cli import app
+
+    store = tmp_path / "store"
+    result = CliRunner().invoke(app, ["run", str(ROOT / "jobs" / "longbench.yaml"), "--store", str(store),
+                                      "--run-id", "lb", "--set", "ray.no_progress_timeout_s=300"])
+    assert result.exit_code == 0, result.output
+    scores = pl.read_parquet(store / "lb" / "score" / "scores.parquet").sort("record")
+    # the run's completions are the predictions the official eval.py scored (pred/simulated, README)
+    for (task,), group in scores.group_by("task", maintain_order=True):
+        shipped = (OFFICIAL / "pred" / "simulated" / f"{task}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert group["completion"].to_list() == [json.loads(line)["pred"] for line in shipped]
+    report = pl.read_parquet(store / "lb" / "report" / "longbench.parquet")
+    official = json.loads((OFFICIAL / "expected_result_simulated.json").read_text())
+    assert dict(zip(report["task"], report["score"])) == official
+    assert "## LongBench" in (store / "lb" / "report" / "summary.md").read_text()
