@@ -85,6 +85,18 @@ FIRST_LINE_DATASETS = ("trec", "triviaqa", "samsum", "lsht")
 NO_CHAT_DATASETS = ("trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p")
 DATASETS = tuple(DATASET_PROMPTS)
 FIELDS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
+#: DOLCE Table 4's unit spec (Table 3 letters) of the LongBench datasets it runs (multifieldqa
+#: as MultiFieldQA, passage_retrieval_en as PassageRetrieval); the five Chinese datasets, which
+#: DOLCE does not run, are raylc's choice by analogy: multifieldqa_zh as multifieldqa_en,
+#: dureader and passage_retrieval_zh in blocks, vcsum in lines, lsht's shots every two lines as trec
+DOLCE_UNITS: dict[str, str] = {
+    "narrativeqa": "b", "qasper": "ls", "multifieldqa_en": "ls", "hotpotqa": "b", "2wikimqa": "b", "musique": "b",
+    "gov_report": "s", "qmsum": "lt", "multi_news": "ls", "trec": "c", "triviaqa": "q", "samsum": "u",
+    "passage_count": "b", "passage_retrieval_en": "b", "lcc": "l", "repobench-p": "b",
+    "multifieldqa_zh": "ls", "dureader": "b", "vcsum": "l", "lsht": "c", "passage_retrieval_zh": "b",
+}
+#: the released fields the documents suite reads as ``task, id, question`` (:mod:`raylc.suites.documents`)
+DOCUMENT_FIELDS = {"dataset": "task", "_id": "id", "input": "question"}
 #: LongBench-E's length buckets (``eval.py`` ``scorer_e``) of the record's ``length``
 LENGTH_CLASSES = ("0-4k", "4-8k", "8k+")
 

@@ -174,6 +174,24 @@ def test_loader_errors_are_one_line_naming_file_record_and_field(tmp_path):
         build_longbench(_suite(datasets=["qasper"]), 0)
 
 
+
+def test_documents_suite_reads_the_released_format_with_dolce_table_4_units():
+    from raylc.suites.documents import DocumentsSuite, build_documents
+    from raylc.suites.longbench import DOLCE_UNITS
+
+    problems = build_documents(DocumentsSuite(kind="documents", data=str(FIXTURE), task_units={"lcc": "b"}), 0)
+    records = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+    assert problems["problem_id"].to_list() == [r["_id"] for r in records]
+    assert problems["task"].to_list() == [r["dataset"] for r in records]
+    assert problems["question"].to_list() == [r["input"] for r in records]
+    assert problems["answers"].to_list() == [r["answers"] for r in records]
+    specs = dict(problems.select("task", "unit_spec").unique().iter_rows())
+    assert specs == {**{t: DOLCE_UNITS[t] for t in specs}, "lcc": "b"}  # Table 4's unit unless the job names one
+    assert (DOLCE_UNITS["hotpotqa"], DOLCE_UNITS["trec"], DOLCE_UNITS["triviaqa"], DOLCE_UNITS["samsum"]) == ("b", "c", "q", "u")
+    hotpot = problems.filter(pl.col("task") == "hotpotqa").row(0, named=True)
+    assert hotpot["L"] == 3 and hotpot["units"][1].startswith("Passage 2:")  # blank-line blocks: the three passages
+
+
 @pytest.mark.ray
 def test_cli_run_of_the_shipped_job_reports_the_official_scores(ray_session, tmp_path):
     from typer.testing import CliRunner
