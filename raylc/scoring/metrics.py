@@ -11,13 +11,19 @@ list of strings) and returns a ``Float64`` Series with one score per row:
 * a row without any reference (null or empty list) scores null.
 
 The pairwise work runs on a long (row, reference) frame with polars kernels; ROUGE goes through
-the ``rouge-score`` package and edit similarity through ``rapidfuzz.process.cpdist``.
+the ``rouge-score`` package and edit similarity through ``rapidfuzz.process.cpdist``. LongBench
+v1's own metrics (``LongBench/metrics.py``) are restated below: its ROUGE-L through the ``rouge``
+package it uses, its Chinese words through ``jieba``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import string
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -30,16 +36,24 @@ from raylc.scoring.extract import PY_WHITESPACE, code_line
 __all__ = [
     "METRICS",
     "accuracy",
+    "classification",
+    "count_score",
     "edit_sim",
     "exact_match",
     "f1",
     "match_part",
     "ndcg",
     "normalize_squad",
+    "normalize_zh",
     "parse_rankings",
+    "qa_f1_zh",
     "recall",
+    "retrieval",
+    "retrieval_zh",
     "rouge_l",
+    "rouge_longbench",
     "rouge_lsum",
+    "rouge_zh",
     "score_frame",
     "subem",
 ]
@@ -382,6 +396,152 @@ def ndcg(predictions: Predictions | pl.Series, qrels: Qrels, *, k: int = 10) -> 
 
 
 # --------------------------------------------------------------------------------------------- #
+# LongBench v1 metrics (THUDM/LongBench ``LongBench/metrics.py``)
+# --------------------------------------------------------------------------------------------- #
+
+#: the Chinese punctuation ``normalize_zh_answer`` deletes besides ``string.punctuation``
+#: (``LongBench/metrics.py``; the set ends with an ASCII period)
+ZH_PUNCTUATION = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿"
+                  "–—‘’‛“”„‟…‧﹏.")
+_ZH_DROP = frozenset(string.punctuation + ZH_PUNCTUATION)
+
+
+def _pairwise(predictions: Predictions, references: References, score: Callable[[str, str], float]) -> pl.Series:
+    """Max over references of ``score(pred, ref)``, a Python function called once per pair
+    (jieba and the ``rouge`` package work on Python strings)."""
+    rows, pairs = _pairs(predictions, references)
+    values = [float(score(p, r)) for p, r in zip(pairs["pred"].to_list(), pairs["ref"].to_list())]
+    return _reduce(rows, pairs.with_columns(score=pl.Series(values, dtype=pl.Float64)))
+
+
+@functools.lru_cache(maxsize=1)
+def _jieba() -> Any:
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # its dictionary-loading lines are not raylc's to print
+    return jieba
+
+
+def jieba_words(text: str) -> list[str]:
+    """``jieba.cut(text, cut_all=False)``: the precise mode LongBench segments Chinese with."""
+    return list(_jieba().cut(text, cut_all=False))
+
+
+def normalize_zh(text: str) -> str:
+    """LongBench ``normalize_zh_answer``: lower case, delete ``string.punctuation`` and
+    :data:`ZH_PUNCTUATION` characters, delete all whitespace."""
+    return "".join("".join(ch for ch in text.lower() if ch not in _ZH_DROP).split())
+
+
+def _counter_f1(pred: list[str], ref: list[str]) -> float:
+    """LongBench ``f1_score`` on token lists: Counter-intersection precision and recall, 0 when
+    nothing overlaps."""
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, rec = 1.0 * same / len(pred), 1.0 * same / len(ref)
+    return (2 * precision * rec) / (precision + rec)
+
+
+def _qa_f1_zh(pred: str, ref: str) -> float:
+    def tokens(text: str) -> list[str]:
+        return [t for t in (normalize_zh(w) for w in jieba_words(text)) if t]
+
+    return _counter_f1(tokens(pred), tokens(ref))
+
+
+def qa_f1_zh(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``qa_f1_zh_score`` (multifieldqa_zh): :func:`jieba_words`, each normalized by
+    :func:`normalize_zh`, empty ones dropped, then token F1; max over references."""
+    return _pairwise(predictions, references, _qa_f1_zh)
+
+
+def _rouge_package_l(pred: str, ref: str) -> float:
+    """LongBench ``rouge_score`` on one pair: ``Rouge().get_scores([pred], [ref], avg=True)``
+    of the ``rouge`` package (its default metrics, so its failures are LongBench's), the
+    ``rouge-l`` F; any exception (e.g. an empty hypothesis) scores 0, as LongBench's bare except."""
+    from rouge import Rouge
+
+    try:
+        return Rouge().get_scores([pred], [ref], avg=True)["rouge-l"]["f"]
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def rouge_longbench(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``rouge_score`` (gov_report, qmsum, multi_news, samsum): the ``rouge``
+    package's summary-level ROUGE-L F (sentences split at ".", case-sensitive whitespace
+    tokens, union LCS). :func:`rouge_l` (rouge-score: lower case, ``[a-z0-9]`` tokens, stems)
+    gives other numbers on most outputs, so LongBench's scores need this one. Max over references."""
+    return _pairwise(predictions, references, _rouge_package_l)
+
+
+def rouge_zh(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``rouge_zh_score`` (dureader, vcsum): both texts as :func:`jieba_words` joined by
+    spaces, then :func:`rouge_longbench`'s ROUGE-L; max over references."""
+    return _pairwise(predictions, references,
+                     lambda p, r: _rouge_package_l(" ".join(jieba_words(p)), " ".join(jieba_words(r))))
+
+
+def _number_share(predictions: Predictions, references: References, wanted: pl.Expr) -> pl.Series:
+    """Max over references of the share of the prediction's ``\\d+`` runs equal (as strings) to
+    ``wanted`` (an expression of ``ref``); 0 when the prediction has no number or ``wanted`` is
+    null. Rust's ``\\d`` is Unicode ``Nd``, as Python's ``re`` on ``str``."""
+    rows, pairs = _pairs(predictions, references)
+    pairs = pairs.with_row_index("_pair").with_columns(_want=wanted, _num=pl.col("pred").str.extract_all(r"\d+"))
+    hits = (pairs.select("_pair", "_want", "_num").explode("_num").group_by("_pair")
+            .agg(right=(pl.col("_num") == pl.col("_want")).fill_null(False).sum(), total=pl.col("_num").count()))
+    scored = pairs.join(hits, on="_pair", how="left").with_columns(
+        score=pl.when(pl.col("total") > 0).then(pl.col("right") / pl.col("total")).otherwise(0.0))
+    return _reduce(rows, scored)
+
+
+def count_score(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``count_score`` (passage_count): of the numbers (``\\d+`` runs) in the
+    prediction, the share equal to the reference ("05" is not "5"); 0 without numbers."""
+    return _number_share(predictions, references, pl.col("ref"))
+
+
+def retrieval(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``retrieval_score`` (passage_retrieval_en): :func:`count_score` against the
+    number after the reference's first "Paragraph " ("Paragraph 12" -> "12"). A reference
+    without one scores 0 (LongBench raises an IndexError)."""
+    return _number_share(predictions, references, pl.col("ref").str.extract(r"Paragraph (\d+)", 1))
+
+
+def retrieval_zh(predictions: Predictions, references: References) -> pl.Series:
+    """LongBench ``retrieval_zh_score`` (passage_retrieval_zh): as :func:`retrieval`, after "段落"."""
+    return _number_share(predictions, references, pl.col("ref").str.extract(r"段落(\d+)", 1))
+
+
+def _classification(pred: str, ref: str, classes: Sequence[str]) -> float:
+    """LongBench ``classification_score`` on one pair, its list quirk included: the classes
+    found in ``pred`` (in ``all_classes`` order); then, walking that list by index while
+    removing (``list.remove``, the first equal item) each one that is a proper substring of
+    ``ref``, so the item after a removed one is never looked at; 1 / (what is left) if ``ref``
+    is left, else 0."""
+    found = [c for c in classes if c in pred]
+    i = 0
+    while i < len(found):  # a Python list iterator: by index, re-reading the length each step
+        term = found[i]
+        if term in ref and term != ref:
+            found.remove(term)
+        i += 1
+    return 1.0 / len(found) if ref in found else 0.0
+
+
+def classification(predictions: Predictions, references: References, all_classes: References) -> pl.Series:
+    """LongBench ``classification_score`` (trec, lsht) with the row's ``all_classes``; max over
+    references. A row without classes scores 0 (no class is found)."""
+    preds = _as_predictions(predictions)
+    classes = _as_references(all_classes, len(preds))
+    rows, pairs = _pairs(preds, references)
+    per_row = classes.to_list()
+    values = [_classification(p, r, per_row[i] or []) for i, p, r in pairs.select("_row", "pred", "ref").iter_rows()]
+    return _reduce(rows, pairs.with_columns(score=pl.Series(values, dtype=pl.Float64)))
+
+
+# --------------------------------------------------------------------------------------------- #
 # registry
 # --------------------------------------------------------------------------------------------- #
 
@@ -430,9 +590,16 @@ METRICS: dict[str, Callable[..., pl.Series]] = {
     "recall": recall,
     "match_part": match_part,
     "candidate_accuracy": candidate_accuracy,
+    "qa_f1_zh": qa_f1_zh,
+    "rouge_longbench": rouge_longbench,
+    "rouge_zh": rouge_zh,
+    "classification": classification,
+    "retrieval": retrieval,
+    "retrieval_zh": retrieval_zh,
+    "count": count_score,
 }
 # metrics that read further columns of the scored frame, passed as keyword arguments
-METRIC_COLUMNS: dict[str, tuple[str, ...]] = {"candidate_accuracy": ("candidates",)}
+METRIC_COLUMNS: dict[str, tuple[str, ...]] = {"candidate_accuracy": ("candidates",), "classification": ("all_classes",)}
 
 
 def score_frame(

@@ -19,7 +19,11 @@ Rows are numbered from 1 in file order. A bad file raises :class:`DocumentsError
 line naming the file, the row and the field (missing field, empty context, duplicate id,
 malformed choices, a task name that is not a safe path segment (:mod:`raylc.io.names`: tasks
 name the ``infer/task=<task>/`` folders) or that differs from another only in case, a task
-whose every context is a single unit). Other columns are ignored.
+whose every context is a single unit). Other columns are ignored. A file in LongBench v1's
+released format (``input, context, answers, length, dataset, language, all_classes, _id``) is
+read with ``dataset`` as the task, ``_id`` as the id and ``input`` as the question, and each
+dataset's contexts split by DOLCE Table 4's unit spec
+(:data:`raylc.suites.longbench.DOLCE_UNITS`) unless ``task_units`` names another.
 """
 
 from __future__ import annotations
@@ -155,10 +159,22 @@ def read_contexts(uri: str, task_field: str = "task", context_field: str = "cont
     return frame.select(pl.col(task_field).alias("task"), pl.col(context_field).alias("context"))
 
 
+def is_longbench(frame: pl.DataFrame) -> bool:
+    """A file in LongBench v1's released format (``dataset, _id, input`` and no ``task``)."""
+    from raylc.suites.longbench import DOCUMENT_FIELDS
+
+    return "task" not in frame.columns and all(c in frame.columns for c in DOCUMENT_FIELDS)
+
+
 def read_documents(uri: str) -> pl.DataFrame:
     """The validated problems of a documents file (see the module docstring):
-    ``task, problem_id, context, question, answer, answers, choices`` in file order."""
+    ``task, problem_id, context, question, answer, answers, choices`` in file order. A file in
+    LongBench v1's released format is read with ``dataset, _id, input`` as ``task, id, question``."""
+    from raylc.suites.longbench import DOCUMENT_FIELDS
+
     frame = _read(uri)
+    if is_longbench(frame):
+        frame = frame.drop([c for c in DOCUMENT_FIELDS.values() if c in frame.columns]).rename(DOCUMENT_FIELDS)
     frame = _check_text(frame, uri, "id")
     frame = _check_text(frame, uri, "task")
     frame = _check_text(frame, uri, "context", "empty")
@@ -278,7 +294,13 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     (``document`` is the context, after the spec's ``r`` rewrite if any). ``template`` is the
     prompt template of :mod:`raylc.text.prompts`; ``seed`` draws the ``problems_per_task`` sample.
     """
-    frame = read_documents(suite.data_path(suite.data))
+    uri = suite.data_path(suite.data)
+    frame = read_documents(uri)
+    task_units = suite.task_units
+    if is_longbench(_read(uri)):  # DOLCE Table 4's units for LongBench's datasets, unless the job sets them
+        from raylc.suites.longbench import DOLCE_UNITS
+
+        task_units = {**DOLCE_UNITS, **suite.task_units}
     if suite.tasks is not None:
         missing = sorted(set(suite.tasks) - set(frame["task"].unique().to_list()))
         if missing:
@@ -286,7 +308,7 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
                                  f"(tasks: {', '.join(sorted(frame['task'].unique().to_list()))})")
         frame = frame.filter(pl.col("task").is_in(suite.tasks))
     frame = _sample(frame, suite.problems_per_task, seed)
-    specs = frame.select(pl.col("task").replace_strict(suite.task_units, default=suite.units, return_dtype=pl.String))
+    specs = frame.select(pl.col("task").replace_strict(task_units, default=suite.units, return_dtype=pl.String))
     named = pl.col("task").replace_strict(suite.task_templates, default=suite.template, return_dtype=pl.String)
     auto = pl.when(pl.col("choices").is_not_null()).then(pl.lit("choice")).otherwise(pl.lit("qa"))
     frame = frame.with_columns(template=pl.when(named == AUTO).then(auto).otherwise(named), unit_spec=specs.to_series())

@@ -118,13 +118,21 @@ def _records(uri: str, data: bytes) -> list[tuple[str, Any]]:
         raise LongBenchV2DataError(str(exc)) from None
 
 
-def _check(uri: str, where: str, rec: Any) -> dict[str, str]:
+def located(uri: str, where: str, rec: Any, fields: Sequence[str], error: type[ValueError]) -> str:
+    """``where`` with the record's ``_id`` for messages; ``error`` (one line naming ``uri``) when
+    ``rec`` is not a JSON object or lacks one of ``fields`` (LongBench v1 and v2 records)."""
     if not isinstance(rec, dict):
-        raise LongBenchV2DataError(f"{uri}: {where}: expected a JSON object, got {type(rec).__name__}")
+        raise error(f"{uri}: {where}: expected a JSON object, got {type(rec).__name__}")
     where = f"{where} (_id={rec['_id']!r})" if isinstance(rec.get("_id"), str) else where
+    missing = next((f for f in fields if f not in rec), None)
+    if missing is not None:
+        raise error(f"{uri}: {where}: missing field {missing!r}")
+    return where
+
+
+def _check(uri: str, where: str, rec: Any) -> dict[str, str]:
+    where = located(uri, where, rec, FIELDS, LongBenchV2DataError)
     for field in FIELDS:
-        if field not in rec:
-            raise LongBenchV2DataError(f"{uri}: {where}: missing field {field!r}")
         if not isinstance(rec[field], str):
             raise LongBenchV2DataError(
                 f"{uri}: {where}: field {field!r} must be a string, got {type(rec[field]).__name__}")

@@ -104,3 +104,22 @@ def fit_to_window(
     raise PromptTooLong(
         f"instruction and question alone need {fixed} tokens + {budget} > max_model_len {max_model_len}"
     )
+
+
+def truncate_prompt_middle(head: str, context: str, tail: str, tokenizer: Tokenizer,
+                           max_length: int) -> tuple[str, str, str]:
+    """LongBench v1 ``pred.py``: a prompt of more than ``max_length`` tokens becomes
+    ``decode(ids[:half]) + decode(ids[-half:])`` with ``half = max_length // 2`` (its
+    ``int(max_length/2)``): the *whole* prompt is cut, each half decoded on its own, and nothing
+    is re-counted. Returned as ``(head, context, tail)`` again when the cut prompt still starts
+    with ``head`` and ends with ``tail`` (the cut fell inside the context, the usual case),
+    else as ``("", cut prompt, "")``. raylc's tokenizers add no special tokens; ``pred.py``'s
+    Hugging Face call adds a model's BOS, which then takes one of the first half's tokens."""
+    ids = tokenizer.encode(head + context + tail)
+    if len(ids) <= max_length:
+        return head, context, tail
+    half = max_length // 2
+    cut = tokenizer.decode(ids[:half]) + tokenizer.decode(ids[len(ids) - half:])
+    if cut.startswith(head) and cut.endswith(tail) and len(cut) >= len(head) + len(tail):
+        return head, cut[len(head):len(cut) - len(tail)], tail
+    return "", cut, ""
