@@ -259,25 +259,37 @@ def rouge_lsum(predictions: Predictions, references: References, *, use_stemmer:
 
 
 def edit_sim(predictions: Predictions, references: References, *, first_code_line: bool = True,
-             integer_percent: bool = True) -> pl.Series:
+             integer_percent: bool = True, matcher: str = "difflib") -> pl.Series:
     """Edit similarity, LongBench ``code_sim_score`` (``LongBench/metrics.py``): fuzzywuzzy's
     ``fuzz.ratio(pred, ref) / 100``. fuzzywuzzy (``fuzzywuzzy/fuzz.py:ratio``) returns 100 for
-    equal strings (two empty ones included), 0 when one is empty, else the InDel similarity
-    ``(|pred| + |ref| - d) / (|pred| + |ref|)`` (python-Levenshtein's ``ratio``; ``d`` the
-    insert/delete distance) as an integer percent, rounded half to even (``utils.intr``:
-    ``int(round(100 r))``); ``integer_percent=False`` keeps the unrounded fraction. With
-    ``first_code_line`` (default, as LongBench) the prediction is first reduced to its first
-    line without ``` ` ```/``#``/``//`` (:func:`~raylc.scoring.extract.code_line`), or the
-    empty string when there is none."""
+    equal strings (two empty ones included), 0 when one is empty, else its ``SequenceMatcher``'s
+    ratio as an integer percent, rounded half to even (``utils.intr``: ``int(round(100 r))``).
+    Which matcher depends on what is installed: ``LongBench/requirements.txt`` installs no
+    python-Levenshtein, so fuzzywuzzy falls back to ``difflib.SequenceMatcher`` (Ratcliff-
+    Obershelp, ``2 M / T``, with difflib's autojunk): ``matcher="difflib"``, the default. With
+    python-Levenshtein it is the InDel similarity ``(|pred| + |ref| - d) / (|pred| + |ref|)``
+    (``d`` the insert/delete distance): ``matcher="levenshtein"``, vectorised. The two differ on
+    many strings (``"Unanswerable"`` against ``"    return len(text.splitlines())"``: 13 vs 22).
+    ``integer_percent=False`` keeps the unrounded fraction. With ``first_code_line`` (default,
+    as LongBench) the prediction is first reduced to its first line without ``` ` ```/``#``/``//``
+    (:func:`~raylc.scoring.extract.code_line`), or the empty string when there is none."""
+    if matcher not in ("difflib", "levenshtein"):
+        raise ValueError(f"edit_sim matcher {matcher!r}: expected 'difflib' or 'levenshtein'")
     preds = _as_predictions(predictions)
     if first_code_line:
         preds = pl.select(pl.when(preds.is_null()).then(None).otherwise(code_line(preds).fill_null(""))).to_series()
     rows, pairs = _pairs(preds, references)
     a, b = pairs["pred"].to_list(), pairs["ref"].to_list()
-    dist = np.asarray(process.cpdist(a, b, scorer=Indel.distance, dtype=np.int64, workers=1), dtype=np.float64)
-    lensum = (pairs["pred"].str.len_chars() + pairs["ref"].str.len_chars()).to_numpy().astype(np.float64)
-    # one empty string: d = lensum, so r = 0; equal strings: d = 0, so r = 1, and two empty ones are 1 too
-    r = np.divide(lensum - dist, lensum, out=np.ones_like(lensum), where=lensum > 0)
+    if matcher == "difflib":  # difflib has no vectorised form; code tasks have few, short lines
+        from difflib import SequenceMatcher
+
+        r = np.array([1.0 if x == y else (SequenceMatcher(None, x, y).ratio() if x and y else 0.0)
+                      for x, y in zip(a, b)], dtype=np.float64)
+    else:
+        dist = np.asarray(process.cpdist(a, b, scorer=Indel.distance, dtype=np.int64, workers=1), dtype=np.float64)
+        lensum = (pairs["pred"].str.len_chars() + pairs["ref"].str.len_chars()).to_numpy().astype(np.float64)
+        # one empty string: d = lensum, so r = 0; equal strings: d = 0, so r = 1, and two empty ones are 1 too
+        r = np.divide(lensum - dist, lensum, out=np.ones_like(lensum), where=lensum > 0)
     score = np.round(100.0 * r) / 100.0 if integer_percent else r  # numpy rounds half to even, as round()
     return _reduce(rows, pairs.with_columns(score=pl.Series(score, dtype=pl.Float64)))
 

@@ -63,22 +63,26 @@ def ref_qa_f1_score(prediction, ground_truth):  # LongBench metrics.py
     return (2 * precision * recall) / (precision + recall)
 
 
-def ref_fuzzywuzzy_ratio(s1, s2):  # fuzzywuzzy/fuzz.py ratio: its three decorators, then utils.intr
+def ref_fuzzywuzzy_ratio(s1, s2, matcher="difflib"):  # fuzzywuzzy/fuzz.py ratio: its three decorators, then utils.intr
     if s1 == s2:
         return 100
     if not s1 or not s2:
         return 0
+    if matcher == "difflib":  # no python-Levenshtein (LongBench/requirements.txt): difflib's SequenceMatcher
+        import difflib
+
+        return round(100 * difflib.SequenceMatcher(None, s1, s2).ratio())
     return round(fuzz.ratio(s1, s2))  # utils.intr = int(round(.)); python-Levenshtein's ratio, as a percent
 
 
-def ref_code_sim_score(prediction, ground_truth):  # LongBench metrics.py
+def ref_code_sim_score(prediction, ground_truth, matcher="difflib"):  # LongBench metrics.py
     all_lines = prediction.lstrip("\n").split("\n")
     prediction = ""
     for line in all_lines:
         if ("`" not in line) and ("#" not in line) and ("//" not in line):
             prediction = line
             break
-    return ref_fuzzywuzzy_ratio(prediction, ground_truth) / 100
+    return ref_fuzzywuzzy_ratio(prediction, ground_truth, matcher) / 100
 
 
 def ref_parse_rankings(output):  # HELMET utils.py
@@ -275,13 +279,32 @@ def test_rouge_lsum_is_summary_level():
 # --------------------------------------------------------------------------------------------- #
 
 
+LEV = {"matcher": "levenshtein"}
+
+
 def test_edit_sim_known_values():
     # InDel: kitten/sitting LCS "ittn" = 4 -> distance 6 + 7 - 8 = 5 -> 1 - 5/13 = 61.54% -> 62
-    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False).item() == pytest.approx(8 / 13)
-    assert edit_sim(["kitten"], ["sitting"], first_code_line=False).item() == 0.62
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False, **LEV).item() == pytest.approx(8 / 13)
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, **LEV).item() == 0.62
     # rapidfuzz docs: ratio("this is a test", "this is a test!") = 96.55 -> 1 - 1/29
-    assert edit_sim(["this is a test"], ["this is a test!"], integer_percent=False).item() == pytest.approx(28 / 29)
-    assert edit_sim(["return a+b"], ["return a + b"], integer_percent=False).item() == pytest.approx(20 / 22)
+    assert edit_sim(["this is a test"], ["this is a test!"], integer_percent=False, **LEV).item() == pytest.approx(28 / 29)
+    assert edit_sim(["return a+b"], ["return a + b"], integer_percent=False, **LEV).item() == pytest.approx(20 / 22)
+    # difflib (Ratcliff-Obershelp, 2M/T): kitten/sitting: "itt", then "n" right of it -> M = 4 -> 8/13 too
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False).item() == pytest.approx(8 / 13)
+
+
+def test_edit_sim_difflib_and_levenshtein_differ_as_the_official_eval_did():
+    """The official eval.py scored this pair 13 with LongBench/requirements.txt's packages (difflib)
+    and 22 with python-Levenshtein installed (tests/data/longbench_v1/README.md, lcc). By hand:
+    T = 12 + 33 = 45. InDel keeps a longest common subsequence of 5 ("nnele": the "n" of "Un", the
+    "n" of "an", then "e", "l", "e"): 10/45 = 22.2% -> 22. difflib takes the first longest block, "le" ("Unanswerab|le" and
+    "    return |le|n(...)"), then recurses left of it ("Unanswerab" / "    return "), where the
+    longest block is one "n"; nothing is right of "le" in "Unanswerable": M = 3, 6/45 = 13.3% -> 13."""
+    pred, ref = ["Unanswerable"], ["    return len(text.splitlines())"]
+    assert edit_sim(pred, ref, first_code_line=False).item() == 0.13
+    assert edit_sim(pred, ref, first_code_line=False, **LEV).item() == 0.22
+    with pytest.raises(ValueError, match="matcher 'nope'"):
+        edit_sim(pred, ref, matcher="nope")
 
 
 @pytest.mark.parametrize(("pred", "ref", "want"), [
@@ -297,7 +320,7 @@ def test_edit_sim_known_values():
     ("x", "", 0.0),                                # check_empty_string: 0
 ])
 def test_edit_sim_is_longbench_integer_percent(pred, ref, want):
-    assert edit_sim([pred], [ref], first_code_line=False).item() == want
+    assert edit_sim([pred], [ref], first_code_line=False, **LEV).item() == want
 
 
 def test_edit_sim_takes_longbench_first_code_line():
@@ -318,7 +341,9 @@ code_text = st.lists(
 @given(st.lists(st.tuples(code_text, code_text), min_size=1, max_size=15))
 def test_edit_sim_equals_longbench_code_sim_score(pairs):
     preds, refs = map(list, zip(*pairs))
-    assert edit_sim(preds, refs).to_list() == pytest.approx([ref_code_sim_score(p, r) for p, r in pairs], abs=1e-12)
+    for matcher in ("difflib", "levenshtein"):
+        assert edit_sim(preds, refs, matcher=matcher).to_list() == pytest.approx(
+            [ref_code_sim_score(p, r, matcher) for p, r in pairs], abs=1e-12), matcher
 
 
 # --------------------------------------------------------------------------------------------- #
