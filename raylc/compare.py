@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import polars as pl
 
-from raylc.dolce.categories import CATEGORIES
+from raylc.dolce.categories import CATEGORIES, wilson
 from raylc.io.figures import png_bytes
 from raylc.io.parallel import Mapper
 from raylc.io.store import Store, StoreError, read_input
@@ -29,8 +29,6 @@ from raylc.run.skeleton import MANIFEST
 from raylc.spec import Job, JobSpecError, parse_job
 from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, task_correlation
 from raylc.sweep.report import longscore_figures, write_longscore_result
-
-Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
 
 @dataclass(frozen=True)
@@ -140,16 +138,6 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
     schema = {"model": pl.String, "task": pl.String, "length": pl.Int64, "sample_id": pl.String, "score": pl.Float64}
     table = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=schema)
     return table, labels, list(next(iter(bases), ()))
-
-
-def wilson(n: pl.Expr, total: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr]:
-    """Wilson score interval for a binomial share ``n / total`` (Wilson 1927)."""
-    p = n / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * (p * (1 - p) / total + z * z / (4 * total * total)).sqrt() / (1 + z * z / total)
-    # the ends are exactly 0 at n = 0 and 1 at n = N (rounding would leave 1e-17 off)
-    return (pl.when(n == 0).then(0.0).otherwise((centre - half).clip(lower_bound=0.0)),
-            pl.when(n == total).then(1.0).otherwise((centre + half).clip(upper_bound=1.0)))
 
 
 def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:

@@ -15,7 +15,8 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.compare import find_runs, wilson
+from raylc.compare import find_runs
+from raylc.dolce.categories import wilson
 from raylc.io.store import StoreError
 from raylc.spec import load_job
 
@@ -150,3 +151,38 @@ def test_status_and_runs_on_finished_runs(four_runs):
     st_out = RUNNER.invoke(app, ["status", str(four_runs / "hr-weak")])
     assert st_out.exit_code == 0 and st_out.output.startswith("run hr-weak (") and ": done;" in st_out.output.splitlines()[0]
     assert np.all([s in st_out.output for s in ("build", "infer", "score", "report")])
+
+
+ARTIFACTS = ROOT / "test-artifacts"  # screenshots kept for a person to look at (not in git)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("run_id, headline", [("qs-a", "Focus categories per task"), ("hr-good", "LongScore (LC in %")])
+def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, run_id, headline):
+    """Issue 18 item 5: report/index.html, figures embedded, no script or external resource, the
+    headline before the details and what the run did; rendered in headless Chromium when
+    installed (Debian's package), with no console error, a screenshot kept under test-artifacts/."""
+    import re
+    import shutil
+    import subprocess
+
+    page = (four_runs / run_id / "report" / "index.html").read_text(encoding="utf-8")
+    assert "<script" not in page and not re.search(r'(src|href)="(?!data:image/png;base64,)', page)
+    assert page.count("data:image/png;base64,") >= 2
+    assert page.index(headline) < page.index("What the run did")
+    assert page.index("<h2>") == page.index(f"<h2>{headline}")  # the first section is the headline
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"report-{run_id}.png"
+    shot.unlink(missing_ok=True)
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--window-size=1280,2400", "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
+                           (four_runs / run_id / "report" / "index.html").as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "net::ERR" in line
+               or "Not allowed to load" in line]
+    assert not console, console
+    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
-__all__ = ["CATEGORIES", "CATEGORY_LEGEND", "assign_categories", "category_thresholds"]
+__all__ = ["CATEGORIES", "CATEGORY_LEGEND", "assign_categories", "category_thresholds", "wilson"]
 
 CATEGORIES = ("I", "II", "III", "IV", "V")
 #: One line per category (Figure 1; :func:`assign_categories`), printed under category tables.
@@ -53,3 +54,16 @@ def assign_categories(lam, k, lam_p, k_p, lam_q) -> np.ndarray:
     lam, k, lam_p, k_p, lam_q = np.broadcast_arrays(*(np.asarray(a) for a in (lam, k, lam_p, k_p, lam_q)))
     conds = [lam == 0, lam > lam_q, lam > lam_p, k > k_p]
     return np.select(conds, ["I", "V", "IV", "II"], default="III").astype("<U3")
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def wilson(n: pl.Expr, total: pl.Expr, z: float = Z95) -> tuple[pl.Expr, pl.Expr]:
+    """Wilson score interval for a binomial share ``n / total`` (Wilson 1927)."""
+    p = n / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * (p * (1 - p) / total + z * z / (4 * total * total)).sqrt() / (1 + z * z / total)
+    # the ends are exactly 0 at n = 0 and 1 at n = N (rounding would leave 1e-17 off)
+    return (pl.when(n == 0).then(0.0).otherwise((centre - half).clip(lower_bound=0.0)),
+            pl.when(n == total).then(1.0).otherwise((centre + half).clip(upper_bound=1.0)))

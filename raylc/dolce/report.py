@@ -8,7 +8,7 @@ import polars as pl
 from rich.console import Console
 
 from raylc.dolce import CATEGORIES
-from raylc.dolce.categories import CATEGORY_LEGEND
+from raylc.dolce.categories import CATEGORY_LEGEND, wilson
 from raylc.io.figures import png_bytes
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
@@ -64,13 +64,51 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
 
 
 def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:
-    """Write the report tables, figures and ``summary.md`` for ``run`` and print them."""
+    """Write the report tables, figures, ``summary.md`` and ``index.html`` for ``run`` and print them."""
+    pngs = figures(*fits)
     for name, df in tables.items():
         run.write(df, f"report/{name}.parquet")
-    for name, data in figures(*fits).items():
+    for name, data in pngs.items():
         run.store.write_bytes(data, run.run_id, "report", name)
     run.store.write_text(markdown(tables, run.manifest), run.run_id, "report", "summary.md")
+    run.store.write_text(page(tables, pngs, run.manifest).render(), run.run_id, "report", "index.html")
     print_report(tables)
+
+
+def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
+    """The category matrix with each share as ``p% [lo, hi]`` (95% Wilson interval over the
+    subset's problems)."""
+    frame = categories.with_columns(total=pl.col("n").sum().over("task", "subset"))
+    lo, hi = wilson(pl.col("n"), pl.col("total"))
+    cell = pl.format("{}% [{}, {}]", *(e.mul(100).round(1) for e in (pl.col("n") / pl.col("total"), lo, hi)))
+    keys = ["task", "subset", "scenario"]
+    wide = frame.with_columns(cell=cell).pivot("category", index=[*keys, "total"], values="cell")
+    return wide.select(*keys, pl.col("total").alias("n"), *[c for c in CATEGORIES if c in wide.columns]).sort(keys)
+
+
+def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict[str, Any]):
+    """``report/index.html`` of a DOLCE run (:class:`raylc.io.page.Page`): category shares with
+    intervals and the legend first, then recovery, the figures, and what the run did."""
+    from raylc.io.page import Page, image_html, run_facts, table_html, text_html
+
+    job = manifest.get("job") or {}
+    probe = job.get("probe") or {}
+    out = Page(f"raylc report: {manifest.get('run_id')}",
+               f"DOLCE run of job {job.get('name')} on probe {probe.get('model') or probe.get('backend')}, "
+               f"seed {manifest.get('seed')}, fingerprint {manifest.get('fingerprint')}")
+    out.headline.append(("Focus categories per task (share of problems, 95% Wilson interval)",
+                         [table_html(shares_with_intervals(tables["categories"])),
+                          *[text_html(line) for line in CATEGORY_LEGEND]]))
+    if "recovery" in tables:
+        rec = tables["recovery"]
+        lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
+        out.headline.append(("Planted-category recovery (95% Wilson interval)",
+                             [table_html(rec.with_columns(recovery_lo=lo, recovery_hi=hi),
+                                         pct=("recovery", "recovery_lo", "recovery_hi"))]))
+    out.details.append(("Figure 2: category shares per task", [image_html(pngs["categories.png"], "category shares")]))
+    out.details.append(("Estimated complexity and redundancy per problem", [image_html(pngs["lambda_k.png"], "lambda and k")]))
+    out.run.append(("What the run did", run_facts(manifest)))
+    return out
 
 
 def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:

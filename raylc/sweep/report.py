@@ -12,7 +12,7 @@ from raylc.io.figures import png_bytes
 from raylc.io.store import Store
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
-from raylc.sweep.longscore import longscore
+from raylc.sweep.longscore import OVERALL, longscore
 from raylc.sweep.stages import scores_for_longscore
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     CIs over samples, per (model, task) as Ray tasks), the suite's sections, ``summary.md``."""
     suite = job.suite
     store = Store(run.store.uri(run.run_id, "report"))
+    pngs: dict[str, bytes] = {}
     kept = scores.filter(pl.col("kept"))
     axis = suite.axis
     tables: dict[str, pl.DataFrame] = {
@@ -47,7 +48,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
         result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns else frame
                   for name, frame in result.items()}  # every summary table names its run (raylc compare)
         tables.update(result)
-        write_longscore_result(result, store)
+        pngs = write_longscore_result(result, store)
         cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "warning"]
         md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others)",
                "", markdown_table(result["summary"].select(cols).with_columns(
@@ -59,18 +60,63 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     for name in ("per_task_length", *(name for name, _, _ in sections)):
         store.write_table(tables[name], f"{name}.parquet")
     store.write_text("\n".join(md) + "\n", "summary.md")
-    print_length_report(tables, headings={name: heading for name, heading, _ in sections})
+    headings = {name: heading for name, heading, _ in sections}
+    store.write_text(length_page(tables, pngs, run.manifest, headings, axis).render(), "index.html")
+    print_length_report(tables, headings=headings)
     return tables
 
 
-def write_longscore_result(result: dict[str, pl.DataFrame], store: Store) -> None:
-    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root. The
-    figures are drawn first: a plotting failure leaves nothing half-written."""
+def headline(summary: pl.DataFrame) -> pl.DataFrame:
+    """LongScore summary rows, ``overall`` first, with their intervals and warnings."""
+    cols = [c for c in ("run_id", "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_long",
+                        "warning") if c in summary.columns]
+    return (summary.with_columns(_first=pl.col("task") != OVERALL).sort("_first", "task").select(cols)
+            .with_columns(pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)))
+
+
+def length_page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict, headings: dict[str, str],
+                axis: str):
+    """``report/index.html`` of a length run: LongScore (overall first, with 95% CIs) and the
+    figures first, then the suite's sections and the per-length table with truncation, then
+    what the run did."""
+    from raylc.io.page import Page, image_html, run_facts, table_html, text_html
+
+    job = manifest.get("job") or {}
+    probe = job.get("probe") or {}
+    out = Page(f"raylc report: {manifest.get('run_id')}",
+               f"Length-controlled run of job {job.get('name')} ({(job.get('suite') or {}).get('kind')}) on probe "
+               f"{probe.get('model') or probe.get('backend')}, seed {manifest.get('seed')}, "
+               f"fingerprint {manifest.get('fingerprint')}")
+    if "summary" in tables:
+        out.headline.append(("LongScore (LC in %, mean over the long lengths; 95% bootstrap CI)",
+                             [table_html(headline(tables["summary"])),
+                              text_html("LC_l = 100 (S_l - Base) / Base, Base the mean score at the base lengths "
+                                        "(100-LongBench Eq. 1-2); the overall row applies them to the task means.")]))
+        for name, alt in (("score_vs_length.png", "score against length"), ("longscore_vs_length.png", "LongScore")):
+            if name in pngs:
+                out.headline.append((alt[0].upper() + alt[1:], [image_html(pngs[name], alt)]))
+    for name, table in tables.items():
+        if name not in ("per_task_length", "summary", "per_length", "correlation", "rankings"):
+            out.details.append((headings.get(name, name), [table_html(table)]))
+    per = tables["per_task_length"]
+    notes = []
+    if "truncated" in per.columns and per["truncated"].sum():
+        notes.append(text_html(f"{int(per['truncated'].sum())} samples were cut to the model's window: their "
+                               "visible_tokens is below context_tokens.", "warn"))
+    out.details.append((f"Mean score per task and {axis}", [table_html(per.with_columns(pl.col("score").round(4))), *notes]))
+    out.run.append(("What the run did", run_facts(manifest)))
+    return out
+
+
+def write_longscore_result(result: dict[str, pl.DataFrame], store: Store) -> dict[str, bytes]:
+    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root; returns
+    the figures. They are drawn first: a plotting failure leaves nothing half-written."""
     figures = longscore_figures(result)
     for name, frame in result.items():
         store.write_table(frame, f"{name}.parquet")
     for name, data in figures.items():
         store.write_bytes(data, name)
+    return figures
 
 
 def longscore_figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:
@@ -90,11 +136,11 @@ def print_length_report(tables: dict[str, pl.DataFrame], console: Optional[Conso
     the per-length scores and LongScore are the suite's sections, printed under ``headings``."""
     console = console or screen()
     headings = headings or {}
-    console.print(rich_table(tables["per_task_length"].with_columns(pl.col("score").round(4)),
-                             "Mean score per task and length"))
-    if "summary" in tables:
-        console.print(rich_table(tables["summary"].select("model", "task", "base", "avg_score", "avg_lc").with_columns(
-            pl.col("base", "avg_score", "avg_lc").round(2)), "LongScore (LC in %, averaged over long lengths)"))
+    if "summary" in tables:  # the headline first: LongScore, overall row on top, with its CI and warnings
+        console.print(rich_table(headline(tables["summary"]).drop("run_id", strict=False),
+                                 "LongScore (LC in %, averaged over long lengths; 95% bootstrap CI)"))
     for name, table in tables.items():
         if name not in ("per_task_length", "summary", "per_length", "correlation", "rankings"):
             console.print(rich_table(table, headings.get(name, name)))
+    console.print(rich_table(tables["per_task_length"].with_columns(pl.col("score").round(4)),
+                             "Mean score per task and length"))
