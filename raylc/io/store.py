@@ -220,9 +220,14 @@ class Store:
         files = self._files(target)
         frames = []
         for f in files:
-            try:
-                with self.fs.open_input_file(f) as fh:  # Polars' own reader: a fraction of
-                    frame = pl.read_parquet(fh, columns=columns)  # pyarrow's transient memory
+            try:  # Polars' own reader (a fraction of pyarrow's transient memory) on a local path,
+                # or on the object's bytes: reading through a pyarrow stream, an S3 failure mid-read
+                # would be a panic inside Polars (a Rust backtrace on stderr), not an OSError here
+                if self.is_s3:
+                    with self.fs.open_input_file(f) as fh:
+                        frame = pl.read_parquet(io.BytesIO(fh.read()), columns=columns)
+                else:
+                    frame = pl.read_parquet(f, columns=columns)
             except Exception as exc:  # corrupt or truncated file: never read silently
                 if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
                     raise
