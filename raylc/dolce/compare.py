@@ -234,7 +234,8 @@ def check_full_enumeration(obs: pl.DataFrame) -> None:
         raise ValueError(
             f"sampling experiments need a full enumeration (every start of every span length): {short.height} "
             f"(problem, C) cell(s) are incomplete, e.g. task {r['task']!r}, problem_id {r['problem_id']!r}, "
-            f"C = {r['C']}: {r['starts']} of {r['L'] - r['C'] + 1} starts (sampling strategy 'enumerate' observes all)"
+            f"C = {r['C']}: {r['starts']} of {r['L'] - r['C'] + 1} starts (sampling strategy 'enumerate' observes all: "
+            f"run the job with --set sampling.strategy=enumerate; the threshold experiment needs none)"
         )
 
 
