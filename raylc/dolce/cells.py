@@ -295,16 +295,36 @@ class CellFit:
       attributes, indexed like ``problems_`` (sorted unique problem ids): ``lam_``, ``k_``
       (int64), ``loglik_`` (the objective at the final pair), ``prior_oracle_`` (P_i(O)),
       ``lam_q_`` (maxC_i, int64); ``noise_`` = (P(1|N), P(0|N), P(IDK|N)); per cell (sorted by
-      problem, C) ``cells_problem_`` (index into ``problems_``) and ``cells_C_``.
+      problem, C) ``cells_problem_`` (index into ``problems_``) and ``cells_C_``; ``n_iter_``
+      (steps run) and ``ll_change_`` (the last step's change of the summed step-(b) objective).
+    * ``tol`` > 0 (hyperparameter) runs the EM until that change is at most ``tol``, at most
+      ``max_steps`` steps, instead of the fixed ``n_steps``.
     * :meth:`frames` gives the fit as (problems frame, task info dict).
     """
 
     #: "COW" or "PIG" (the ``scenario`` column of :meth:`frames`).
     scenario = ""
+    tol: float = 0.0
+    max_steps: int = 1000
 
     def _check_params(self) -> None:
         if int(self.n_steps) < 1:
             raise ValueError("n_steps must be >= 1")
+        if not (np.isfinite(self.tol) and self.tol >= 0) or int(self.max_steps) < 1:
+            raise ValueError("tol must be finite and >= 0, max_steps >= 1")
+
+    def _steps(self) -> int:
+        """Steps to run at most: ``n_steps`` (T), or ``max_steps`` when ``tol`` > 0."""
+        return int(self.max_steps) if self.tol > 0 else int(self.n_steps)
+
+    def _step_done(self, step: int, loglik: np.ndarray) -> bool:
+        """Record step ``step``'s summed objective (finite terms) and its change from the step
+        before (``n_iter_``, ``ll_change_``: NaN after one step); True when ``tol`` > 0 and the
+        change is at most ``tol`` (the EM has converged)."""
+        total = float(np.sum(loglik[np.isfinite(loglik)]))
+        self.ll_change_ = total - self._ll_prev if step > 0 else float("nan")
+        self._ll_prev, self.n_iter_ = total, step + 1
+        return self.tol > 0 and step > 0 and abs(self.ll_change_) <= self.tol
 
     def cell_stats(self, obs: pl.DataFrame) -> CellStats:
         """The :class:`CellStats` this estimator fits from a checked observation table."""
@@ -348,7 +368,8 @@ class CellFit:
     def frames(self) -> tuple[pl.DataFrame, dict]:
         """The fit of :meth:`fit` as (problems, info): problems has columns task, problem_id,
         scenario, lam, k, category, loglik, prior_oracle, sorted by problem_id; info is
-        {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p"}."""
+        {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change"}: the
+        steps run and the last step's change of the summed objective (the convergence diagnostic)."""
         P = self.problems_.size
         problems = pl.DataFrame(
             {
@@ -368,6 +389,8 @@ class CellFit:
             "p_noise_idk": float(self.noise_[2]),
             "lam_p": int(self.lam_p_),
             "k_p": int(self.k_p_),
+            "em_steps": int(self.n_iter_),
+            "em_ll_change": float(self.ll_change_),
         }
         return problems, info
 

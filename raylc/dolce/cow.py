@@ -145,9 +145,11 @@ class COWFit(CellFit):
 
     scenario = "COW"
 
-    def __init__(self, n_steps: int = 10, threshold: float = 0.5):
+    def __init__(self, n_steps: int = 10, threshold: float = 0.5, tol: float = 0.0, max_steps: int = 1000):
         self.n_steps = n_steps
         self.threshold = threshold
+        self.tol = tol
+        self.max_steps = max_steps
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -306,7 +308,6 @@ class COWFit(CellFit):
 
     # ------------------------------------------------------------------ EM
     def _em(self, stats: CellStats, grid: dict) -> None:
-        T = int(self.n_steps)
         d = self._prepare(grid)
         P, Mc = d["P"], d["Mc"]
         cnt, cellmask, pad = d["cell_cnt"].reshape(3, P, Mc), d["cellmask"], d["pair_pad"]
@@ -319,7 +320,7 @@ class COWFit(CellFit):
         qN = np.full(cnt.shape, 0.5)
         prior_N = np.full(P, 0.5)
         prior_O = np.full(P, 0.5)
-        for _ in range(T):
+        for step in range(self._steps()):
             # (a) M-step: noise distribution P(x|N), shared by the task
             wN = cnt * qN  # (3, P, Mc), outcome-major
             noise = wN.sum(axis=(1, 2))
@@ -362,6 +363,8 @@ class COWFit(CellFit):
             qN = np.empty(cnt.shape)
             qN[:] = prior_N[None, :, None]
             np.divide(a, den, out=qN, where=den > 0)
+            if self._step_done(step, loglik):
+                break
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
 

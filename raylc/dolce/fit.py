@@ -73,6 +73,8 @@ TASK_SCHEMA = {
     "lam_p": pl.Int64,
     "k_p": pl.Int64,
     "dip_pvalue": pl.Float64,
+    "em_steps": pl.Int64,
+    "em_ll_change": pl.Float64,
 }
 PROBLEM_COLUMNS = tuple(PROBLEM_SCHEMA)
 TASK_COLUMNS = tuple(TASK_SCHEMA)
@@ -191,10 +193,12 @@ def cell_estimator(scenario: str, options: FitOptions) -> CellFit:
     """The unfitted per-(task, subset) estimator of ``scenario`` ("COW" / "PIG") with the
     settings of ``options``: COWFit(em_steps_cow, threshold) or PIGFit(em_steps_pig,
     pig_likelihood, pig_hit_rate)."""
+    run = {"tol": options.em_tol, "max_steps": options.em_max_steps}
     if scenario == "COW":
-        return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold)
+        return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold, **run)
     if scenario == "PIG":
-        return PIGFit(n_steps=options.em_steps_pig, likelihood=options.pig_likelihood, hit_rate=options.pig_hit_rate)
+        return PIGFit(n_steps=options.em_steps_pig, likelihood=options.pig_likelihood, hit_rate=options.pig_hit_rate,
+                      **run)
     raise ValueError(f"scenario must be 'COW' or 'PIG', got {scenario!r}")
 
 
@@ -229,7 +233,8 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
     shares = {f"share_{c}": float((problems["category"] == c).sum()) / n for c in CATEGORIES}
     row = {
         "task": task, "subset": subset, "scenario": scenario, "n_problems": n, **shares,
-        **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p")},
+        **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
+                                      "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)
@@ -249,7 +254,9 @@ class DolceFit:
       problem_id);
     * ``tasks_``: one row per (task, subset) (:data:`TASK_SCHEMA`: task, subset, scenario,
       n_problems, share_I .. share_V, p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
-      k_p and dip_pvalue, the task-level p-value, null for binary-metric tasks).
+      k_p, dip_pvalue, the task-level p-value, null for binary-metric tasks, and the EM's
+      convergence diagnostic: em_steps run and em_ll_change, the last step's change of the
+      summed objective; NaN after one step).
     """
 
     def __init__(self, options: FitOptions = FitOptions(), mapper: Optional[Mapper] = None):

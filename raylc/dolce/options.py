@@ -13,7 +13,8 @@ class FitOptions(BaseModel):
     ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
     Appendix H; accuracy-scored problems are COW); ``cow`` / ``pig`` force one.
     ``threshold`` binarizes continuous scores for COW. ``em_steps_cow`` / ``em_steps_pig``:
-    the paper's 10 / 5 by default. ``pig_likelihood`` / ``pig_hit_rate``: options of
+    the paper's 10 / 5 by default; ``em_tol`` > 0 runs to a tolerance instead (at most
+    ``em_max_steps``). ``pig_likelihood`` / ``pig_hit_rate``: options of
     :class:`raylc.dolce.pig.PIGFit`, off by default (``hit_rate`` / ``mode`` = Algorithm 2).
     Each field's description is the help of its ``raylc fit`` / ``raylc sensitivity`` option.
     """
@@ -24,6 +25,10 @@ class FitOptions(BaseModel):
         default="auto", description="auto (Hartigan's dip test per problem, Section 3.1), cow or pig.")
     em_steps_cow: int = Field(default=10, ge=1, description="EM steps, COW (Algorithm 1).")
     em_steps_pig: int = Field(default=5, ge=1, description="EM steps, PIG (Algorithm 2).")
+    em_tol: float = Field(default=0.0, ge=0.0, description=(
+        "Run the EM until the summed objective of step (b) changes by at most this (nats) between steps, up to "
+        "--em-max-steps; 0: the fixed steps above (the paper)."))
+    em_max_steps: int = Field(default=1000, ge=1, description="EM steps at most when --em-tol > 0.")
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")
     pig_likelihood: Literal["hit_rate", "score", "binned"] = Field(

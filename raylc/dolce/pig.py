@@ -562,10 +562,13 @@ class PIGFit(CellFit):
 
     scenario = "PIG"
 
-    def __init__(self, n_steps: int = 5, likelihood: str = "hit_rate", hit_rate: str = "mode"):
+    def __init__(self, n_steps: int = 5, likelihood: str = "hit_rate", hit_rate: str = "mode", tol: float = 0.0,
+                 max_steps: int = 1000):
         self.n_steps = n_steps
         self.likelihood = likelihood
         self.hit_rate = hit_rate
+        self.tol = tol
+        self.max_steps = max_steps
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -635,7 +638,6 @@ class PIGFit(CellFit):
         d = self._prepare(grid)
         if self.likelihood != "hit_rate":
             self._prepare_scores(d, *stats.score_counts)
-        T = int(self.n_steps)
         P, M = d["P"], d["M"]
         Y, cellmask, ncell = d["Ypad"], d["cellmask"], d["ncell"]
         ar = np.arange(P)
@@ -645,7 +647,7 @@ class PIGFit(CellFit):
         prior_N = np.full(P, 0.5)
         prior_O = np.full(P, 0.5)
         n_safe = np.where(cellmask, ncell, 1.0)[:, :, None]
-        for _ in range(T):
+        for step in range(self._steps()):
             # (a) M-step: noise P(y | N), shared by the task
             wN = Y * qN
             den = wN.sum()
@@ -706,6 +708,8 @@ class PIGFit(CellFit):
             safe = np.where(pos, den, 1.0)
             qN = np.where(pos, a / safe, prior_N[:, None, None])
             qO = np.where(pos, b / safe, prior_O[:, None, None])
+            if self._step_done(step, loglik):
+                break
 
         self._set_fit(grid, lam_star, k_star, loglik, prior_O, noise)
         cp, cc = np.nonzero(cellmask)

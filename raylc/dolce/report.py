@@ -71,7 +71,7 @@ def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame,
     for name, data in pngs.items():
         run.store.write_bytes(data, run.run_id, "report", name)
     run.store.write_text(markdown(tables, run.manifest), run.run_id, "report", "summary.md")
-    run.store.write_text(page(tables, pngs, run.manifest).render(), run.run_id, "report", "index.html")
+    run.store.write_text(page(tables, pngs, run.manifest, fits[1]).render(), run.run_id, "report", "index.html")
     print_report(tables)
 
 
@@ -86,7 +86,8 @@ def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
     return wide.select(*keys, pl.col("total").alias("n"), *[c for c in CATEGORIES if c in wide.columns]).sort(keys)
 
 
-def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict[str, Any]):
+def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict[str, Any],
+         task_fits: pl.DataFrame | None = None):
     """``report/index.html`` of a DOLCE run (:class:`raylc.io.page.Page`): category shares with
     intervals and the legend first, then recovery, the figures, and what the run did."""
     from raylc.io.page import Page, image_html, run_facts, table_html, text_html
@@ -107,6 +108,13 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
                                          pct=("recovery", "recovery_lo", "recovery_hi"))]))
     out.details.append(("Figure 2: category shares per task", [image_html(pngs["categories.png"], "category shares")]))
     out.details.append(("Estimated complexity and redundancy per problem", [image_html(pngs["lambda_k.png"], "lambda and k")]))
+    if task_fits is not None and "em_steps" in task_fits.columns:
+        em = task_fits.select("task", "subset", "scenario", "n_problems", "em_steps", "em_ll_change",
+                              "p_noise_1", "p_noise_0", "p_noise_idk")
+        out.details.append(("EM per task subset: steps run and the last step's change of the summed objective",
+                            [table_html(em), text_html("A change far from 0 means the EM had not converged after "
+                                                       "its steps: raise --em-steps-cow / --em-steps-pig, or fit "
+                                                       "to a tolerance with --em-tol.")]))
     out.run.append(("What the run did", run_facts(manifest)))
     return out
 

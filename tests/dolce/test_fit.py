@@ -34,7 +34,7 @@ from raylc.dolce.scenario import (
 )
 from raylc.scoring import OBSERVATION_SCHEMA as OBS_SCHEMA
 
-from dolce_reference import identity_mapper_pickled, scores_task, synth_task
+from dolce_reference import identity_mapper_pickled, scores_task, simulate_cow_task, synth_task
 
 
 # ------------------------------------------------------------------------------ dip test
@@ -376,3 +376,46 @@ def test_ray_map_tasks_gives_identical_frames(ray_session, mixed_obs, mixed_fit)
     problems, tasks = fit_observations(mixed_obs, mapper=map_tasks)
     assert_frame_equal(problems, mixed_fit[0])
     assert_frame_equal(tasks, mixed_fit[1])
+
+
+# ------------------------------------------------------------------------------ convergence (issue 17 item 3)
+@pytest.mark.parametrize("estimator", [COWFit, PIGFit])
+def test_fixed_steps_are_the_default_and_report_their_last_change(estimator):
+    """The paper's fixed T stays the default; the fit reports the steps run and the last step's
+    change of the summed objective, equal to the difference of the T and T - 1 step fits."""
+    obs, _, _ = simulate_cow_task(30, seed=3, take_every=3)
+    T = estimator().n_steps
+    fit = estimator().fit(obs)
+    assert fit.n_iter_ == T
+    before = estimator(n_steps=T - 1).fit(obs)
+    total = float(np.sum(fit.loglik_[np.isfinite(fit.loglik_)]))
+    prev = float(np.sum(before.loglik_[np.isfinite(before.loglik_)]))
+    assert fit.ll_change_ == pytest.approx(total - prev, rel=1e-12, abs=1e-9)
+    assert np.isnan(estimator(n_steps=1).fit(obs).ll_change_)
+
+
+@pytest.mark.parametrize("estimator", [COWFit, PIGFit])
+def test_a_tolerance_runs_until_the_change_is_below_it(estimator):
+    """With ``tol`` > 0 the EM stops at the first step whose change is at most tol (or at
+    max_steps), and that fit is the fixed-step fit with T = the steps it ran."""
+    obs, _, _ = simulate_cow_task(30, seed=4, take_every=3)
+    tight = estimator(tol=1e-6, max_steps=200).fit(obs)
+    assert 1 < tight.n_iter_ <= 200
+    assert tight.n_iter_ == 200 or abs(tight.ll_change_) <= 1e-6
+    same = estimator(n_steps=tight.n_iter_).fit(obs)
+    assert np.array_equal(same.lam_, tight.lam_) and np.array_equal(same.k_, tight.k_)
+    if tight.n_iter_ > 2:  # the step before did not meet the tolerance
+        assert abs(estimator(n_steps=tight.n_iter_ - 1).fit(obs).ll_change_) > 1e-6
+    capped = estimator(tol=1e-300, max_steps=3).fit(obs)
+    assert capped.n_iter_ == 3
+
+
+def test_the_tasks_table_carries_the_diagnostic_and_the_options_reach_the_estimator():
+    obs, _, _ = simulate_cow_task(25, seed=5, take_every=4)
+    fixed = DolceFit(FitOptions(scenario="cow")).fit(obs)
+    assert fixed.tasks_["em_steps"].to_list() == [10] and fixed.tasks_["em_ll_change"].is_not_nan().all()
+    tol = DolceFit(FitOptions(scenario="cow", em_tol=1e-3, em_max_steps=50)).fit(obs)
+    steps = tol.tasks_["em_steps"][0]
+    assert 1 < steps <= 50 and (steps == 50 or abs(tol.tasks_["em_ll_change"][0]) <= 1e-3)
+    with pytest.raises(ValueError):
+        FitOptions(em_tol=-1.0)
