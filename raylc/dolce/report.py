@@ -60,7 +60,12 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
     console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
     print_legend(console)
     if "recovery" in tables:
-        console.print(rich_table(tables["recovery"], "Planted-category recovery", pct=("recovery",)))
+        lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
+        console.print(rich_table(tables["recovery"].with_columns(recovery_lo=lo, recovery_hi=hi),
+                                 "Planted-category recovery (95% Wilson interval over the problems)",
+                                 pct=("recovery", "recovery_lo", "recovery_hi")))
+        console.print("One seed's draw: recovery varies with the seed (the README gives its distribution, "
+                      "tests/benchmarks/recovery_over_seeds.py).", highlight=False)
 
 
 def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:

@@ -137,19 +137,24 @@ class ShardWriter:
             self.flush()
 
     def flush(self) -> None:
+        """Write the pending rows as shard ``self.shards`` (one file per task). Safe to call again
+        after a signal interrupted it (the driver flushes on SIGINT): until every file is stored
+        the pending rows stay and a second call rewrites the same names; the one store of
+        ``self.pending = []`` commits, after which a second call writes nothing. Rows are never
+        stored twice."""
         if not self.pending:
             return
         frame = pl.concat(self.pending, how="vertical_relaxed")
         parts = frame.partition_by("task", as_dict=True, maintain_order=True)
         for (task,) in parts:  # every task checked before any shard is written (raises UnsafeName)
             path_segment(task, "task")
+        name = f"part-{self.attempt}-{self.shards:05d}.parquet"
         for (task,), part in parts.items():
-            name = f"part-{self.attempt}-{self.shards:05d}.parquet"
             self.store.write_table(part.drop("task"), self.run_id, SHARD_DIR, f"task={task}", name)
-        self.shards += 1
+        self.pending = []  # the commit: one attribute store
+        self.rows, self.shards, self.last = 0, self.shards + 1, time.monotonic()
         if self.on_flush is not None:  # after the shards are stored (progress, heartbeat)
             self.on_flush(frame)
-        self.pending, self.rows, self.last = [], 0, time.monotonic()
 
 
 TOKEN_COLUMNS = ("prompt_tokens", "generated_tokens", "cached_tokens", "truncated_tokens")

@@ -239,6 +239,64 @@ def test_shard_writer_flushes_at_max_rows_or_max_seconds(tmp_path, monkeypatch):
     assert len(_shard_names(tmp_path)) == 3
 
 
+def _interrupt_at_line(n: int):
+    """A trace function raising KeyboardInterrupt (what the driver's signal handler raises) at
+    the ``n``-th line executed inside ShardWriter.flush or the callback it calls; returns the
+    tracer and a list that records whether it fired."""
+    fired, seen = [], [0]
+    targets = {checkpoint.ShardWriter.flush.__code__}
+
+    def local(frame, event, arg):
+        if event == "line" and not fired:
+            seen[0] += 1
+            if seen[0] == n:
+                fired.append(True)
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        if frame.f_code in targets or frame.f_code.co_name == "on_flush":
+            return local
+        return None
+    return tracer, fired
+
+
+def test_a_flush_interrupted_at_any_line_then_flushed_again_stores_each_row_once(tmp_path):
+    """The driver calls flush() again when SIGINT/SIGTERM interrupts it (skeleton.write_shards).
+    A signal that landed after the shards were written but before the pending rows were cleared
+    made the second flush store them again (the CI failure of test_sigint_during_infer_then_resume
+    at 7f5e6c3: 1,024 rows twice). Every line of flush, and of the progress callback, is tried."""
+    n = 1
+    while True:
+        store = Store(str(tmp_path / f"s{n}"))
+        progress = []
+
+        def on_flush(frame):
+            progress.append(frame.height)
+
+        w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=60.0, on_flush=on_flush)
+        w.add(_rows(["a", "b"], [None, None], task="t1"))
+        w.add(_rows(["c"], [None], task="t2"))
+        tracer, fired = _interrupt_at_line(n)
+        sys.settrace(tracer)
+        try:
+            w.flush()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        w.flush()  # what the driver does on the way out
+        stored = checkpoint.load_completions(store, "r")
+        ids = pl.read_parquet(tmp_path / f"s{n}" / "r" / "infer" / "**" / "*.parquet")["request_id"]
+        assert sorted(ids) == ["a", "b", "c"], (n, ids.to_list())  # each row once, none lost
+        assert sorted(stored["request_id"]) == ["a", "b", "c"]
+        assert sum(progress) <= 3
+        if not fired:  # n went past the last line: every line was tried
+            assert n > 5 and progress == [3]
+            break
+        n += 1
+
+
 def test_shard_writer_relaxes_types_and_checks_every_task_first(tmp_path):
     from raylc.io.names import UnsafeName
 
