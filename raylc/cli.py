@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -13,7 +14,7 @@ import polars as pl
 import typer
 from pydantic import ValidationError
 
-from raylc.dolce.options import FitOptions
+from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
 from raylc.io.store import StoreError, StoreUnavailable
 from raylc.run.ray_exec import RayUnavailable
 from raylc.spec import JobSpecError, load_job, parse_overrides
@@ -283,13 +284,13 @@ def compare(
     typer.echo(f"tables and figures -> {out}", err=True)
 
 
-def _with_fit_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give ``command`` one option per :class:`raylc.dolce.options.FitOptions` field
-    (``--em-steps-cow`` for ``em_steps_cow``; help from the field's description, choices from
-    its Literal type, the default shown) and call it with ``options: FitOptions`` built from
+def _with_fit_options(command: Callable[..., None], omit: tuple[str, ...] = ()) -> Callable[..., None]:
+    """Give ``command`` one option per :class:`raylc.dolce.options.FitOptions` field not in
+    ``omit`` (``--em-steps-cow`` for ``em_steps_cow``; help from the field's description, choices
+    from its Literal type, the default shown) and call it with ``options: FitOptions`` built from
     them. An invalid value is one ``error:`` line naming the option (exit 2)."""
     own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
-    fields = FitOptions.model_fields
+    fields = {name: f for name, f in FitOptions.model_fields.items() if name not in omit}
     assert not {p.name for p in own} & set(fields), "a command parameter shadows a fit option"
     choices = {name: get_args(f.annotation) for name, f in fields.items() if get_origin(f.annotation) is Literal}
     added = [
@@ -365,7 +366,7 @@ def fit(
 
 
 @app.command()
-@_with_fit_options
+@functools.partial(_with_fit_options, omit=POSTERIOR_FIELDS)
 def sensitivity(
     observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
     out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet, sensitivity.png and sensitivity.json."),
@@ -378,7 +379,7 @@ def sensitivity(
     *,
     options: FitOptions,
 ) -> None:
-    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6); the reference and every refit use the fit options."""
+    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6); the reference and every refit use the fit options (point estimates: no posterior)."""
 
     from raylc.dolce.commands import run_sensitivity_grid
     from raylc.io.tables import console, rich_table

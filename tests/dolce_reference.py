@@ -341,3 +341,51 @@ def identity_mapper_pickled(fn, frames, *args):
     reverse order, returning results in input order."""
     out = [fn(pickle.loads(pickle.dumps(f)), *pickle.loads(pickle.dumps(args))) for f in reversed(frames)]
     return out[::-1]
+
+
+# ------------------------------------------------------------------------------ calibration (issue 17)
+
+def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2, uncertainty_steps: int = 200,
+                      **fit_kw) -> pl.DataFrame:
+    """Tasks drawn from the model itself (COW: copies re-placed for every span, Eq. 3; PIG: m
+    drawn from rho~ for every span, Eq. 6, uniform noise), every span observed, fitted with
+    the posterior of :mod:`raylc.dolce.uncertainty`: one row per problem with seed, confidence,
+    right (reported category = planted), covered (planted lambda in [lam_low, lam_high], open
+    = up to L)."""
+    from pig_reference import simulate_pig_task
+
+    from raylc.dolce.categories import assign_categories
+    from raylc.dolce.cow import COWFit
+    from raylc.dolce.pig import PIGFit
+
+    rows = []
+    for seed in seeds:
+        if kind == "COW":
+            obs, planted, _ = simulate_cow_task(n_problems, seed, rho_max=rho_max, replant_each_observation=True)
+            fit = COWFit(uncertainty_steps=uncertainty_steps, **fit_kw).fit(obs)
+        else:
+            obs, planted = simulate_pig_task(n_problems, seed, rho_max=rho_max, redraw_each_observation=True,
+                                             noise_kind="uniform")
+            fit = PIGFit(uncertainty_steps=uncertainty_steps, **fit_kw).fit(obs)
+        problems, _ = fit.frames()
+        df = problems.join(planted, on="problem_id")
+        lam_q = pl.DataFrame({"problem_id": fit.problems_.astype(str), "lam_q": fit.lam_q_})
+        df = df.join(lam_q, on="problem_id")
+        truth = assign_categories(df["planted_lam"].to_numpy(), df["planted_k"].to_numpy(), fit.lam_p_, fit.k_p_,
+                                  df["lam_q"].to_numpy())
+        rows.append(df.select(
+            seed=pl.lit(seed), confidence="confidence", right=pl.col("category") == pl.Series(truth),
+            covered=(pl.col("lam_low") <= pl.col("planted_lam"))
+            & (pl.col("lam_high").is_null() | (pl.col("planted_lam") <= pl.col("lam_high"))),
+        ))
+    return pl.concat(rows)
+
+
+def reliability(frame: pl.DataFrame, bins: int = 10) -> tuple[pl.DataFrame, float]:
+    """Reliability table (confidence bins of width 1 / bins: n, mean confidence, accuracy)
+    and the expected calibration error sum_b n_b |conf_b - acc_b| / n."""
+    table = (frame.with_columns(bin=(pl.col("confidence") * bins).floor().clip(0, bins - 1).cast(pl.Int64))
+             .group_by("bin").agg(n=pl.len(), confidence=pl.col("confidence").mean(), accuracy=pl.col("right").mean())
+             .sort("bin").with_columns(lo=pl.col("bin") / bins, hi=(pl.col("bin") + 1) / bins))
+    ece = float((table["n"] * (table["confidence"] - table["accuracy"]).abs()).sum() / frame.height)
+    return table.select("lo", "hi", "n", "confidence", "accuracy"), ece

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-__all__ = ["CATEGORIES", "CATEGORY_LEGEND", "assign_categories", "category_thresholds", "wilson"]
+__all__ = ["CATEGORIES", "CATEGORY_LEGEND", "assign_categories", "category_codes", "category_thresholds", "wilson"]
 
 CATEGORIES = ("I", "II", "III", "IV", "V")
 #: One line per category (Figure 1; :func:`assign_categories`), printed under category tables.
@@ -51,9 +51,14 @@ def assign_categories(lam, k, lam_p, k_p, lam_q) -> np.ndarray:
     (the evidence is longer than every partial observation of that problem).
     Returns an array of str ("I" .. "V").
     """
+    return np.array(CATEGORIES, dtype="<U3")[category_codes(lam, k, lam_p, k_p, lam_q)]
+
+
+def category_codes(lam, k, lam_p, k_p, lam_q) -> np.ndarray:
+    """:func:`assign_categories` as indices into :data:`CATEGORIES` (0 = I .. 4 = V)."""
     lam, k, lam_p, k_p, lam_q = np.broadcast_arrays(*(np.asarray(a) for a in (lam, k, lam_p, k_p, lam_q)))
     conds = [lam == 0, lam > lam_q, lam > lam_p, k > k_p]
-    return np.select(conds, ["I", "V", "IV", "II"], default="III").astype("<U3")
+    return np.select(conds, [0, 4, 3, 1], default=2).astype(np.int64)
 
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile

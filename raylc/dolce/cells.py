@@ -11,18 +11,24 @@ into (P, M) (maxC_i: largest C_ij < L_i) (:func:`cell_grid`).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import polars as pl
 
-from raylc.dolce.categories import assign_categories, category_thresholds
+from raylc.dolce.categories import CATEGORIES, assign_categories, category_thresholds
 from raylc.dolce.numeric import as_int
+from raylc.dolce.uncertainty import OPEN, problem_uncertainty
 from raylc.scoring.observations import OBSERVATION_SCHEMA
 
 #: Columns of the observation table the fitters consume (:data:`raylc.scoring.OBSERVATION_SCHEMA`).
 OBS_COLUMNS = tuple(OBSERVATION_SCHEMA)
+
+#: The per-problem uncertainty columns of :meth:`CellFit.frames` (:mod:`raylc.dolce.uncertainty`).
+UNCERTAINTY_SCHEMA = {"confidence": pl.Float64, **{f"p_{c}": pl.Float64 for c in CATEGORIES},
+                      "lam_low": pl.Int64, "lam_high": pl.Int64}
 
 #: Numerical-tie tolerance of the EM's argmax over (lambda, k): objectives within
 #: LL_TIE_RTOL (1 + |max|) of a problem's maximum tie, and the first pair in (lambda
@@ -299,6 +305,10 @@ class CellFit:
       (steps run) and ``ll_change_`` (the last step's change of the summed step-(b) objective).
     * ``tol`` > 0 (hyperparameter) runs the EM until that change is at most ``tol``, at most
       ``max_steps`` steps, instead of the fixed ``n_steps``.
+    * ``uncertainty_steps`` > 0 (hyperparameter) adds ``uncertainty_`` in :meth:`fit`: the
+      posterior over the candidate pairs after that many EM steps
+      (:func:`raylc.dolce.uncertainty.problem_uncertainty`: confidence, category
+      probabilities, a 90% lambda interval); 0 (the class default) skips it.
     * :meth:`frames` gives the fit as (problems frame, task info dict).
     """
 
@@ -306,12 +316,15 @@ class CellFit:
     scenario = ""
     tol: float = 0.0
     max_steps: int = 1000
+    uncertainty_steps: int = 0
 
     def _check_params(self) -> None:
         if int(self.n_steps) < 1:
             raise ValueError("n_steps must be >= 1")
         if not (np.isfinite(self.tol) and self.tol >= 0) or int(self.max_steps) < 1:
             raise ValueError("tol must be finite and >= 0, max_steps >= 1")
+        if int(self.uncertainty_steps) < 0:
+            raise ValueError("uncertainty_steps must be >= 0 (0: no uncertainty)")
 
     def _steps(self) -> int:
         """Steps to run at most: ``n_steps`` (T), or ``max_steps`` when ``tol`` > 0."""
@@ -341,7 +354,20 @@ class CellFit:
         self.task_ = str(obs["task"][0])
         self.lam_p_, self.k_p_ = lam_p, k_p
         self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
+        self.uncertainty_ = None
+        if self.uncertainty_steps:
+            self.uncertainty_ = problem_uncertainty(self._posterior_fit(stats).pairs_, self.problems_.size,
+                                                    self.category_, lam_p, k_p, self.lam_q_)
         return self
+
+    def _posterior_fit(self, stats: CellStats) -> "CellFit":
+        """The fit whose last step's pair objectives give the posterior: the EM run on to
+        ``uncertainty_steps`` steps (this fit itself if it ran as many, or to a tolerance)."""
+        if self.tol > 0 or self.n_iter_ >= self.uncertainty_steps:
+            return self
+        longer = copy.copy(self)
+        longer.n_steps, longer.tol = int(self.uncertainty_steps), 0.0
+        return longer.fit_stats(stats)
 
     def fit_stats(self, stats: CellStats) -> "CellFit":
         """Run the EM on per-(problem, C) statistics."""
@@ -365,6 +391,24 @@ class CellFit:
         self.cells_problem_ = cp.astype(np.int64)
         self.cells_C_ = grid["Cpad"][cp, cc]
 
+    def _uncertainty_columns(self, P: int) -> dict[str, pl.Series]:
+        """confidence, p_I .. p_V, lam_low, lam_high (null: open at the top); all null
+        without uncertainty."""
+        u = getattr(self, "uncertainty_", None)
+        if u is None:
+            return {c: pl.Series(c, [None] * P, dtype=t) for c, t in UNCERTAINTY_SCHEMA.items()}
+        cols = {"confidence": pl.Series("confidence", u["confidence"], dtype=pl.Float64)}
+        cols |= {f"p_{c}": pl.Series(f"p_{c}", u["proba"][:, i], dtype=pl.Float64) for i, c in enumerate(CATEGORIES)}
+        cols["lam_low"] = pl.Series("lam_low", u["lam_low"], dtype=pl.Int64)
+        cols["lam_high"] = pl.Series("lam_high", u["lam_high"], dtype=pl.Int64).replace(OPEN, None)
+        return cols
+
+    def _set_pairs(self, problem, lam, k, loglik) -> None:
+        """The last step's objective of every scored (lambda, k) pair (``pairs_``: problem index,
+        lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty."""
+        self.pairs_ = dict(problem=np.asarray(problem, dtype=np.int64), lam=np.asarray(lam, dtype=np.int64),
+                           k=np.asarray(k, dtype=np.int64), loglik=np.asarray(loglik, dtype=np.float64))
+
     def frames(self) -> tuple[pl.DataFrame, dict]:
         """The fit of :meth:`fit` as (problems, info): problems has columns task, problem_id,
         scenario, lam, k, category, loglik, prior_oracle, sorted by problem_id; info is
@@ -381,6 +425,7 @@ class CellFit:
                 "category": pl.Series("category", self.category_.astype(str), dtype=pl.String),
                 "loglik": pl.Series("loglik", self.loglik_, dtype=pl.Float64),
                 "prior_oracle": pl.Series("prior_oracle", self.prior_oracle_, dtype=pl.Float64),
+                **self._uncertainty_columns(P),
             }
         ).sort("problem_id")
         info = {

@@ -76,11 +76,13 @@ def run_sensitivity_grid(
     mapper: Optional[Mapper] = None,
 ) -> pl.DataFrame:
     """Sensitivity grid (DOLCE Section 6, Appendix K.1/K.4) as a parallel map over (task x
-    setting) with ``options`` for the reference and every refit; writes
+    setting) with ``options`` (their point estimates, :meth:`FitOptions.point_estimates`) for
+    the reference and every refit; writes
     ``sensitivity.parquet``, ``sensitivity.png`` and ``sensitivity.json`` (the input, the
     options, the experiments and their settings, last)."""
     from raylc.dolce.plots import plot_sensitivity
 
+    options = FitOptions.check(options).point_estimates()
     obs = _observations(obs_uri)
     try:
         sens = run_sensitivity(obs, experiments, mapper, every=every, thresholds=thresholds, settings=settings,

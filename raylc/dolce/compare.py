@@ -31,8 +31,8 @@ each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such a
   (``FitOptions.threshold``, 0.5 by default).
 
 The reference and every refit use the same :class:`~raylc.dolce.options.FitOptions` (scenario
-selection, EM steps, PIG options; the threshold experiment varies only its threshold), and
-refits reuse the reference's scenario selection (the paper compares setups on "the same COW
+selection, EM steps, PIG options; the threshold experiment varies only its threshold; no
+posterior, since only point estimates are compared), and refits reuse the reference's scenario selection (the paper compares setups on "the same COW
 and PIG splits", Section 6), so both fits cover the same problems and subsets.
 """
 
@@ -305,7 +305,8 @@ def run_sensitivity(
     The reference is :func:`raylc.dolce.fit.fit_observations` on the full ``obs`` with
     ``options`` (scenario selection, threshold, EM steps, PIG options), itself mapped per
     subset by ``mapper``; every test fit uses the same ``options`` (the threshold experiment
-    replaces its threshold by the setting). Then every (task, experiment, setting) cell runs
+    replaces its threshold by the setting). Both are point estimates: the grid compares λ, k and
+    categories, so the posterior is not computed (:meth:`FitOptions.point_estimates`). Then every (task, experiment, setting) cell runs
     :func:`sensitivity_cell` through ``mapper(fn, frames, *args)`` (default in-process), for
     every setting of every experiment: ``settings[name]``,
     else ``every`` (take_every), ``thresholds`` (threshold) or the defaults of
@@ -321,7 +322,7 @@ def run_sensitivity(
     values = {name: default for name, (_, default) in SAMPLING_EXPERIMENTS.items()}
     values.update({"take_every": tuple(every), "threshold": tuple(thresholds), **(settings or {})})
     values = {name: [float(v) for v in values[name]] for name in experiments}
-    options = FitOptions.check(options)
+    options = FitOptions.check(options).point_estimates()
     for name in experiments:  # invalid settings fail here, not in a Ray task
         for v in values[name]:
             if name in SAMPLING_EXPERIMENTS:

@@ -145,11 +145,13 @@ class COWFit(CellFit):
 
     scenario = "COW"
 
-    def __init__(self, n_steps: int = 10, threshold: float = 0.5, tol: float = 0.0, max_steps: int = 1000):
+    def __init__(self, n_steps: int = 10, threshold: float = 0.5, tol: float = 0.0, max_steps: int = 1000,
+                 uncertainty_steps: int = 0):
         self.n_steps = n_steps
         self.threshold = threshold
         self.tol = tol
         self.max_steps = max_steps
+        self.uncertainty_steps = uncertainty_steps
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -367,6 +369,8 @@ class COWFit(CellFit):
                 break
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
+        vp = np.repeat(ar, d["pair_reps"])
+        self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1])
 
 
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:

@@ -22,8 +22,8 @@ from typing import Optional
 
 import polars as pl
 
-from raylc.dolce.categories import CATEGORIES
-from raylc.dolce.cells import OBS_COLUMNS, CellFit
+from raylc.dolce.categories import CATEGORIES, wilson
+from raylc.dolce.cells import OBS_COLUMNS, UNCERTAINTY_SCHEMA, CellFit
 from raylc.dolce.cow import COWFit
 from raylc.dolce.options import FitOptions
 from raylc.dolce.pig import PIGFit
@@ -60,6 +60,7 @@ PROBLEM_SCHEMA = {
     "category": pl.String,
     "loglik": pl.Float64,
     "prior_oracle": pl.Float64,
+    **UNCERTAINTY_SCHEMA,
 }
 TASK_SCHEMA = {
     "task": pl.String,
@@ -67,6 +68,7 @@ TASK_SCHEMA = {
     "scenario": pl.String,
     "n_problems": pl.Int64,
     **{f"share_{c}": pl.Float64 for c in CATEGORIES},
+    **{f"share_{c}_{end}": pl.Float64 for c in CATEGORIES for end in ("lo", "hi")},
     "p_noise_1": pl.Float64,
     "p_noise_0": pl.Float64,
     "p_noise_idk": pl.Float64,
@@ -193,7 +195,8 @@ def cell_estimator(scenario: str, options: FitOptions) -> CellFit:
     """The unfitted per-(task, subset) estimator of ``scenario`` ("COW" / "PIG") with the
     settings of ``options``: COWFit(em_steps_cow, threshold) or PIGFit(em_steps_pig,
     pig_likelihood, pig_hit_rate)."""
-    run = {"tol": options.em_tol, "max_steps": options.em_max_steps}
+    run = {"tol": options.em_tol, "max_steps": options.em_max_steps,
+           "uncertainty_steps": options.uncertainty_steps if options.uncertainty == "posterior" else 0}
     if scenario == "COW":
         return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold, **run)
     if scenario == "PIG":
@@ -231,6 +234,7 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
     )
     n = problems.height
     shares = {f"share_{c}": float((problems["category"] == c).sum()) / n for c in CATEGORIES}
+    shares |= share_intervals(problems)
     row = {
         "task": task, "subset": subset, "scenario": scenario, "n_problems": n, **shares,
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
@@ -238,6 +242,21 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
         "dip_pvalue": head["task_dip_pvalue"],
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)
+
+
+def share_intervals(problems: pl.DataFrame) -> dict[str, float]:
+    """95% intervals of the category shares of one (task, subset) that count both the
+    resampling of problems and each problem's uncertainty: a problem drawn at random, its
+    category drawn from its posterior (p_I .. p_V), is category c with probability
+    pbar_c = mean_i p_i(c), so the share of n such draws is Binomial(n, pbar_c) / n; its Wilson
+    interval is reported (share_c_lo, share_c_hi). Without uncertainty p_i is the reported
+    category, pbar_c the share, and the interval the Wilson interval over problems."""
+    n = problems.height
+    exprs = {}
+    for c in CATEGORIES:
+        hits = pl.col(f"p_{c}").fill_null((pl.col("category") == c).cast(pl.Float64)).sum()
+        exprs[f"share_{c}_lo"], exprs[f"share_{c}_hi"] = wilson(hits, pl.lit(n, pl.Float64))
+    return problems.select(**exprs).row(0, named=True)
 
 
 class DolceFit:
@@ -250,10 +269,12 @@ class DolceFit:
     * ``selection_``: the scenario of every problem (:data:`SELECTION_SCHEMA`: task, problem_id,
       subset, scenario, dip_pvalue, task_dip_pvalue; sorted by task, problem_id);
     * ``problems_``: one row per problem (:data:`PROBLEM_SCHEMA`: task, subset, problem_id,
-      scenario, dip_pvalue, lam, k, category, loglik, prior_oracle; sorted by task, subset,
-      problem_id);
+      scenario, dip_pvalue, lam, k, category, loglik, prior_oracle, and with
+      ``options.uncertainty`` = "posterior" (else null) confidence, p_I .. p_V, lam_low,
+      lam_high (:mod:`raylc.dolce.uncertainty`); sorted by task, subset, problem_id);
     * ``tasks_``: one row per (task, subset) (:data:`TASK_SCHEMA`: task, subset, scenario,
-      n_problems, share_I .. share_V, p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
+      n_problems, share_I .. share_V with 95% intervals share_I_lo, share_I_hi, ..
+      (:func:`share_intervals`), p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
       k_p, dip_pvalue, the task-level p-value, null for binary-metric tasks, and the EM's
       convergence diagnostic: em_steps run and em_ll_change, the last step's change of the
       summed objective; NaN after one step).

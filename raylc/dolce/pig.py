@@ -563,12 +563,13 @@ class PIGFit(CellFit):
     scenario = "PIG"
 
     def __init__(self, n_steps: int = 5, likelihood: str = "hit_rate", hit_rate: str = "mode", tol: float = 0.0,
-                 max_steps: int = 1000):
+                 max_steps: int = 1000, uncertainty_steps: int = 0):
         self.n_steps = n_steps
         self.likelihood = likelihood
         self.hit_rate = hit_rate
         self.tol = tol
         self.max_steps = max_steps
+        self.uncertainty_steps = uncertainty_steps
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -712,6 +713,8 @@ class PIGFit(CellFit):
                 break
 
         self._set_fit(grid, lam_star, k_star, loglik, prior_O, noise)
+        vp, vf = np.nonzero(valid_flat)
+        self._set_pairs(vp, d["cand"][vp, vf // M], d["cand"][vp, vf % M], ll[vp, vf])
         cp, cc = np.nonzero(cellmask)
         self.hit_rate_ = p_oracle[cp, cc, 0]
 

@@ -68,7 +68,8 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
 
     ``tasks`` is the tasks frame of :func:`raylc.dolce.fit.fit_observations` (columns task,
     subset (optional), scenario, share_I .. share_V). One panel per scenario (COW, PIG); bars
-    are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages.
+    are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages;
+    with share_c_lo / share_c_hi each segment's end carries its share's 95% interval.
     """
     df = _checked(tasks, "tasks", ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)])
     scenarios = [s for s in ("COW", "PIG") if s in set(df["scenario"].to_list())] or sorted(set(df["scenario"]))
@@ -91,6 +92,14 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
             for yi, (l0, w) in enumerate(zip(left, share)):
                 if w >= 8:
                     ax.text(l0 + w / 2, yi, f"{w:.0f}", ha="center", va="center", fontsize=7)
+            if f"share_{c}_lo" in part.columns:  # the 95% interval of the share, at the segment's end
+                lo = 100.0 * part[f"share_{c}_lo"].fill_null(0.0).to_numpy()
+                hi = 100.0 * part[f"share_{c}_hi"].fill_null(0.0).to_numpy()
+                shown = hi > 0
+                offset = (CATEGORIES.index(c) - 2) * 0.08  # whiskers of neighbouring segments apart
+                ax.errorbar((left + share)[shown], y[shown] + offset,
+                            xerr=np.vstack([np.maximum(share - lo, 0), np.maximum(hi - share, 0)])[:, shown],
+                            fmt="none", ecolor="black", elinewidth=0.7, capsize=2, capthick=0.7)
             left += share
         ax.set_yticks(y, labels, fontsize=8)
         ax.set_xlim(0, 100)

@@ -41,10 +41,14 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
         "",
         markdown_table(matrix, pct=CATEGORIES),
         "",
+        "With 95% intervals (problems resampled, each problem's category drawn from its posterior):",
+        "",
+        markdown_table(shares_with_intervals(tables["categories"])),
+        "",
         "![categories](categories.png) ![lambda-k](lambda_k.png)",
     ]
     if "recovery" in tables:
-        parts += ["", "## Planted-category recovery", "", markdown_table(tables["recovery"], pct=("recovery",))]
+        parts += ["", "## Planted-category recovery", "", markdown_table(tables["recovery"], pct=("recovery", "mean_confidence"))]
     return "\n".join(parts) + "\n"
 
 
@@ -57,13 +61,15 @@ def print_legend(console: Console) -> None:
 
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or screen()
-    console.print(rich_table(category_matrix(tables["categories"]), "DOLCE focus categories", pct=CATEGORIES))
+    console.print(rich_table(shares_with_intervals(tables["categories"]),
+                             "DOLCE focus categories: share of problems [95% interval over problems and their posteriors]"))
     print_legend(console)
     if "recovery" in tables:
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
         console.print(rich_table(tables["recovery"].with_columns(recovery_lo=lo, recovery_hi=hi),
-                                 "Planted-category recovery (95% Wilson interval over the problems)",
-                                 pct=("recovery", "recovery_lo", "recovery_hi")))
+                                 "Planted-category recovery (95% Wilson interval over the problems; a calibrated "
+                                 "mean confidence is close to the recovery)",
+                                 pct=("recovery", "recovery_lo", "recovery_hi", "mean_confidence")))
         console.print("One seed's draw: recovery varies with the seed (the README gives its distribution, "
                       "tests/benchmarks/recovery_over_seeds.py).", highlight=False)
 
@@ -81,10 +87,13 @@ def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame,
 
 
 def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
-    """The category matrix with each share as ``p% [lo, hi]`` (95% Wilson interval over the
-    subset's problems)."""
+    """The category matrix with each share as ``p% [lo, hi]``: the fit's 95% interval
+    (share_lo, share_hi: problems resampled and each problem's posterior,
+    :func:`raylc.dolce.fit.share_intervals`), else the Wilson interval over the subset's problems."""
     frame = categories.with_columns(total=pl.col("n").sum().over("task", "subset"))
     lo, hi = wilson(pl.col("n"), pl.col("total"))
+    if "share_lo" in frame.columns:
+        lo, hi = pl.col("share_lo").fill_null(lo), pl.col("share_hi").fill_null(hi)
     cell = pl.format("{}% [{}, {}]", *(e.mul(100).round(1) for e in (pl.col("n") / pl.col("total"), lo, hi)))
     keys = ["task", "subset", "scenario"]
     wide = frame.with_columns(cell=cell).pivot("category", index=[*keys, "total"], values="cell")
@@ -102,7 +111,8 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
     out = Page(f"raylc report: {manifest.get('run_id')}",
                f"DOLCE run of job {job.get('name')} on probe {probe.get('model') or probe.get('backend')}, "
                f"seed {manifest.get('seed')}, fingerprint {manifest.get('fingerprint')}")
-    out.headline.append(("Focus categories per task (share of problems, 95% Wilson interval)",
+    out.headline.append(("Focus categories per task (share of problems, 95% interval over problems and their "
+                         "posteriors)",
                          [table_html(shares_with_intervals(tables["categories"])),
                           *[text_html(line) for line in CATEGORY_LEGEND]]))
     if "recovery" in tables:
@@ -110,7 +120,7 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
         out.headline.append(("Planted-category recovery (95% Wilson interval)",
                              [table_html(rec.with_columns(recovery_lo=lo, recovery_hi=hi),
-                                         pct=("recovery", "recovery_lo", "recovery_hi"))]))
+                                         pct=("recovery", "recovery_lo", "recovery_hi", "mean_confidence"))]))
     out.details.append(("Figure 2: category shares per task", [image_html(pngs["categories.png"], "category shares")]))
     out.details.append(("Estimated complexity and redundancy per problem", [image_html(pngs["lambda_k.png"], "lambda and k")]))
     if task_fits is not None and "em_steps" in task_fits.columns:

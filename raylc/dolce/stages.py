@@ -130,10 +130,23 @@ def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, lam_q
     )
 
 
+def share_interval_rows(task_fits: pl.DataFrame) -> pl.DataFrame:
+    """The share intervals of ``fits/tasks.parquet`` (share_I_lo .. share_V_hi,
+    :func:`raylc.dolce.fit.share_intervals`) as rows: task, subset, scenario, category,
+    share_lo, share_hi."""
+    keys = ["task", "subset", "scenario"]
+    return pl.concat([
+        task_fits.select(*keys, pl.lit(c).alias("category"), pl.col(f"share_{c}_lo").alias("share_lo"),
+                         pl.col(f"share_{c}_hi").alias("share_hi"))
+        for c in CATEGORIES
+    ])
+
+
 def report(
     problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame
 ) -> dict[str, pl.DataFrame]:
-    """Report tables: ``categories`` (share per task/subset and category) and, for planted
+    """Report tables: ``categories`` (share per task/subset and category with its 95% interval,
+    :func:`share_interval_rows`) and, for planted
     suites, ``recovery`` (per task: share of problems whose planted category was recovered)
     and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`partial_lengths`."""
     keys = ["task", "subset", "scenario"]
@@ -146,21 +159,21 @@ def report(
     categories = (
         grid.join(counts.select(*keys, "category", "n", "share"), on=[*keys, "category"], how="left")
         .with_columns(pl.col("n").fill_null(0).cast(pl.Int64), pl.col("share").fill_null(0.0))
+        .join(share_interval_rows(task_fits), on=[*keys, "category"], how="left")
         .sort("task", "subset", "category")
     )
     out = {"categories": categories}
     if "planted_lam" in problems.columns:
         planted = planted_categories(problem_fits, problems, lam_q, task_fits)
-        joined = problem_fits.select("task", "subset", "problem_id", "scenario", "lam", "k", "category").join(
+        joined = problem_fits.select("task", "subset", "problem_id", "scenario", "lam", "k", "category",
+                                     "confidence", "lam_low", "lam_high").join(
             planted, on="problem_id", how="left"
         ).with_columns(recovered=pl.col("category") == pl.col("planted_category"))
-        per_task = joined.group_by("task").agg(
-            n_problems=pl.len(), recovered=pl.col("recovered").sum(), recovery=pl.col("recovered").mean()
-        )
-        overall = joined.select(
-            task=pl.lit("(all)"), n_problems=pl.len(), recovered=pl.col("recovered").sum(),
-            recovery=pl.col("recovered").mean(),
-        )
+        # a calibrated confidence has a mean close to the recovery (null without uncertainty)
+        stats = dict(n_problems=pl.len(), recovered=pl.col("recovered").sum(), recovery=pl.col("recovered").mean(),
+                     mean_confidence=pl.col("confidence").mean())
+        per_task = joined.group_by("task").agg(**stats)
+        overall = joined.select(task=pl.lit("(all)"), **stats)
         out["recovery"] = pl.concat([per_task.sort("task"), overall], how="vertical_relaxed")
         out["problems"] = joined.sort("task", "problem_id")
     return out

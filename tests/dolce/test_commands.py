@@ -8,17 +8,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 import typer
+from dolce_reference import synth_task
 from polars.testing import assert_frame_equal
 
 from raylc import __version__
 from raylc.dolce import stages
 from raylc.dolce.compare import run_sensitivity
 from raylc.dolce.fit import fit_observations
-from raylc.dolce.options import FitOptions
+from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
-
-from dolce_reference import synth_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,11 +113,14 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
 @pytest.mark.parametrize(
     "args, options",
     [
-        (["--scenario", "cow", "--threshold", "0.75", "--em-steps-cow", "3"],
-         {"scenario": "cow", "threshold": 0.75, "em_steps_cow": 3}),
-        (["--scenario", "pig", "--em-steps-pig", "2", "--pig-likelihood", "score", "--pig-hit-rate", "mean"],
-         {"scenario": "pig", "em_steps_pig": 2, "pig_likelihood": "score", "pig_hit_rate": "mean"}),
-        (["--scenario", "pig", "--pig-likelihood", "binned"], {"scenario": "pig", "pig_likelihood": "binned"}),
+        (["--scenario", "cow", "--threshold", "0.75", "--em-steps-cow", "3", "--uncertainty", "none"],
+         {"scenario": "cow", "threshold": 0.75, "em_steps_cow": 3, "uncertainty": "none"}),
+        (["--scenario", "pig", "--em-steps-pig", "2", "--pig-likelihood", "score", "--pig-hit-rate", "mean",
+          "--uncertainty-steps", "20"],
+         {"scenario": "pig", "em_steps_pig": 2, "pig_likelihood": "score", "pig_hit_rate": "mean",
+          "uncertainty_steps": 20}),
+        (["--scenario", "pig", "--pig-likelihood", "binned", "--uncertainty-steps", "30"],
+         {"scenario": "pig", "pig_likelihood": "binned", "uncertainty_steps": 30}),
     ],
 )
 def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
@@ -136,7 +138,7 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
     assert pl.read_parquet(tmp_path / "tasks.parquet").equals(tasks)
     assert set(expected["scenario"]) == {options["scenario"].upper()}
     # the options matter: the same scenario with the default settings fits differently
-    default, _ = fit_observations(obs, FitOptions(scenario=options["scenario"]))
+    default, _ = fit_observations(obs, FitOptions(scenario=options["scenario"], uncertainty_steps=20))
     assert not default.equals(expected)
 
 
@@ -170,14 +172,18 @@ def test_commands_reject_bad_fit_options(obs_path, tmp_path, command, args, line
 
 
 def test_both_commands_take_every_fit_option_from_fit_options():
-    """One option per FitOptions field on `raylc fit` and `raylc sensitivity`, named after the
-    field, its help the field's description; sensitivity keeps --thresholds beside --threshold."""
+    """One option per FitOptions field on `raylc fit` and `raylc sensitivity` (but the posterior's),
+    named after the field, its help the field's description; sensitivity keeps --thresholds beside
+    --threshold."""
     from raylc.cli import app
 
     commands = typer.main.get_command(app).commands
     for name in ("fit", "sensitivity"):
         params = {p.name: p for p in commands[name].params}
         for field, info in FitOptions.model_fields.items():
+            if name == "sensitivity" and field in POSTERIOR_FIELDS:  # point estimates only
+                assert field not in params
+                continue
             assert params[field].opts == ["--" + field.replace("_", "-")], (name, field)
             assert params[field].help == info.description
             assert params[field].default == str(info.default)
@@ -198,7 +204,9 @@ def test_sensitivity_fit_options_reach_the_fits(obs_path, tmp_path, args, option
     assert proc.returncode == 0, proc.stderr
     fit_options = FitOptions(**options)
     settings = json.loads((tmp_path / "sensitivity.json").read_text())
-    assert settings == {"observations": str(obs_path), **fit_options.model_dump(), "experiments": ["take_every"],
+    assert settings["uncertainty"] == "none"  # sensitivity compares point estimates only
+    assert settings == {"observations": str(obs_path), **fit_options.point_estimates().model_dump(),
+                        "experiments": ["take_every"],
                         "every": [5], "thresholds": [0.0, 0.25, 0.5, 0.75, 1.0], "settings": {}, "seed": 0,
                         "raylc": __version__}
     obs = pl.read_parquet(obs_path)

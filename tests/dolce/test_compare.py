@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from dolce_reference import identity_mapper_pickled, synth_task
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
@@ -30,8 +31,6 @@ from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
 from raylc.run.inference import infer_frame
 from raylc.spec import load_job
-
-from dolce_reference import identity_mapper_pickled, synth_task
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -243,8 +242,8 @@ def test_run_sensitivity_with_fake_mapper_matches_in_process(mixed):
 
 
 def test_sensitivity_fits_with_the_options_throughout(mixed):
-    """One FitOptions for the reference fit and every refit (mapped as one argument); the
-    threshold experiment compares with options.threshold."""
+    """One FitOptions for the reference fit and every refit (mapped as one argument), without the
+    posterior (point estimates only); the threshold experiment compares with options.threshold."""
     obs = mixed[0]
     options = FitOptions(em_steps_cow=3, em_steps_pig=2, pig_likelihood="binned", threshold=0.25)
     seen = []
@@ -254,12 +253,15 @@ def test_sensitivity_fits_with_the_options_throughout(mixed):
         return identity_mapper_pickled(fn, frames, *args)
 
     res = run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95), options=options, mapper=mapper)
-    assert seen == [("fit_subset", [options]), ("sensitivity_cell", [options])]
+    point = options.point_estimates()
+    assert point.uncertainty == "none" and point.model_dump(exclude={"uncertainty"}) == options.model_dump(
+        exclude={"uncertainty"})
+    assert seen == [("fit_subset", [point]), ("sensitivity_cell", [point])]
     assert_frame_equal(res, run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95), options=options))
     assert not res.equals(run_sensitivity(obs, every=(2,), thresholds=(0.25, 0.95)))
     # a take-every cell is compare_fits of the two fits with these options, on the same selection
-    ref_p, ref_t = fit_observations(obs, options)
-    test_p, test_t = fit_observations(take_every(obs, 2), options, selection=ref_p)
+    ref_p, ref_t = fit_observations(obs, point)
+    test_p, test_t = fit_observations(take_every(obs, 2), point, selection=ref_p)
     want = compare_fits(ref_p, ref_t, test_p, test_t)
     got = res.filter(pl.col("experiment") == "take_every").select(list(COMPARE_SCHEMA))
     assert_frame_equal(got, want)

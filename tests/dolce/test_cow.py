@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from raylc.dolce import CellStats, COWFit, assign_categories, category_thresholds, fit_cow_task
+from raylc.dolce.cells import UNCERTAINTY_SCHEMA
 from raylc.dolce.cow import _add_rows, _by_entry, _jagged_layout
 
 
@@ -280,7 +281,8 @@ def _obs_frame():
 def test_fit_cow_task_output_and_consistency_with_cowfit():
     obs = _obs_frame()
     problems, info = fit_cow_task(obs, n_steps=7, threshold=0.6)
-    assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle"]
+    assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle",
+                                *UNCERTAINTY_SCHEMA]
     assert problems["problem_id"].to_list() == ["a", "b"]
     assert problems["scenario"].to_list() == ["COW", "COW"] and problems["task"].to_list() == ["T", "T"]
     assert problems.schema["lam"] == pl.Int64 and problems.schema["k"] == pl.Int64

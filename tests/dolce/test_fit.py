@@ -8,9 +8,10 @@ import inspect
 import numpy as np
 import polars as pl
 import pytest
+from dolce_reference import identity_mapper_pickled, scores_task, simulate_cow_task, synth_task
 from polars.testing import assert_frame_equal
 
-from raylc.dolce.cells import OBS_COLUMNS, CellFit, CellStats
+from raylc.dolce.cells import OBS_COLUMNS, UNCERTAINTY_SCHEMA, CellFit, CellStats
 from raylc.dolce.cow import COWFit
 from raylc.dolce.fit import (
     PROBLEM_COLUMNS,
@@ -33,8 +34,6 @@ from raylc.dolce.scenario import (
     select_scenarios,
 )
 from raylc.scoring import OBSERVATION_SCHEMA as OBS_SCHEMA
-
-from dolce_reference import identity_mapper_pickled, scores_task, simulate_cow_task, synth_task
 
 
 # ------------------------------------------------------------------------------ dip test
@@ -212,7 +211,7 @@ def test_fit_observations_frames(mixed_obs, mixed_fit):
         ("acc", "acc", "COW"), ("mix", "mix/COW", "COW"), ("mix", "mix/PIG", "PIG"), ("pig", "pig", "PIG")
     ]
     assert tasks["n_problems"].to_list() == [8, 11, 11, 6]
-    shares = tasks.select(pl.sum_horizontal(pl.col("^share_.*$")))
+    shares = tasks.select(pl.sum_horizontal(pl.col("^share_(I|II|III|IV|V)$")))
     assert np.allclose(shares.to_series().to_numpy(), 1.0)
     noise = tasks.select("p_noise_1", "p_noise_0", "p_noise_idk").to_numpy()
     assert np.allclose(noise.sum(axis=1), 1.0) and (noise >= 0).all()
@@ -342,7 +341,8 @@ def test_cow_and_pig_share_the_cell_fit_interface():
                 "cells_C_", "task_", "lam_p_", "k_p_", "category_"} <= attrs
         fitted_attrs = attrs if fitted_attrs is None else fitted_attrs & attrs
         problems, info = model.frames()
-        assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle"]
+        assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle",
+                                *UNCERTAINTY_SCHEMA]
         assert set(problems["scenario"]) == {cls.scenario}
         assert problems["problem_id"].to_list() == model.problems_.tolist()
         assert (info["lam_p"], info["k_p"]) == (model.lam_p_, model.k_p_)
@@ -398,14 +398,13 @@ def test_fixed_steps_are_the_default_and_report_their_last_change(estimator):
 def test_a_tolerance_runs_until_the_change_is_below_it(estimator):
     """With ``tol`` > 0 the EM stops at the first step whose change is at most tol (or at
     max_steps), and that fit is the fixed-step fit with T = the steps it ran."""
-    obs, _, _ = simulate_cow_task(30, seed=4, take_every=3)
-    tight = estimator(tol=1e-6, max_steps=200).fit(obs)
-    assert 1 < tight.n_iter_ <= 200
-    assert tight.n_iter_ == 200 or abs(tight.ll_change_) <= 1e-6
+    obs, _, _ = simulate_cow_task(12, seed=4, take_every=6)  # converges within 200 steps at 1e-2 (COW 119, PIG 52)
+    tight = estimator(tol=1e-2, max_steps=200).fit(obs)
+    assert 2 < tight.n_iter_ < 200  # converged, after more than two steps
+    assert abs(tight.ll_change_) <= 1e-2
     same = estimator(n_steps=tight.n_iter_).fit(obs)
     assert np.array_equal(same.lam_, tight.lam_) and np.array_equal(same.k_, tight.k_)
-    if tight.n_iter_ > 2:  # the step before did not meet the tolerance
-        assert abs(estimator(n_steps=tight.n_iter_ - 1).fit(obs).ll_change_) > 1e-6
+    assert abs(estimator(n_steps=tight.n_iter_ - 1).fit(obs).ll_change_) > 1e-2  # the step before had not
     capped = estimator(tol=1e-300, max_steps=3).fit(obs)
     assert capped.n_iter_ == 3
 

@@ -9,10 +9,22 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pig_reference import (
+    brute_cover_pmf_table,
+    exact_cover_pmf,
+    exact_density,
+    exact_mode,
+    paper_printed_cover_pmf,
+    reference_pig_em,
+    simulate_pig_task,
+)
 from scipy.stats import spearmanr
 
 from raylc.dolce.categories import assign_categories, category_thresholds  # noqa: E402
-from raylc.dolce.cells import CellStats  # noqa: E402
+from raylc.dolce.cells import (
+    UNCERTAINTY_SCHEMA,
+    CellStats,  # noqa: E402
+)
 from raylc.dolce.pig import (  # noqa: E402
     PIGFit,
     fit_pig_task,
@@ -23,16 +35,6 @@ from raylc.dolce.pig import (  # noqa: E402
     pig_pmf_mode,
 )
 from raylc.dolce.scenario import N_BINS, bucketize_scores  # noqa: E402
-
-from pig_reference import (
-    brute_cover_pmf_table,
-    exact_cover_pmf,
-    exact_density,
-    exact_mode,
-    paper_printed_cover_pmf,
-    reference_pig_em,
-    simulate_pig_task,
-)
 
 METHODS = ("auto", "lse", "fourier")
 
@@ -329,7 +331,8 @@ def test_bin_density_matches_brute_force_every_small_case():
 def test_fit_pig_task_frame_and_categories():
     obs, _ = simulate_pig_task(6, seed=11, L_range=(30, 80))
     problems, info = fit_pig_task(obs)
-    assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle"]
+    assert problems.columns == ["task", "problem_id", "scenario", "lam", "k", "category", "loglik", "prior_oracle",
+                                *UNCERTAINTY_SCHEMA]
     assert problems["problem_id"].to_list() == sorted(problems["problem_id"].to_list())
     assert set(problems["scenario"]) == {"PIG"}
     assert set(info) == {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change"}

@@ -51,7 +51,8 @@ def test_verbose_is_passed_to_a_submitted_run():
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("verbose", [False, True])
+# the --verbose variant (Ray's logs do come back) is the full-scale check: RAYLC_SLOW=1 runs it
+@pytest.mark.parametrize("verbose", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_run_log_has_no_ray_noise_unless_verbose(tmp_path, verbose):
     """A small quickstart through the CLI, as ``make demo`` runs it (acceptance 4 of issue 18);
     at ``--verbose`` Ray's banner and its C++ error line about actor arguments come back, which
