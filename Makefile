@@ -29,8 +29,8 @@ demo: install
 # The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
 # in one process (one shared Ray instance; Ray's own workers need the cores).
 test: install-test
-	$(BIN)/python -m pytest -q -m "not ray"
-	$(BIN)/python -m pytest -q -m ray -n 0
+	$(BIN)/python -m pytest -q -m "not ray" --durations=10
+	$(BIN)/python -m pytest -q -m ray -n 0 --durations=15
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -150,6 +150,21 @@ def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
     return save_figure(fig, path)
 
 
+def _label_cells(fig, ax, lam: np.ndarray, k: np.ndarray, share: np.ndarray) -> None:
+    """Label each (lambda, k) marker with its share in percent, largest first, leaving out a
+    label whose box would overlap one already placed (its marker's area still shows the share)."""
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for i in np.argsort(-share, kind="stable"):
+        text = ax.annotate(f"{share[i]:.0f}%", (lam[i], k[i]), fontsize=6, ha="center", va="center")
+        text.set_in_layout(False)
+        box = text.get_window_extent(renderer).expanded(1.1, 1.1)
+        if any(box.overlaps(other) for other in placed):
+            text.remove()
+        else:
+            placed.append(box)
+
+
 def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: int = 0, max_panels: int = 12) -> Path:
     """The lambda-k plane per (task, subset) (Figure 11).
 
@@ -157,8 +172,9 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     subset (optional), lam, k, category). Axes are symmetric-log (linear below 1) so that
     lambda = 0 (Category I, closed-book / zero-shot) is drawn; ticks are the exponential
     candidates 0, 1, 2, 5, 10, ... With ``jitter = 0`` each distinct (lambda, k) is one marker
-    whose area is proportional to its share of the panel's problems, labelled in percent,
-    coloured by the majority category; with ``jitter > 0`` every problem is a point, displaced
+    whose area is proportional to its share of the panel's problems, labelled in percent
+    (largest first; a label that would overlap a placed one is left out), coloured by the
+    majority category; with ``jitter > 0`` every problem is a point, displaced
     by a multiplicative factor exp(U(-jitter, jitter)) (seeded), coloured by its category.
     At most ``max_panels`` (task, subset) panels are drawn, in sorted order.
     """
@@ -169,6 +185,7 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False, layout="constrained")
     rng = np.random.default_rng(seed)
+    labels = []
     top = max(int(df["lam"].max()), int(df["k"].max()), 1)
     ticks = exponential_ticks(top)
     for ax, (task, subset) in zip(axes.ravel(), groups.iter_rows()):
@@ -194,8 +211,6 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
                 if m.any():
                     ax.scatter(cells["lam"].to_numpy()[m], cells["k"].to_numpy()[m], s=20 + 12 * share[m],
                                color=CATEGORY_COLORS[c], alpha=0.75, label=c, edgecolors="black", linewidths=0.3)
-            for lam, k, s in zip(cells["lam"], cells["k"], share):
-                ax.annotate(f"{s:.0f}%", (lam, k), fontsize=6, ha="center", va="center")
         for axis in ("x", "y"):
             getattr(ax, f"set_{axis}scale")("symlog", linthresh=1.0, linscale=0.5)
         ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
@@ -203,13 +218,19 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
         ax.minorticks_off()
         ax.set_xlim(-0.5, top * 1.6)
         ax.set_ylim(-0.5, top * 1.6)
+        if jitter <= 0:
+            labels.append((ax, cells["lam"].to_numpy(), cells["k"].to_numpy(), share))
         ax.set_xlabel("λ (complexity)")
         ax.set_ylabel("k (redundancy)")
         ax.set_title(f"{_label(task, subset)} (n = {g.height})", fontsize=9)
         ax.grid(True, lw=0.3, alpha=0.5)
-        ax.legend(fontsize=6, title="category", title_fontsize=6, loc="upper right")
+        ax.legend(fontsize=6, title="category", title_fontsize=6, loc="best")  # off the markers
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
+    if labels:
+        fig.draw_without_rendering()  # the constrained layout fixes where each marker lands
+        for args in labels:
+            _label_cells(fig, *args)
     return save_figure(fig, path)
 
 

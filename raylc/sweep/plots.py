@@ -123,6 +123,19 @@ def plot_longscore_vs_length(
     return save_figure(fig, path, title, tight=True)
 
 
+def blank_note(corr: pl.DataFrame) -> str | None:
+    """Why some cells of a correlation panel are blank (None when none is): Spearman rho is
+    undefined with fewer than 3 models scored on both sides, or when a side's score is the same
+    for every model (:func:`raylc.sweep.longscore.task_correlation`)."""
+    blank = corr.filter(pl.col("rho").is_null() & (pl.col("a") != pl.col("b")))
+    if blank.height == 0:
+        return None
+    what = "every pair" if blank.height == corr.filter(pl.col("a") != pl.col("b")).height else "blank cells"
+    if "n" in blank.columns and blank["n"].max() < 3:
+        return f"{what}: {blank['n'].max()} model(s) scored on both sides; Spearman rho needs 3"
+    return f"{what}: Spearman rho undefined (fewer than 3 models, or a score equal for every model)"
+
+
 def plot_correlation_heatmap(
     corr: pl.DataFrame,
     path: str | Path,
@@ -134,7 +147,7 @@ def plot_correlation_heatmap(
     """Heatmap of a long correlation frame ``[<group>,] a, b, rho`` (HELMET Figure 3).
 
     With several groups (e.g. one matrix per length), ``group`` picks one; by default every group gets
-    a panel. Null rho is left blank.
+    a panel. Null rho is left blank, and the panel says why (:func:`blank_note`).
     """
     gcol = next((c for c in corr.columns if c not in ("a", "b", "rho", "n", "slope", "intercept")), None)
     if gcol is not None and group is not None:
@@ -167,5 +180,8 @@ def plot_correlation_heatmap(
         if gcol is not None and g is not None:
             label = _length_label(g) if gcol == "length" else g
             ax.set_title(f"{gcol} = {label}")
+        note = blank_note(sub)
+        if note:
+            ax.set_xlabel(note, fontsize=7, wrap=True)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="Spearman rho")
     return save_figure(fig, path, title, tight=True)

@@ -76,6 +76,34 @@ def test_lambda_k_plane(fitted, tmp_path):
     assert_png(plot_lambda_k(problems, tmp_path / "lk_jitter.png", jitter=0.15))
 
 
+def test_lambda_k_percent_labels_never_overlap(tmp_path, monkeypatch):
+    """Neighbouring (lambda, k) cells on the symlog axes (100-130, a few pixels apart): the labels
+    drawn do not overlap, the largest share keeps its label and one that would overlap is left
+    out (issue 18)."""
+    import raylc.dolce.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
+    cells = [(lam, k) for lam in (100, 110, 120, 130) for k in (100, 110, 120, 130)] + [(1, 1)]
+    rows = [(f"p{i:03d}-{j}", lam, k) for i, (lam, k) in enumerate(cells) for j in range(1 + (i == 0) * 9)]
+    problems = pl.DataFrame(rows, schema=["problem_id", "lam", "k"], orient="row").with_columns(
+        task=pl.lit("t"), subset=pl.lit("COW"), category=pl.lit("III"))
+    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = figures[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()  # saved and closed: a canvas to measure on
+    ax = fig.axes[0]
+    texts = [t for t in ax.texts if t.get_text().endswith("%")]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    shown = {t.get_text() for t in texts}
+    assert f"{100 * 10 / len(rows):.0f}%" in shown  # the largest cell, (100, 100)
+    assert 2 < len(texts) < len(cells) - 4  # labels left out; the far cell (1, 1) keeps its own
+    assert any(t.xy == (1, 1) for t in texts)
+
+
 def test_sensitivity_plot(fitted, tmp_path):
     assert_png(plot_sensitivity(fitted[2], tmp_path / "sensitivity.png"))
 

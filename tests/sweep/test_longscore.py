@@ -403,6 +403,30 @@ def test_pair_slopes_cross_model_fit():
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_blank_correlation_cell_is_explained_on_its_panel(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import raylc.sweep.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
+    two = pl.DataFrame({"a": ["x", "x", "y", "y"], "b": ["x", "y", "x", "y"], "rho": [1.0, None, None, 1.0],
+                        "n": [2, 2, 2, 2]})
+    assert plots.blank_note(two) == "every pair: 2 model(s) scored on both sides; Spearman rho needs 3"
+    constant = two.with_columns(n=pl.lit(5))
+    assert plots.blank_note(constant).startswith("every pair: Spearman rho undefined")
+    full = two.with_columns(rho=pl.lit(0.5))
+    assert plots.blank_note(full) is None
+    plots.plot_correlation_heatmap(two, tmp_path / "blank.png")
+    plots.plot_correlation_heatmap(full, tmp_path / "full.png")
+    labels = [ax.get_xlabel() for ax in figures[0].axes]
+    assert plots.blank_note(two) in labels
+    assert not any("Spearman rho needs" in ax.get_xlabel() for ax in figures[1].axes)
+    # the shipped report's correlation: a constructed table with a constant task has blank cells
+    corr = task_correlation(_constructed(), by="task")
+    assert (plots.blank_note(corr) is None) == corr.filter(pl.col("a") != pl.col("b"))["rho"].is_not_null().all()
+
+
 def test_plots_write_png(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
