@@ -1,8 +1,9 @@
-"""The backend interface: ``generate(prompts, max_tokens=None) -> list[dict]``, one dict per prompt.
+"""The backend interface: ``generate(prompts, max_tokens=None, raw=None) -> list[dict]``, one dict per prompt.
 
 A prompt is a string rendered from the DOLCE template, or its parts ``(head, context,
 tail)`` (instruction, document, question) so that truncation cuts the context only;
-``max_tokens`` optionally overrides the probe's ``sampling.max_tokens`` per request.
+``max_tokens`` optionally overrides the probe's ``sampling.max_tokens`` per request, and a
+true ``raw`` flag sends that prompt without the chat template.
 
 Each dict (:class:`Generation`) has ``completion`` (None when the request failed),
 ``prompt_tokens`` (as sent, after truncation), ``generated_tokens``, ``cached_tokens``
@@ -81,6 +82,7 @@ def generations_frame(results: list[Generation]) -> pl.DataFrame:
 
 Prompt = Union[str, tuple[str, str, str]]
 MaxTokens = Optional[Sequence[Optional[int]]]
+RawFlags = Optional[Sequence[Optional[bool]]]
 
 
 def prompt_parts(prompt: Prompt) -> tuple[str, str, str]:
@@ -107,12 +109,22 @@ def request_max_tokens(max_tokens: MaxTokens, n: int, default: int) -> list[int]
     return [default if m is None else int(m) for m in max_tokens]
 
 
+def request_raw(raw: RawFlags, n: int) -> list[bool]:
+    """Per-request ``raw`` flags (send without the chat template): false where not given."""
+    if raw is None:
+        return [False] * n
+    if len(raw) != n:
+        raise ValueError(f"{n} prompts but {len(raw)} raw flags")
+    return [bool(r) for r in raw]
+
+
 class Backend:
     """Base class: ``generate`` is required; ``check_endpoint`` fails fast before a run."""
 
     name = "backend"
 
-    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None,
+                 raw: RawFlags = None) -> list[Generation]:
         raise NotImplementedError
 
     def check_endpoint(self) -> None:

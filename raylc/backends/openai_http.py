@@ -69,10 +69,12 @@ from raylc.backends.base import (
     Generation,
     MaxTokens,
     Prompt,
+    RawFlags,
     generation,
     prompt_parts,
     prompt_text,
     request_max_tokens,
+    request_raw,
 )
 from raylc.spec import OpenAIProbe
 from raylc.text.tokenize import get_tokenizer
@@ -156,7 +158,7 @@ class OpenAIBackend(Backend):
         self.probe = probe
         self.seed = seed
         self.base_url = probe.base_url.rstrip("/")
-        self.endpoint = self.base_url + ("/chat/completions" if probe.mode == "chat" else "/completions")
+        self.endpoint = self._endpoint(probe.mode == "chat")
         self._setup()
 
     def _setup(self) -> None:
@@ -231,10 +233,15 @@ class OpenAIBackend(Backend):
         except ValueError:
             raise _Fatal("response is not JSON") from None
 
-    def _body(self, prompt: str, max_tokens: int) -> bytes:
+    def _endpoint(self, chat: Optional[bool] = None) -> str:
+        """``/chat/completions`` or ``/completions`` (``chat`` None: the probe's ``mode``)."""
+        chat = self.probe.mode == "chat" if chat is None else chat
+        return self.base_url + ("/chat/completions" if chat else "/completions")
+
+    def _body(self, prompt: str, max_tokens: int, chat: Optional[bool] = None) -> bytes:
         p, s = self.probe, self.probe.sampling
         body: dict[str, Any] = {"model": p.model}
-        if p.mode == "chat":
+        if self._endpoint(chat).endswith("/chat/completions"):
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
@@ -264,13 +271,14 @@ class OpenAIBackend(Backend):
             file=sys.stderr, flush=True,
         )
 
-    def _parse(self, data: Any, prompt: str, latency: float, cut: int) -> Generation:
+    def _parse(self, data: Any, prompt: str, latency: float, cut: int, chat: Optional[bool] = None) -> Generation:
+        endpoint = self._endpoint(chat)
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") if self.probe.mode == "chat" else choice.get("text")
+            text = choice["message"].get("content") if endpoint.endswith("/chat/completions") else choice.get("text")
         except (KeyError, IndexError, TypeError, AttributeError):
             return generation(prompt_tokens=self._tokenizer.count(prompt), latency_s=latency,
-                              error=f"{self.endpoint}: unexpected response (no choices)", truncated_tokens=cut)
+                              error=f"{endpoint}: unexpected response (no choices)", truncated_tokens=cut)
         if isinstance(text, list):  # content parts
             text = "".join(str(part.get("text") or "") for part in text if isinstance(part, dict))
         elif text is not None and not isinstance(text, str):
@@ -290,7 +298,7 @@ class OpenAIBackend(Backend):
                 text = text or ""
             else:
                 why = "max_tokens ran out first" if finish == "length" else "probe.empty_ok: true accepts empty answers"
-                error = (f"{self.endpoint}: empty completion (content {'null' if text is None else 'empty'}, "
+                error = (f"{endpoint}: empty completion (content {'null' if text is None else 'empty'}, "
                          f"finish_reason {finish}; {why})")
                 text = None
         return generation(
@@ -304,15 +312,15 @@ class OpenAIBackend(Backend):
             truncated_tokens=cut,
         )
 
-    def _request(self, index: int, prompt: str, cut: int, max_tokens: int) -> Generation:
+    def _request(self, index: int, prompt: str, cut: int, max_tokens: int, chat: Optional[bool] = None) -> Generation:
         rng = random.Random(f"{self.seed}:{index}")
-        body = self._body(prompt, max_tokens)
+        body, endpoint = self._body(prompt, max_tokens, chat), self._endpoint(chat)
         t0 = time.perf_counter()
         attempts, last = 0, ""
         while True:
             attempts += 1
             try:
-                data = self._send(self.endpoint, body, self.probe.timeout_s)
+                data = self._send(endpoint, body, self.probe.timeout_s)
             except _Fatal as exc:
                 last = str(exc)
                 break
@@ -325,19 +333,23 @@ class OpenAIBackend(Backend):
                     delay = max(delay, min(MAX_SLEEP_S, exc.retry_after)) * rng.uniform(1.0, RETRY_AFTER_SPREAD)
                 time.sleep(delay)
             else:
-                return self._parse(data, prompt, time.perf_counter() - t0, cut)
+                return self._parse(data, prompt, time.perf_counter() - t0, cut, chat)
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         return generation(
             prompt_tokens=self._tokenizer.count(prompt), latency_s=time.perf_counter() - t0,
-            error=self._scrub(f"{self.endpoint}: {last}{tries}"), truncated_tokens=cut,
+            error=self._scrub(f"{endpoint}: {last}{tries}"), truncated_tokens=cut,
         )
 
     # --- public ---------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
-        """One result dict per prompt, in order; at most ``concurrency`` requests in flight."""
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None,
+                 raw: RawFlags = None) -> list[Generation]:
+        """One result dict per prompt, in order; at most ``concurrency`` requests in flight. In
+        ``chat`` mode a prompt whose ``raw`` flag is set goes to ``/completions`` as it is (no
+        chat template), as LongBench v1 ``pred.py`` sends its few-shot and code datasets."""
         p = self.probe
         limits = request_max_tokens(max_tokens, len(prompts), p.sampling.max_tokens)
+        chat = [False if r else None for r in request_raw(raw, len(prompts))]  # None: the probe's mode
         fitted: list[Optional[str]] = []
         cuts: list[int] = []
         results: list[Optional[Generation]] = [None] * len(prompts)
@@ -354,7 +366,7 @@ class OpenAIBackend(Backend):
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
             with ThreadPoolExecutor(max_workers=min(p.concurrency, len(todo)), thread_name_prefix="raylc-openai") as pool:
-                done = pool.map(lambda i: self._request(i, fitted[i], cuts[i], limits[i]), todo)  # type: ignore[arg-type]
+                done = pool.map(lambda i: self._request(i, fitted[i], cuts[i], limits[i], chat[i]), todo)  # type: ignore[arg-type]
                 for i, r in zip(todo, done):
                     results[i] = r
         return results  # type: ignore[return-value]

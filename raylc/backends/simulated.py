@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, generation, prompt_text
+from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, RawFlags, generation, prompt_text
 from raylc.scoring.judge import simulated_judgement
 from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
@@ -76,7 +76,8 @@ class SimulatedBackend(Backend):
             return str(sum(c[2] for c in clues) % 1000) if clues else str(guess)
         return IDK_ANSWER
 
-    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None) -> list[Generation]:
+    def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None,
+                 raw: RawFlags = None) -> list[Generation]:
         tok = get_tokenizer(None)
         texts = [prompt_text(p) for p in prompts]
         answers = [self.answer(p) for p in texts]

@@ -116,6 +116,8 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.rstrip("/")
         if route not in ("/v1/chat/completions", "/v1/completions"):
             return self._error(404, f"no route {self.path}")
+        with owner._lock:
+            owner.routes.append(route)
         fail, stall, null = owner._inject(raw)
         if stall:
             time.sleep(owner.stall_s)
@@ -206,6 +208,7 @@ class SimulatedOpenAIServer:
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
                       "in_flight": 0, "max_in_flight": 0}
         self._seen: dict[bytes, int] = {}
+        self.routes: list[str] = []  # the completion route of every request, in arrival order
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None

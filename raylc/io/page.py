@@ -82,7 +82,11 @@ class Page:
 def run_facts(manifest: dict[str, Any]) -> list[str]:
     """What the run did, from its manifest: each stage's status, seconds and counts (requests,
     tokens, errors, truncation for inference)."""
-    rows = [{"stage": name, "status": state.get("status", "?"), "seconds": float(state.get("seconds") or 0.0),
+    def status(name: str, state: dict[str, Any]) -> str:  # the report stage is running while it writes this page
+        status = state.get("status", "?")
+        return "writing this page" if name == "report" and status == "running" else status
+
+    rows = [{"stage": name, "status": status(name, state), "seconds": float(state.get("seconds") or 0.0),
              "counts": ", ".join(f"{k}={v:,}" for k, v in (state.get("rows") or {}).items())}
             for name, state in manifest.get("stages", {}).items()]
     frags = [table_html(pl.DataFrame(rows, schema={"stage": pl.String, "status": pl.String, "seconds": pl.Float64,

@@ -116,6 +116,7 @@ class PromptTokenizer(HFTokenizer):
         super().__init__(name, tok=tok, fast=fast)
         self.name, self.chat_template = name, chat_template
         self._last: tuple[str, list[int]] = ("", [])
+        self._raw: Optional[PromptTokenizer] = None
         if chat_template:
             try:
                 self.prompt_ids("")
@@ -135,6 +136,15 @@ class PromptTokenizer(HFTokenizer):
                 + ("; or set probe.chat_template: false with a local tokenizer.json" if chat_template else "")
             ) from None
         return cls(base._tok, chat_template, spec, fast=base._fast)
+
+    def raw(self) -> "PromptTokenizer":
+        """This tokenizer without the chat template: a prompt encoded as it is, with the
+        tokenizer's default special tokens (LongBench v1 ``pred.py``'s few-shot and code datasets)."""
+        if not self.chat_template:
+            return self
+        if self._raw is None:
+            self._raw = PromptTokenizer(self._tok, False, self.name, fast=self._fast)
+        return self._raw
 
     def prompt_ids(self, text: str) -> list[int]:
         """The ids sent to the engine for ``text`` (the last result is memoized)."""
@@ -158,11 +168,15 @@ def tokenize(rendered: pl.DataFrame, tokenizer: PromptTokenizer, max_model_len: 
     """Fit each ``head + context + tail`` into ``max_model_len`` minus its ``max_tokens`` (the
     row's, or ``default_max_tokens``) and tokenize it: the rows without the prompt parts, plus
     ``prompt_token_ids`` (null when it cannot fit), ``prompt_tokens``, ``truncated_tokens`` and
-    ``error`` ("prompt too long: ..." for a refused prompt)."""
+    ``error`` ("prompt too long: ..." for a refused prompt). A row whose ``raw_prompt`` is true is
+    encoded without the chat template (:meth:`PromptTokenizer.raw`)."""
     own = (rendered["max_tokens"].to_list() if "max_tokens" in rendered.columns else [None] * rendered.height)
+    raw = rendered["raw_prompt"].to_list() if "raw_prompt" in rendered.columns else [None] * rendered.height
     ids_col: list[Optional[list[int]]] = []
     n_col, cut_col, err_col = [], [], []
-    for (head, context, tail), limit in zip(rendered.select(INLINE).iter_rows(), own):
+    chat_tokenizer = tokenizer
+    for (head, context, tail), limit, bare in zip(rendered.select(INLINE).iter_rows(), own, raw):
+        tokenizer = chat_tokenizer.raw() if bare else chat_tokenizer
         source = "probe.sampling.max_tokens" if limit is None else "the suite's limit for this request"
         try:
             text, cut = fit_to_window(head, context, tail, tokenizer, max_model_len,  # type: ignore[arg-type]
@@ -199,7 +213,8 @@ def prepare(rows: pl.DataFrame, problems: ProblemSource, job: Any,
 
 def _passthrough(rows: pl.DataFrame) -> pl.DataFrame:
     """The columns that travel from the request to its completion row (ids and keys)."""
-    return rows.drop([c for c in (*INLINE, *SIM_COLUMNS, *TOKEN_COLUMNS, "max_tokens") if c in rows.columns])
+    return rows.drop([c for c in (*INLINE, *SIM_COLUMNS, *TOKEN_COLUMNS, "max_tokens", "raw_prompt")
+                      if c in rows.columns])
 
 
 def simulated_backend(rows: pl.DataFrame, job: Any) -> Any:
@@ -218,12 +233,14 @@ def simulated_backend(rows: pl.DataFrame, job: Any) -> Any:
 def generate_text(rows: pl.DataFrame, backend: Any) -> pl.DataFrame:
     """The engine stage for text backends (simulated, OpenAI-compatible): rendered
     ``head, context, tail`` in, the pass-through columns plus the generation columns out (a
-    null ``max_tokens`` is the backend's own default)."""
+    null ``max_tokens`` is the backend's own default; ``raw_prompt`` goes to the backend as ``raw``)."""
     from raylc.backends.base import generations_frame
 
     prompts = list(rows.select(INLINE).iter_rows())
     limits = rows["max_tokens"].to_list() if "max_tokens" in rows.columns else None
-    out = generations_frame(backend.generate(prompts, limits)) if rows.height else generations_frame([])
+    raw = rows["raw_prompt"].to_list() if "raw_prompt" in rows.columns and rows["raw_prompt"].any() else None
+    out = generations_frame(backend.generate(prompts, limits, raw) if raw else backend.generate(prompts, limits)
+                            ) if rows.height else generations_frame([])
     return pl.concat([_passthrough(rows), out], how="horizontal")
 
 

@@ -106,13 +106,16 @@ class LongBenchSuite(SweepSuite):
     each dataset's prompt and generation length, ``eval.py``'s metric, first-line rule and
     rounding. ``datasets`` keeps only those; ``max_length`` cuts every prompt as ``pred.py``
     does (its ``model2maxlen``, in ``tokenizer``'s tokens), else the backend cuts the context
-    in the middle to its window."""
+    in the middle to its window. ``chat_template``: ``pred_py`` (default) sends
+    :data:`NO_CHAT_DATASETS` without the probe's chat template and the rest with it, as
+    ``pred.py`` does; ``probe`` applies the probe's setting to every dataset."""
 
     kind: Literal["longbench"]
     data: list[str] = Field(min_length=1)
     datasets: Optional[list[Literal[DATASETS]]] = Field(default=None, min_length=1)  # type: ignore[valid-type]
     tokenizer: Optional[str] = None
     max_length: Optional[int] = Field(default=None, ge=2)
+    chat_template: Literal["pred_py", "probe"] = "pred_py"
 
     axis: ClassVar[str] = "length_class"  # LongBench-E's buckets: contexts are not length-controlled
     sections: ClassVar[tuple[str, ...]] = ("longbench",)
@@ -134,8 +137,8 @@ class LongBenchSuite(SweepSuite):
                  longbench_report(scores.filter("kept") if "kept" in scores.columns else scores))]
 
 
-__all__ = ["DATASET_MAXLEN", "DATASET_METRIC", "DATASET_PROMPTS", "LongBenchDataError", "LongBenchSuite",
-           "build_longbench", "load_longbench", "longbench_report", "prompt"]
+__all__ = ["DATASET_MAXLEN", "DATASET_METRIC", "DATASET_PROMPTS", "NO_CHAT_DATASETS", "LongBenchDataError",
+           "LongBenchSuite", "build_longbench", "load_longbench", "longbench_report", "prompt"]
 
 
 class LongBenchDataError(ValueError):
@@ -213,7 +216,8 @@ def length_class(words: pl.Expr) -> pl.Expr:
 def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data``: task = the record's ``dataset``, sample_id its ``_id``,
     :data:`DATASET_METRIC`'s metric, extractor ``raw_first_line`` for :data:`FIRST_LINE_DATASETS`
-    (else ``none``), ``max_tokens`` from :data:`DATASET_MAXLEN`. ``length`` = the context's
+    (else ``none``), ``max_tokens`` from :data:`DATASET_MAXLEN`, ``raw_prompt`` (see
+    ``LongBenchSuite.chat_template``). ``length`` = the context's
     token count (``suite.tokenizer``), ``context_tokens`` what is left of it after
     ``suite.max_length``'s cut. Extra columns: ``all_classes``, ``language``, ``words`` (the
     record's ``length``), ``length_class`` and ``record`` (file order, which ``eval.py`` sums
@@ -239,9 +243,11 @@ def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
             "gold": rec["answers"][0], "metric": DATASET_METRIC[dataset],
             "extractor": "raw_first_line" if dataset in FIRST_LINE_DATASETS else "none", "followup": None,
             "max_tokens": DATASET_MAXLEN[dataset], "followup_max_tokens": None, "all_classes": rec["all_classes"],
+            "raw_prompt": suite.chat_template == "pred_py" and dataset in NO_CHAT_DATASETS,
             "language": rec["language"], "words": rec["length"], "record": rec["record"],
         })
-    extra = {"all_classes": pl.List(pl.String()), "language": pl.String(), "words": pl.Int64(), "record": pl.Int64()}
+    extra = {"all_classes": pl.List(pl.String()), "raw_prompt": pl.Boolean(), "language": pl.String(),
+             "words": pl.Int64(), "record": pl.Int64()}
     samples = pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **extra})
     return check_samples(samples.with_columns(length_class=length_class(pl.col("words"))), ", ".join(suite.data))
 

@@ -11,7 +11,9 @@ request (LongBench v2 chain of thought): it is the whole second prompt, with the
 call's completion put in place of :data:`COMPLETION` (the paper's answer call omits the
 document). ``max_tokens`` (nullable)
 overrides the probe's ``sampling.max_tokens`` for the first call, ``followup_max_tokens``
-for the second. Builders may add further columns (e.g. ``difficulty``, ``depth``,
+for the second. ``raw_prompt`` (optional, false when absent) sends the prompt without the
+probe's chat template (LongBench v1 ``pred.py`` does so for its few-shot and code datasets).
+Builders may add further columns (e.g. ``difficulty``, ``depth``,
 ``n_pieces``); they pass through to the scores table.
 """
 
@@ -79,6 +81,8 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "max_tokens": pl.Int64(),
     "followup_max_tokens": pl.Int64(),
 }
+#: optional columns and the value a table without them gets
+OPTIONAL_COLUMNS: dict[str, tuple[pl.DataType, object]] = {"raw_prompt": (pl.Boolean(), False)}
 
 # metrics that are not plain reference metrics: LLM-judge grades of 100-LongBench
 # (fluency x correctness for QA, fluency x precision for summaries) and LongBench v2's
@@ -114,12 +118,15 @@ def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFram
         raise SampleTableError(f"{source}: missing column {missing[0]!r} (required: {', '.join(SAMPLE_SCHEMA)})")
     if samples.height == 0:
         raise SampleTableError(f"{source}: no samples (the table has no rows)")
+    samples = samples.with_columns(pl.lit(v, t).alias(c) for c, (t, v) in OPTIONAL_COLUMNS.items()
+                                   if c not in samples.columns)
+    schema = {**SAMPLE_SCHEMA, **{c: t for c, (t, _) in OPTIONAL_COLUMNS.items()}}
     try:
-        out = samples.select(
-            *[pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()], *[c for c in samples.columns if c not in SAMPLE_SCHEMA]
-        )
+        out = samples.select(*[pl.col(c).cast(t) for c, t in schema.items()], *[c for c in samples.columns
+                                                                               if c not in schema])
     except pl.exceptions.PolarsError as exc:
         raise SampleTableError(f"{source}: a column does not hold its type ({str(exc).splitlines()[0]})") from None
+    out = out.with_columns(pl.col(c).fill_null(v) for c, (_, v) in OPTIONAL_COLUMNS.items())
 
     def example(mask: pl.Expr) -> dict | None:
         hit = out.filter(mask)

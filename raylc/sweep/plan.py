@@ -80,11 +80,14 @@ def request_tokens(samples: pl.DataFrame, tok: Tokenizer, default_max: int, over
     """Per sample: (first call's prompt tokens, second call's (0 for one-call samples), their
     ``max_tokens``). Instruction and question pieces are tokenized once per distinct text; the
     context's count is the build's, recounted with ``tok`` when ``recount``. A second call's
-    prompt holds a completion of at most the first call's ``max_tokens``."""
+    prompt holds a completion of at most the first call's ``max_tokens``; ``overhead_tokens`` (the
+    chat template's) are not added to a ``raw_prompt`` request."""
     first_max = samples["max_tokens"].fill_null(default_max).to_numpy()
     second_max = samples["followup_max_tokens"].fill_null(default_max).to_numpy()
     context = count_texts(samples["context"], tok) if recount else samples["context_tokens"].to_numpy()
-    first = count_texts(samples["head"], tok) + context + count_texts(samples["tail"], tok) + overhead_tokens
+    raw = samples["raw_prompt"].fill_null(False).to_numpy() if "raw_prompt" in samples.columns else False
+    first = count_texts(samples["head"], tok) + context + count_texts(samples["tail"], tok) + np.where(
+        raw, 0, overhead_tokens)
     two = samples["followup"].is_not_null().to_numpy()
     second = np.where(two, count_texts(samples["followup"].fill_null(""), tok) + first_max + overhead_tokens, 0)
     return first, second, first_max, np.where(two, second_max, 0)

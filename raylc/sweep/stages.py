@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from raylc.spec import Job
 from raylc.suites.samples import COMPLETION, check_samples
 
-REQUEST_COLUMNS = ("request_id", "task", "sample_id", "length", "round", "head", "context", "tail", "max_tokens")
+REQUEST_COLUMNS = ("request_id", "task", "sample_id", "length", "round", "head", "context", "tail", "max_tokens",
+                   "raw_prompt")
 JUDGE_METRICS = ("judge_qa", "judge_sum")
 
 
@@ -38,12 +39,13 @@ def build_samples(job: Job) -> pl.DataFrame:
 
 
 def _ids(frame: pl.DataFrame, job: Job) -> pl.Series:
-    """request_id = hash(probe fingerprint, prompt parts, max_tokens): the same request always has the same id."""
+    """request_id = hash(probe fingerprint, prompt parts, max_tokens, and ``raw`` for a request sent
+    without the chat template): the same request always has the same id."""
     fp = job.probe_fingerprint()
     out = []
-    for head, context, tail, m in frame.select("head", "context", "tail", "max_tokens").iter_rows():
+    for head, context, tail, m, raw in frame.select("head", "context", "tail", "max_tokens", "raw_prompt").iter_rows():
         h = hashlib.blake2b(digest_size=12)
-        for part in (fp, head, context, tail, str(m)):
+        for part in (fp, head, context, tail, str(m), *(("raw",) if raw else ())):
             h.update(part.encode())
             h.update(b"\x1f")
         out.append(h.hexdigest())
@@ -57,6 +59,8 @@ def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame
     inserts ``output.strip()``), in place of :data:`raylc.suites.samples.COMPLETION` (no
     context), ``followup_max_tokens``; a first call that returned an empty text has no second
     call (``pred.py`` stops there), and its sample's final completion is empty."""
+    if "raw_prompt" not in samples.columns:
+        samples = samples.with_columns(raw_prompt=pl.lit(False))
     if first_round is None:
         rows = samples.with_columns(round=pl.lit(1, pl.Int64))
     else:

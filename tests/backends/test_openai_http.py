@@ -234,9 +234,9 @@ def test_prompt_parts_and_per_request_max_tokens(planted):
     sent = []
     original = openai_http.OpenAIBackend._body
 
-    def spy(self, prompt, max_tokens):
+    def spy(self, prompt, max_tokens, *chat):
         sent.append(max_tokens)
-        return original(self, prompt, max_tokens)
+        return original(self, prompt, max_tokens, *chat)
 
     with SimulatedOpenAIServer(sim) as server:
         backend = OpenAIBackend(probe(server.base_url, max_model_len=800, mode="completions", concurrency=1))
@@ -323,7 +323,7 @@ def test_a_plain_http_400_is_not_called_an_auth_problem(planted):
     sim, prompts = planted
     with SimulatedOpenAIServer(sim) as server:  # a body the server cannot parse: 400 "malformed request"
         backend = OpenAIBackend(probe(server.base_url, api_key_env=None))
-        backend._body = lambda prompt, max_tokens: b'{"model": "simulated"}'  # type: ignore[method-assign]
+        backend._body = lambda prompt, max_tokens, chat=None: b'{"model": "simulated"}'  # type: ignore[method-assign]
         (r,) = backend.generate(prompts[:1])
     assert r["error"] == f"{server.base_url}/chat/completions: HTTP 400 (malformed request)"
 
@@ -418,3 +418,19 @@ def test_malformed_usage_falls_back_to_our_counts():
     r = backend._parse({"choices": [{"text": "a b"}], "usage": {"prompt_tokens": "many", "completion_tokens": -1,
                                                                 "prompt_tokens_details": [64]}}, "p q r", 0.1, 0)
     assert (r["completion"], r["prompt_tokens"], r["generated_tokens"], r["cached_tokens"]) == ("a b", 3, 2, None)
+
+
+def test_a_raw_request_goes_to_completions_without_the_chat_template(planted):
+    """LongBench v1 pred.py sends trec, triviaqa, samsum, lsht, lcc and repobench-p without the
+    chat template: in chat mode a raw request is a plain completion of the prompt as it is."""
+    sim, _ = planted
+    with SimulatedOpenAIServer(sim) as server:
+        backend = OpenAIBackend(probe(server.base_url, mode="chat", concurrency=1))
+        out = backend.generate(["Q: one?\nA:", "Q: two?\nA:", "Q: three?\nA:"], raw=[False, True, None])
+        assert server.routes == ["/v1/chat/completions", "/v1/completions", "/v1/chat/completions"]
+        completions = OpenAIBackend(probe(server.base_url, mode="completions", concurrency=1))
+        completions.generate(["Q: four?\nA:"], raw=[False])
+        assert server.routes[-1] == "/v1/completions"
+    assert all(r["error"] is None and r["completion"] for r in out)
+    with pytest.raises(ValueError, match="2 prompts but 1 raw flags"):
+        backend.generate(["a", "b"], raw=[True])

@@ -171,6 +171,19 @@ def test_tokenize_without_chat_template_encodes_with_specials():
     assert ids[0] == FakeHFTokenizer.BOS and hf.decode(ids) == "plain prompt"
 
 
+def test_a_raw_prompt_row_skips_the_chat_template_and_keeps_bos():
+    """LongBench v1 pred.py: trec, triviaqa, samsum, lsht, lcc and repobench-p are tokenized as
+    they are (the tokenizer's BOS, no chat turn); the other rows of the batch keep the template."""
+    hf = FakeHFTokenizer()
+    rows = _rows(["few-shot prompt", "chat prompt"]).with_columns(raw_prompt=pl.Series([True, None]))
+    out = tokenize(rows, PromptTokenizer(hf, chat_template=True), 1000, 8, "middle")
+    raw, chat = (r.to_list() for r in out["prompt_token_ids"])
+    assert raw == hf.encode("few-shot prompt") and raw[0] == FakeHFTokenizer.BOS
+    assert chat == hf.encode("<s>[USER] chat prompt [ASSISTANT]", add_special_tokens=False)
+    assert out["prompt_tokens"].to_list() == [len(raw), len(chat)]
+    assert [m[0][0]["content"] for m in hf.chat_calls] == ["", "chat prompt"]  # "": the constructor's check
+
+
 def test_tokenize_truncates_context_and_records_refusals():
     question = "What is the code of vault V-1?"
     long = TEMPLATE.format(context=" ".join(["filler"] * 5000), question=question)

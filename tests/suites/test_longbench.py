@@ -15,6 +15,7 @@ from raylc.suites.longbench import (
     DATASET_METRIC,
     DATASET_PROMPTS,
     FIRST_LINE_DATASETS,
+    NO_CHAT_DATASETS,
     LongBenchDataError,
     LongBenchSuite,
     build_longbench,
@@ -78,6 +79,30 @@ def test_samples_are_pred_py_prompts():
     assert trec["tail"] == "\nQuestion: Where is Mount Kilimanjaro ?\nType:"
     # a context holding braces is inserted as is (str.format never re-reads a value)
     assert build_longbench(_suite(datasets=["lcc"]), 0)["task"].unique().to_list() == ["lcc"]
+
+
+def test_pred_py_sends_few_shot_and_code_datasets_without_the_chat_template():
+    """LongBench/pred.py: ``if dataset not in ["trec", "triviaqa", "samsum", "lsht", "lcc",
+    "repobench-p"]: prompt = build_chat(...)``; ``chat_template: probe`` gives every request the
+    probe's setting; a raw request has its own request id."""
+    from types import SimpleNamespace
+
+    from raylc.sweep.stages import requests
+
+    official = {"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"}
+    assert set(NO_CHAT_DATASETS) == official
+    samples = build_longbench(_suite(), seed=0)
+    raw = dict(samples.group_by("task").agg(pl.col("raw_prompt").unique()).iter_rows())
+    assert {t for t, v in raw.items() if v == [True]} == official & set(raw) == {"trec", "triviaqa", "samsum", "lsht",
+                                                                                 "lcc"}  # the fixture's
+    assert all(v == [False] for t, v in raw.items() if t not in official)
+    assert not build_longbench(_suite(chat_template="probe"), seed=0)["raw_prompt"].any()
+    job = SimpleNamespace(probe_fingerprint=lambda: "fp")
+    one = requests(samples.filter(pl.col("task") == "lcc"), job)
+    two = requests(samples.filter(pl.col("task") == "lcc").with_columns(raw_prompt=pl.lit(False)), job)
+    assert one["raw_prompt"].all() and set(one["request_id"]).isdisjoint(two["request_id"])
+    qasper = samples.filter(pl.col("task") == "qasper")
+    assert requests(qasper, job)["request_id"].equals(requests(qasper.drop("raw_prompt"), job)["request_id"])
 
 
 def _predictions(samples: pl.DataFrame) -> pl.DataFrame:
