@@ -90,13 +90,13 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
             ax.barh(y, share, left=left, color=CATEGORY_COLORS[c], edgecolor="white", linewidth=0.5,
                     label=f"Category {c}")
             for yi, (l0, w) in enumerate(zip(left, share)):
-                if w >= 8:
-                    ax.text(l0 + w / 2, yi, f"{w:.0f}", ha="center", va="center", fontsize=7)
+                if w >= 8:  # in the bar's upper half; the whiskers take the lower half
+                    ax.text(l0 + w / 2, yi + 0.2, f"{w:.0f}", ha="center", va="center", fontsize=7)
             if f"share_{c}_lo" in part.columns:  # the 95% interval of the share, at the segment's end
                 lo = 100.0 * part[f"share_{c}_lo"].fill_null(0.0).to_numpy()
                 hi = 100.0 * part[f"share_{c}_hi"].fill_null(0.0).to_numpy()
                 shown = hi > 0
-                offset = (CATEGORIES.index(c) - 2) * 0.08  # whiskers of neighbouring segments apart
+                offset = -0.06 - 0.07 * CATEGORIES.index(c)  # whiskers of neighbouring segments apart
                 ax.errorbar((left + share)[shown], y[shown] + offset,
                             xerr=np.vstack([np.maximum(share - lo, 0), np.maximum(hi - share, 0)])[:, shown],
                             fmt="none", ecolor="black", elinewidth=0.7, capsize=2, capthick=0.7)
