@@ -345,7 +345,7 @@ def test_fuzz_fit(rows, fmt, scenario, threshold, pig_likelihood):
         (root / "in").mkdir()
         path = _write_table(root / "in" / "obs", rows, fmt)
         invoke(root, ["fit", str(path), "--out", str(root / "out"), "--no-ray", "--scenario", scenario,
-                      "--threshold", threshold, "--em-steps-cow", "2", "--em-steps-pig", "2",
+                      "--threshold", threshold, "--em-steps-cow", "2", "--em-steps-pig", "2", "--uncertainty-steps", "3",
                       "--pig-likelihood", pig_likelihood], allowed=("out",))
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 #: Fallback families for characters DejaVu Sans lacks, in order of preference: CJK (Noto Sans CJK
-#: is Debian's ``fonts-noto-cjk``), then monochrome emoji. Colour bitmap fonts (Noto Color Emoji)
-#: cannot be drawn by Agg and are not listed.
-FALLBACK_FAMILIES = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR",
-                     "Source Han Sans", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
-                     "Droid Sans Fallback", "IPAexGothic", "IPAGothic", "Noto Emoji", "Symbola")
+#: is Debian's ``fonts-noto-cjk``; each of its regional families has every CJK ideograph, kana
+#: and Hangul), then monochrome emoji. Colour bitmap fonts (Noto Color Emoji) cannot be drawn by
+#: Agg and are not listed. The first installed family of each group is used.
+CJK_FAMILIES = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR", "Source Han Sans",
+                "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback",
+                "IPAexGothic", "IPAGothic")
+EMOJI_FAMILIES = ("Noto Emoji", "Symbola")
+FALLBACK_FAMILIES = CJK_FAMILIES + EMOJI_FAMILIES
 #: Font files that hold those families, looked for among the system's fonts when matplotlib's font
 #: cache (built once, maybe before the fonts were installed) does not list them.
 _FALLBACK_FILES = re.compile(r"(notosanscjk|sourcehansans|wqy|droidsansfallback|ipaexg|ipag|notoemoji-|symbola)",
@@ -24,8 +27,9 @@ _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
 
 def font_families(paths: Optional[Iterable[str]] = None) -> list[str]:
-    """``DejaVu Sans`` then every installed family of :data:`FALLBACK_FAMILIES`: matplotlib draws
-    each character in the first family of the list that has it. ``paths`` (default: the system's
+    """``DejaVu Sans``, then the first installed family of :data:`CJK_FAMILIES` and of
+    :data:`EMOJI_FAMILIES`: matplotlib draws each character in the first family of the list that
+    has it (each family costs a font look-up per text drawn). ``paths`` (default: the system's
     font files) are added to matplotlib's font manager when their name looks like a fallback font."""
     from matplotlib import font_manager
 
@@ -38,7 +42,8 @@ def font_families(paths: Optional[Iterable[str]] = None) -> list[str]:
             except (OSError, RuntimeError, ValueError):
                 continue  # an unreadable font file: skip it
     known = {f.name for f in manager.ttflist}
-    return ["DejaVu Sans", *(f for f in FALLBACK_FAMILIES if f in known)]
+    firsts = (next((f for f in group if f in known), None) for group in (CJK_FAMILIES, EMOJI_FAMILIES))
+    return ["DejaVu Sans", *(f for f in firsts if f is not None)]
 
 
 @functools.cache

@@ -52,13 +52,15 @@ def test_characters_no_font_draws_give_one_warning_line_naming_them(tmp_path):
     assert "\n" not in messages[0]
 
 
-def test_a_fallback_font_found_among_font_files_draws_what_dejavu_lacks(tmp_path):
+def test_a_fallback_font_found_among_font_files_draws_what_dejavu_lacks(tmp_path, monkeypatch):
     from matplotlib import font_manager
 
     import raylc.io.figures as figures
 
-    font = tmp_path / "DroidSansFallback.ttf"  # a fallback font's file name, a family in FALLBACK_FAMILIES
+    font = tmp_path / "DroidSansFallback.ttf"  # a fallback font's file name and family
     _font_with(font, "Droid Sans Fallback", VAI)
+    # the first installed CJK family is used: put this one first, whatever else is installed
+    monkeypatch.setattr(figures, "CJK_FAMILIES", ("Droid Sans Fallback", *figures.CJK_FAMILIES))
     try:
         assert "Droid Sans Fallback" in font_families([str(font), str(tmp_path / "unrelated.ttf")])
         figures._installed_families.cache_clear()  # pyplot() sets the families it finds now
