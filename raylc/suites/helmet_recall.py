@@ -4,8 +4,9 @@ Four tasks, each sample rebuilt at every target length (tokens of the context, n
 as close below it as whole units allow):
 
 * ``json_kv`` -- a JSON object of random UUID keys and values (Liu et al., 2023, as HELMET
-  B.5 describes); the queried record sits at the sample's depth. Prompt: the
-  "lost in the middle" ``kv_retrieval`` template. SubEM.
+  B.5 describes); the queried record sits at the sample's depth. Prompt: HELMET's
+  ``load_json_kv`` template (the JSON first, then the instruction, ``Key: "<key>"`` and
+  "Corresponding value:"). SubEM.
 * ``mk_needle_number`` / ``mk_needle_uuid`` -- RULER NIAH MultiKey variants 2 and 3: the
   haystack is noisy needles "One of the special magic numbers for <key> is: <value>." with
   other keys (word keys and 7-digit numbers; UUID keys and values), the gold needle at the
@@ -20,11 +21,17 @@ as close below it as whole units allow):
   ``recall``, the fraction of the four values in the output (HELMET: "the percentage of the
   ground truth answers that are substrings in the generation"; RULER ``string_match_all``).
 
-RULER tasks use RULER's ``niah`` template with its answer prefix appended to the tail;
-HELMET's two-shot demonstrations (Section 2.3) are not added. The key, values and the unit
-stream (noise records, noisy needles or haystack sentences) of a sample are drawn once from
-``(seed, task, sample)``, so a shorter context is a prefix of a longer one with the gold
-placed at the same relative depth. Depths of the gold key or needle are
+The RULER tasks use HELMET's ``load_ruler`` templates (``data.py``): the singular one for the
+multi-key needles, the plural one for the multi-value needle, the question and the answer
+prefix on two lines. Generation budgets are ``configs/recall.yaml``'s (50, 100, 50, 100 new
+tokens) and, as that config sets ``use_chat_template: false``, prompts go to the model without
+the chat template (``raw_prompt``; ``chat_template: probe`` gives them the probe's setting).
+Not reproduced: JSON KV's two demonstrations (``shots: 2``, drawn from HELMET's released data
+files) and the exact ``context`` / ``question`` text of those files, which raylc generates.
+
+The key, values and the unit stream (noise records, noisy needles or haystack sentences) of a
+sample are drawn once from ``(seed, task, sample)``, so a shorter context is a prefix of a
+longer one with the gold placed at the same relative depth. Depths of the gold key or needle are
 ``linspace(0, 1, depths)`` cycled over samples (HELMET B.5: six evenly spaced depths; 0.0
 is the start of the context); ``depth`` is null for ``mv_needle``, whose four needles have
 no single depth.
@@ -53,8 +60,8 @@ HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_need
 class HelmetRecallSuite(LengthSuite):
     """HELMET's synthetic recall tasks (Section 2.1, Appendix B.5): JSON KV, RULER multi-key
     needle with number / UUID values (the haystack is noisy needles with other keys) and
-    multi-value needle (four values for one key in an essay haystack), SubEM-scored (recall
-    over the four values for the multi-value needle); the gold key or needle sits at
+    multi-value needle (four values for one key in an essay haystack), JSON KV SubEM-scored,
+    the needles by RULER recall (HELMET's ``ruler_recall``); the gold key or needle sits at
     ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
     pool (JSONL/Parquet/CSV with a ``text`` column, local or s3://) for the multi-value
     needle's essay; unset, RULER's repeated noise sentences are the filler."""
@@ -63,6 +70,8 @@ class HelmetRecallSuite(LengthSuite):
     tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
     depths: int = Field(default=6, ge=1)
     haystack: Optional[str] = None
+    #: ``helmet``: no chat template (HELMET configs/recall.yaml ``use_chat_template: false``); ``probe``: the probe's
+    chat_template: Literal["helmet", "probe"] = "helmet"
 
 
 __all__ = ["HelmetRecallError", "build_helmet_recall", "depth_grid", "fit_units", "needle", "uuids"]
@@ -96,11 +105,13 @@ RULER_DEPTHS = np.round(np.linspace(0, 100, num=40)) / 100
 _MV_VALUES = 4
 _CHUNK = 512  # units drawn per step: fixed, so the unit stream does not depend on the target length
 _TASK_INDEX = {t: i for i, t in enumerate(HELMET_RECALL_TASKS)}
-_MAX_TOKENS = {"json_kv": 100, "mk_needle_number": 128, "mk_needle_uuid": 128, "mv_needle": 128}
+#: HELMET configs/recall.yaml ``generation_max_length`` (ruler_niah_mk_2, mk_3, mv, json_kv)
+_MAX_TOKENS = {"json_kv": 100, "mk_needle_number": 50, "mk_needle_uuid": 100, "mv_needle": 50}
 #: HELMET scripts/collect_results.py: json_kv substring_exact_match, the RULER needles ruler_recall
 _METRIC = {"json_kv": "subem", "mk_needle_number": "recall", "mk_needle_uuid": "recall", "mv_needle": "recall"}
 
-_JSON_KV_HEAD = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
+#: HELMET data.py ``load_json_kv``: ``{context}`` then this instruction, the demonstrations (none here) and the key
+_JSON_KV_INSTRUCTION = "\n\nExtract the value corresponding to the specified key in the JSON object below.\n\n"
 
 
 def uuids(rng: np.random.Generator, n: int) -> list[str]:
@@ -134,25 +145,27 @@ def needle(kind: str, key: str, value: str) -> str:
     return f"One of the special magic {kind} for {key} is: {value}."
 
 
-#: RULER's ``niah`` template and answer prefix (``scripts/data/synthetic/constants.py``), joined as
-#: ``scripts/data/synthetic/niah.py`` uses them
-RULER_NIAH_TEMPLATE = (
-    "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
-    "I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic "
-    "{type_needle_v} for {query} mentioned in the provided text? The special magic {type_needle_v} for {query} "
-    "mentioned in the provided text are")
+#: HELMET ``data.py`` ``load_ruler``: (user template, answer prefix) of the multi-value needle (plural) and of
+#: the other needles (singular); the prompt is ``user + "\n" + prefix``
+HELMET_NIAH_PLURAL = (
+    "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. I will quiz "
+    "you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic {type_needle_v} for "
+    "{query} mentioned in the provided text?",
+    "The special magic {type_needle_v} for {query} mentioned in the provided text are")
+HELMET_NIAH_SINGULAR = (
+    "A special magic {type_needle_v} is hidden within the following text. Make sure to memorize it. I will quiz you "
+    "about the {type_needle_v} afterwards.\n{context}\nWhat is the special magic {type_needle_v} for {query} "
+    "mentioned in the provided text?",
+    "The special magic {type_needle_v} for {query} mentioned in the provided text is")
 
 
 def _ruler_prompt(kind: str, key: str, n_answers: int) -> tuple[str, str, str]:
-    """RULER ``niah`` prompt (head, tail, question), the answer prefix closing the tail. With one
-    answer (``num_needle_q * num_needle_v == 1``: the multi-key variants) ``niah.py`` switches the
-    template to the singular: "Some" -> "A", "are all" -> "is", "are" -> "is", "answers" -> "answer",
-    in that order, and drops the "s" of the needle type."""
-    template = RULER_NIAH_TEMPLATE
-    if n_answers == 1:
-        template = template.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer")
-        kind = kind[:-1]
-    filled = template.replace("{type_needle_v}", kind).replace("{query}", key)
+    """HELMET's RULER needle prompt (head, tail, question): the singular template for one answer
+    (the multi-key needles), with the needle type in the singular as RULER's ``niah.py`` makes it
+    ("numbers" -> "number"), the plural one for several (the multi-value needle)."""
+    user, prefix = HELMET_NIAH_SINGULAR if n_answers == 1 else HELMET_NIAH_PLURAL
+    kind = kind[:-1] if n_answers == 1 else kind
+    filled = f"{user}\n{prefix}".replace("{type_needle_v}", kind).replace("{query}", key)
     head, tail = filled.split("{context}")
     return head, tail, tail[1:tail.index("?") + 1]
 
@@ -273,7 +286,7 @@ class _Sample:
             key, value = uuids(rng, 2)
             self.needles, self.depths = [f'"{key}": "{value}"'], [depth]
             self.answers, self.gold = [value], value
-            self.head, self.tail, self.question = _JSON_KV_HEAD, f'\n\nKey: "{key}"\nCorresponding value:', key
+            self.head, self.tail, self.question = "", f'{_JSON_KV_INSTRUCTION}Key: "{key}"\nCorresponding value:', key
 
             def draw(n: int) -> list[str]:
                 pairs = uuids(rng, 2 * n)
@@ -332,7 +345,7 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
     haystack = _pool_sentences(suite.data_path(suite.haystack), suite.tokenizer) if suite.haystack and "mv_needle" in suite.tasks else None
     depths = depth_grid(suite.samples_per_length, suite.depths)
     lengths = sorted(set(suite.lengths))
-    cols: dict[str, list] = {c: [] for c in (*SAMPLE_SCHEMA, "depth")}
+    cols: dict[str, list] = {c: [] for c in (*SAMPLE_SCHEMA, "raw_prompt", "depth")}
     for task in suite.tasks:
         for i in range(suite.samples_per_length):
             sample = _Sample(task, np.random.default_rng([seed, _TASK_INDEX[task], i]), float(depths[i]), haystack, tok)
@@ -343,9 +356,9 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
                     "head": sample.head, "context": context, "tail": sample.tail, "question": sample.question,
                     "answers": sample.answers, "gold": sample.gold, "metric": _METRIC[task],
                     "extractor": "none", "followup": None, "max_tokens": _MAX_TOKENS[task], "followup_max_tokens": None,
-                    "depth": sample.depth,
+                    "raw_prompt": suite.chat_template == "helmet", "depth": sample.depth,
                 }
                 for c, v in row.items():
                     cols[c].append(v)
-    frame = pl.DataFrame(cols, schema={**SAMPLE_SCHEMA, "depth": pl.Float64()})
+    frame = pl.DataFrame(cols, schema={**SAMPLE_SCHEMA, "raw_prompt": pl.Boolean(), "depth": pl.Float64()})
     return check_samples(frame, "helmet_recall")

@@ -5,10 +5,12 @@ sample plus random distractors up to the length (:func:`raylc.suites.context.bui
 
 * ``kv_retrieval``: ``kv_pairs`` chained UUID pairs ``k1 -> k2 -> ... `` ("The value of k_i is
   k_{i+1}.") put before random sentences of distinct distractors; asked: the value of k1.
-  Accuracy of the first word of the completion.
+  Accuracy of the last UUID of the first line.
 * ``counting_stars``: ``star_passages`` distractors end with "The little penguin counted N ★";
-  asked, as a 4-way multiple choice, the counts in order of appearance; the wrong options swap
-  two counts (twice) or alter one. Accuracy of the option letter; gold ``"(B)"``-style.
+  asked which numbered option is the list of counts: "1. unanswerable" then the correct list and
+  three distractors (two swaps of two counts, one altered count) in random order, as
+  ``utils/data_utils.py`` writes them. Accuracy of the first number of the first line; gold the
+  option number ("2" to "5").
 * ``passage_retrieval``: a source document with a summary among distractors; asked which
   passage the summary is from. Accuracy of the number.
 * ``passage_count``: distractors each repeated 1..``max_repeats`` times; asked the number of
@@ -20,10 +22,11 @@ sample plus random distractors up to the length (:func:`raylc.suites.context.bui
 * ``single_doc_sum`` / ``multi_doc_sum``: summarize the named passage(s); ``judge_sum``
   (fluency x precision).
 
-Prompts are the paper's (Appendix A.3, as released with the benchmark: "Ignore" for the printed
-"Import", and ``{context}`` where the printed Counting Stars and Multi-Doc Sum prompts lost it),
-split into ``head + context + tail``. Sample ids are stable across lengths (a QA sample keeps its
-id at every length, so the prior-knowledge filter can drop it everywhere). Each source sample is
+Prompts are ``config/dataset2prompt.json`` of uservan/100-LongBench byte for byte (the paper's
+Appendix A.3 prints them with "Import" for "Ignore" and without the ``{context}`` of Counting
+Stars and Multi-Doc Sum), split into ``head + context + tail``. Sample ids are stable across
+lengths (a QA sample keeps its id at every length, so the prior-knowledge filter can drop it
+everywhere). Each source sample is
 used at the lengths its documents fit; samples that fit nowhere, or fewer than
 ``samples_per_length`` at a length, are counted (:func:`longbench100_report`) and logged.
 """
@@ -120,10 +123,12 @@ _QA = ("Answer the question based on the given passages. Only give me the answer
        "\n\nAnswer the question based on the given passages following the instruction: \n{instruction}\n\n"
        "Question: {input}\nOnly give me the answer and do not output any other words. Answer:\n")
 _SUM_HEAD = "You are given several passages as follows, but not all of them need to be summarized.\n\n{context}"
+#: ``config/dataset2prompt.json`` of uservan/100-LongBench, byte for byte (the space after kv_retrieval's
+#: ``{input}`` included); ``{instruction}`` and ``{input}`` are filled as ``utils/data_utils.py`` builds them
 PROMPTS = {
     "kv_retrieval": "There are some passages below sourced from many different fields.\n\n{context}\n\nGiven several "
                     "key-value pairs in these passages, you need to find the value of the key. Read the question "
-                    "related with these key-value pairs and give the correct answer. {input}",
+                    "related with these key-value pairs and give the correct answer. {input} ",
     "counting_stars": "There are some passages below sourced from many different fields.\n\n{context}\n\nOnly output "
                       "the results without any explanation. Read the following question and give the correct "
                       "answer: {input}\nThe final answer is: ",
@@ -155,28 +160,33 @@ PROMPTS = {
                      "combine and summarize the main ideas from the selected relevant passages into one cohesive "
                      "summary, following the instructions carefully.\n\nSummary:\n",
 }
-#: the no-context prompt of the prior-knowledge probe (length-0 rows)
+#: the no-context prompt of the prior-knowledge probe (length-0 rows): ``dataset2prompt.json``'s ``qa_old``
+#: (``pred.py`` asks it for every QA sample), its trailing space included
 NO_CONTEXT_QA = ("Answer the question as concisely as you can, using a single phrase or sentence if possible. If the "
                  "question cannot be answered, write \"unanswerable\". Do not provide any explanation. Question: "
-                 "{input}\nOnly give me the answer and do not output any other words. Answer:\n")
+                 "{input}\nOnly give me the answer and do not output any other words. Answer:\n ")
 MAX_TOKENS = {"kv_retrieval": 64, "counting_stars": 32, "passage_retrieval": 32, "passage_count": 32,
               "single_doc_qa": 256, "multi_doc_qa": 256, "single_doc_sum": 512, "multi_doc_sum": 512}
 #: task -> (metric, extractor); the answer rules of 100-LongBench's eval_trec.py / utils/metrics.py:
-#: every prediction is cut to its first line, then acc_score (first number) or kv_retrieval_score (last UUID)
-METRIC = {"kv_retrieval": ("accuracy", "first_line_last_uuid"), "counting_stars": ("accuracy", "choice"),
+#: every prediction is cut to its first line, then acc_score (first number: Counting Stars' option number
+#: too) or kv_retrieval_score (last UUID)
+METRIC = {"kv_retrieval": ("accuracy", "first_line_last_uuid"), "counting_stars": ("accuracy", "first_line_number"),
           "passage_retrieval": ("accuracy", "first_line_number"), "passage_count": ("accuracy", "first_line_number"),
           "single_doc_qa": ("judge_qa", "raw_first_line"), "multi_doc_qa": ("judge_qa", "raw_first_line"),
           "single_doc_sum": ("judge_sum", "raw_first_line"), "multi_doc_sum": ("judge_sum", "raw_first_line")}
 PARAGRAPH_LABEL = "Paragraph {i}:\n"
 STAR = "The little penguin counted {n} ★"
 KV = "The value of {key} is {value}."
+#: Counting Stars' question (``utils/data_utils.py`` ``generate_dataset_counting_stars``, test_type
+#: "Acquisition"), its "[x, x, x,...]. represent" and "collect?" as written; ``{options}`` is one line per option
 STARS_QUESTION = (
     "On this moonlit and misty night, the little penguin is looking up at the sky and concentrating on counting ★. "
     "Please help the little penguin collect the number of ★, for example: [x, x, x,...]. The summation is not "
-    "required, and the numbers in [x, x, x,...] represent the counted number of ★ by the little penguin.\n"
-    "Question: Which of the following is the correct number of ★ the little penguin collected, in the order the "
-    "counts appear?\n{options}\nAnswer with the letter of the correct option, like (A).")
-LETTERS = "ABCD"
+    "required, and the numbers in [x, x, x,...]. represent the counted number of ★ by the little penguin.\n"
+    "Question: Which of the following is the correct number of ★ the little penguin collect?\n{options}"
+    "Please provide your answer as a single number (1, 2, 3, 4 ...) without any explanation.")
+#: option 1 of every Counting Stars question
+STARS_UNANSWERABLE = "unanswerable"
 
 
 def prompt_parts(template: str, **values: str) -> tuple[str, str]:
@@ -231,7 +241,8 @@ def _row(task: str, sample_id: str, length: int, ctx: Optional[BuiltContext], he
 
 
 def _passages(labels) -> str:
-    return ", ".join(f"Passage {i}" for i in labels)
+    """The multi-doc summary's passages as ``data_utils.py`` joins them: "Passage 1,Passage 3"."""
+    return ",".join(f"Passage {i}" for i in labels)
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -250,7 +261,9 @@ def _kv_retrieval(suite: LongBench100Suite, pool: DocumentPool, i: int, length: 
 
 
 def star_options(counts: list[int], rng: np.random.Generator) -> list[list[int]]:
-    """The correct sequence and three distinct distractors (two swaps of two counts, one altered count)."""
+    """The correct sequence and three distinct distractors: two swaps of two counts and one altered
+    count (``data_utils.py``'s ``exchange`` / ``modify``; raylc redraws a distractor equal to another
+    option, which the official generator does not)."""
     options = [list(counts)]
     makers = ["swap", "alter", "swap"]
     while len(options) < 4:
@@ -269,16 +282,19 @@ def _counting_stars(suite: LongBench100Suite, pool: DocumentPool, i: int, length
     stars = [int(x) for x in rng.choice(np.arange(1, 101), size=suite.star_passages, replace=False)]
     ctx = build_context(length, pool, rng, needles=[STAR.format(n=n) for n in stars], needle_at="end")
     counts = [stars[j] for j in np.argsort(ctx.needle_labels)]
-    options = star_options(counts, rng)
-    slots = rng.permutation(4)  # option k goes to letter slots[k]
-    by_letter = [None] * 4
-    for k, s in enumerate(slots):
-        by_letter[s] = options[k]
-    letter = LETTERS[int(slots[0])]
-    question = STARS_QUESTION.format(options="\n".join(f"({LETTERS[s]}) {by_letter[s]}" for s in range(4)))
+    question, number = stars_question(star_options(counts, rng), rng)
     head, tail = prompt_parts(PROMPTS["counting_stars"], input=question)
-    return _row("counting_stars", f"counting_stars-{i:04d}", length, ctx, head, tail, question, [letter],
-                f"({letter})", sorted(ctx.needle_labels))
+    return _row("counting_stars", f"counting_stars-{i:04d}", length, ctx, head, tail, question, [number], number,
+                sorted(ctx.needle_labels))
+
+
+def stars_question(options: list[list[int]], rng: np.random.Generator) -> tuple[str, str]:
+    """The Counting Stars question and its answer, the correct option's number (``data_utils.py``):
+    the four sequences (``options[0]`` correct) shuffled after "unanswerable", numbered "1. " to
+    "5. ", each written as a Python list ("[38, 10, 90, 42]")."""
+    shown = [STARS_UNANSWERABLE, *(options[int(k)] for k in rng.permutation(len(options)))]
+    lines = "".join(f"{n}. {option}\n" for n, option in enumerate(shown, start=1))
+    return STARS_QUESTION.format(options=lines), str(shown.index(options[0]) + 1)
 
 
 def _passage_count(suite: LongBench100Suite, pool: DocumentPool, i: int, length: int, rng) -> dict:
@@ -299,8 +315,8 @@ def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
         head, tail = prompt_parts(PROMPTS[task], input=item.summary)
         gold = str(labels[0])
         return _row(task, item.sample_id, length, ctx, head, tail, item.summary, [gold], gold, labels)
-    if task in QA_TASKS:
-        shown = ", ".join(str(i) for i in sorted(labels))
+    if task in QA_TASKS:  # data_utils.py: "Passage 2,5. " (a bare comma) for the multi-doc groups
+        shown = ",".join(str(i) for i in sorted(labels))
         instruction = f"Answer the question related with Passage {shown}. "
         head, tail = prompt_parts(PROMPTS[task], instruction=instruction, input=item.question)
         return _row(task, item.sample_id, length, ctx, head, tail, item.question, list(item.answers),

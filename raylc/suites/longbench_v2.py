@@ -18,8 +18,10 @@ call; C.2's temperature 0.1 is the probe's ``sampling.temperature``. Contexts ar
 length-controlled: ``length`` is the context's token count and the backend truncates from
 the middle to the model window (Section 4 "Setup").
 
-Scoring: the ``longbench_v2`` extractor reads "The correct answer is (X)"; no letter is an
-invalid output, which the compensated score credits with 0.25 (Table 4). ``pred.py`` writes
+Scoring: the ``longbench_v2`` extractor reads "The correct answer is (X)" (``pred.py``
+``extract_answer``); no letter is an invalid output, which the compensated score credits with
+0.25 (Table 4; ``result.py`` with ``compensated = True``). The report gives both, each
+``round(100 * sum / n, 1)`` per split as ``result.py`` prints them. ``pred.py`` writes
 no result for a question whose call returned an empty text (``if output == '': continue``),
 so such questions leave the denominators: ``empty_outputs: skip`` (the default) does the
 same; ``empty_outputs: invalid`` counts them as invalid outputs instead (raylc's earlier rule).
@@ -69,8 +71,11 @@ class LongBenchV2Suite(SweepSuite):
         counted = scores.filter("kept") if "kept" in scores.columns else scores
         skipped = scores.height - counted.height
         note = f"; {skipped} empty output(s) skipped, as pred.py does" if skipped else ""
+        table = longbench_v2_report(counted)
+        rounded = [pl.col(c).map_elements(lambda v: round(v, 1), return_dtype=pl.Float64)  # result.py: round(x, 1)
+                   for c in ("accuracy", "invalid", "compensated")]
         return [("longbench_v2", f"LongBench v2 (accuracy %, compensated: invalid outputs count 0.25{note})",
-                 longbench_v2_report(counted).with_columns(pl.col(pl.Float64).round(2)))]
+                 table.with_columns(rounded))]
 
 
 __all__ = ["LongBenchV2DataError", "build_longbench_v2", "load_longbench_v2", "longbench_v2_report", "prompt"]
@@ -230,11 +235,11 @@ def longbench_v2_report(scores: pl.DataFrame, by: Sequence[str] = ()) -> pl.Data
     parts = [base.with_columns(split=pl.lit("overall")),
              base.with_columns(split=pl.col("difficulty")),
              base.with_columns(split=pl.col("length_class"))]
-    stats = pl.concat(parts).group_by(*by, "split").agg(
+    stats = pl.concat(parts).group_by(*by, "split").agg(  # result.py: 100 * (sum of acc) / n
         n=pl.len(),
-        accuracy=100 * pl.col("correct").mean(),
-        invalid=100 * pl.col("invalid").mean(),
-        compensated=100 * (pl.col("correct") + 0.25 * pl.col("invalid")).mean(),
+        accuracy=100 * pl.col("correct").sum() / pl.len(),
+        invalid=100 * pl.col("invalid").sum() / pl.len(),
+        compensated=100 * (pl.col("correct") + 0.25 * pl.col("invalid")).sum() / pl.len(),
     )
     grid = pl.DataFrame({"split": list(SPLITS), "_order": range(len(SPLITS))})
     if by:

@@ -18,11 +18,16 @@ FRAME = pl.DataFrame({
 
 
 def test_simulated_judge_grades_the_rendered_prompts():
-    prompts = judge_sample_prompts(FRAME)
-    assert 'Correct answers: ["4", "four"]\nAnswer: five\n' in prompts[1]
+    calls = judge_sample_prompts(FRAME)
+    assert calls.select("row", "kind").rows() == [(0, "qa"), (1, "qa"), (1, "qa"), (2, "qa"), (3, "fluency"),
+                                                  (3, "precision")]
+    prompts = calls["judge_prompt"].to_list()
+    assert prompts[1].endswith("\nCorrect answers: 4\nAnswer: five\n")
+    assert prompts[2].endswith("\nCorrect answers: four\nAnswer: five\n")
     replies = [simulated_judgement(p) for p in prompts]
     assert '"correctness": 3' in replies[0] and '"correctness": 0' in replies[1]
-    assert '"precision": 1, "sentence_count": 2' in replies[3]
+    assert replies[4].endswith('{"fluency": 1}')
+    assert replies[5].endswith('{"precision": 1, "sentence_count": 2}')
     assert simulated_judgement("What is the code of vault V-1?") is None
 
 
@@ -37,9 +42,10 @@ def test_judge_through_the_actor_pool(ray_session):
             "ray": {"no_progress_timeout_s": 120, "batch_size": 2},
         })
         scores = judge_sample_scores(FRAME, lambda prompts: generate_on_ray(prompts, job.as_judge()))
-    # fluency 2 x correctness 3 / 6; wrong; blank -> 0 without a call; fluency 1 x 1 of 2 sentences
+    # fluency 2 x correctness 3 / 6; wrong on both answers; blank -> 0 without a call; fluency 1 x 1 of 2
+    # sentences: one call per (row, answer), a summary's fluency and precision calls apart
     assert scores.to_list() == [1.0, 0.0, 0.0, 0.5]
-    assert server.stats["completed"] == 3
+    assert server.stats["completed"] == 5
 
 
 def test_job_without_judge():

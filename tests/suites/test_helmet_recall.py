@@ -68,7 +68,7 @@ def test_json_kv_value_is_in_the_json_at_the_sample_depth(samples):
         i = int(row["sample_id"][-4:])
         assert row["depth"] == depths[i]
         assert keys.index(key) == round(row["depth"] * (len(keys) - 1))
-        assert row["tail"] == f'\n\nKey: "{key}"\nCorresponding value:'
+        assert row["head"] == ""
 
 
 def test_multikey_needle_once_and_noise_uses_other_keys(samples):
@@ -157,21 +157,38 @@ def test_multikey_needles_are_scored_as_helmet_collects_them(samples):
     assert METRICS["subem"](outputs, refs).to_list() == [1.0, 1.0, 1.0, 1.0]
 
 
-def test_ruler_prompts_switch_to_the_singular_for_one_answer(samples):
-    """RULER scripts/data/synthetic/niah.py: with num_needle_q * num_needle_v == 1 the template
-    (constants.py TASKS['niah'] template + answer_prefix) becomes singular; worked by hand."""
+def test_prompts_are_helmet_load_ruler_and_load_json_kv(samples):
+    """HELMET data.py, worked by hand: load_ruler's singular template for the multi-key needles
+    (needle type "number" / "uuid", as RULER's niah.py makes it singular), its plural one for the
+    multi-value needle, each ``user_template + "\\n" + system_template``; load_json_kv's
+    ``{context}\\n\\nExtract ... below.\\n\\n{demos}Key: {question}`` + ``"\\nCorresponding value:"``."""
     number = _rows(samples, "mk_needle_number")[0]
     key = re.search(r"magic number for (\S+) mentioned", number["question"]).group(1)
     assert number["head"] == ("A special magic number is hidden within the following text. Make sure to memorize it. "
                               "I will quiz you about the number afterwards.\n")
-    assert number["tail"] == (f"\nWhat is the special magic number for {key} mentioned in the provided text? "
+    assert number["tail"] == (f"\nWhat is the special magic number for {key} mentioned in the provided text?\n"
                               f"The special magic number for {key} mentioned in the provided text is")
+    assert number["question"] == f"What is the special magic number for {key} mentioned in the provided text?"
     uuid_row = _rows(samples, "mk_needle_uuid")[0]
     assert uuid_row["head"].startswith("A special magic uuid is hidden") and uuid_row["tail"].endswith("text is")
-    multi = _rows(samples, "mv_needle")[0]  # four values: the plural template, as written
+    multi = _rows(samples, "mv_needle")[0]
     key = re.search(r"magic numbers for (\S+) mentioned", multi["question"]).group(1)
     assert multi["head"] == ("Some special magic numbers are hidden within the following text. Make sure to memorize "
                              "it. I will quiz you about the numbers afterwards.\n")
-    assert multi["tail"] == (f"\nWhat are all the special magic numbers for {key} mentioned in the provided text? "
+    assert multi["tail"] == (f"\nWhat are all the special magic numbers for {key} mentioned in the provided text?\n"
                              f"The special magic numbers for {key} mentioned in the provided text are")
     assert multi["question"] == f"What are all the special magic numbers for {key} mentioned in the provided text?"
+    kv = _rows(samples, "json_kv")[0]
+    assert kv["head"] == "" and kv["context"].startswith("{") and kv["context"].endswith("}")
+    assert kv["tail"] == ("\n\nExtract the value corresponding to the specified key in the JSON object below.\n\n"
+                          f'Key: "{kv["question"]}"\nCorresponding value:')
+
+
+def test_budgets_and_chat_template_are_helmet_recall_yaml(samples):
+    """HELMET configs/recall.yaml: generation_max_length 50 (ruler_niah_mk_2), 100 (mk_3), 50 (mv),
+    100 (json_kv); use_chat_template: false (raw prompts; ``chat_template: probe`` defers to the probe)."""
+    assert dict(samples.select("task", "max_tokens").unique().rows()) == {
+        "mk_needle_number": 50, "mk_needle_uuid": 100, "mv_needle": 50, "json_kv": 100}
+    assert samples["raw_prompt"].all()
+    probe = SUITE.model_copy(update={"chat_template": "probe", "tasks": ["json_kv"], "samples_per_length": 1})
+    assert not build_helmet_recall(probe, seed=11)["raw_prompt"].any()

@@ -10,18 +10,22 @@ import polars as pl
 import pytest
 
 from raylc.scoring.extract import EXTRACTORS
-from raylc.scoring.judge import JUDGE_TEMPLATES, judge_sample_prompts, judge_sample_scores, parse_judgements
+from raylc.scoring.judge import JUDGE_TEMPLATES, judge_sample_prompts, judge_sample_scores, parse_judgement
 from raylc.scoring.metrics import METRICS
 from raylc.suites.context import PoolError
 from raylc.suites.longbench100 import (
     LONGBENCH100_TASKS,
+    MAX_TOKENS,
     METRIC,
+    NO_CONTEXT_QA,
+    PROMPTS,
     QA_TASKS,
     LongBench100Suite,
     build_longbench100,
     longbench100_report,
     prior_knowledge_filter,
     star_options,
+    stars_question,
 )
 from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
 
@@ -87,19 +91,20 @@ def test_gold_gets_the_max_score(samples):
 
 
 def _fair_judge(prompts: pl.Series) -> pl.DataFrame:
-    """Grades like a perfect judge on exact matches: full marks when the answer is one of the
-    correct answers (QA) or the summary equals the expert summary, zero otherwise."""
+    """Grades like a perfect judge on exact matches: full marks when the answer is the correct
+    answer (QA) or the summary equals the expert summary, zero otherwise; every text is fluent."""
     out = []
     for p in prompts:
-        if "Correct answers: " in p:
-            refs = json.loads(p.split("Correct answers: ")[1].split("\n")[0])
-            answer = p.split("\nAnswer: ")[1].rstrip("\n")
-            out.append('{"fluency": 2, "correctness": %d}' % (3 if answer in refs else 0))
-        else:
-            expert = p.split("Expert summary: ")[1].split("\n\nProvided summary: ")[0]
-            given = p.split("\n\nProvided summary: ")[1].rstrip("\n")
+        if "\nCorrect answers: " in p:
+            ref, answer = re.search(r"\nCorrect answers: (.*)\nAnswer: (.*)\n\Z", p, re.DOTALL).groups()
+            out.append('{"fluency": 2, "correctness": %d}' % (3 if answer == ref else 0))
+        elif '\n\nProvided summary: "' in p:
+            fields = p.rsplit('\n\nExpert summary: "', 1)[1].removesuffix('"\n')
+            expert, given = fields.split('"\n\nProvided summary: "')
             n = given.count(". ") + 1
-            out.append('{"fluency": 1, "precision": %d, "sentence_count": %d}' % (n if given == expert else 0, n))
+            out.append('{"precision": %d, "sentence_count": %d}' % (n if given == expert else 0, n))
+        else:
+            out.append('{"fluency": 1}')
     return pl.DataFrame({"completion": out})
 
 
@@ -107,7 +112,7 @@ def test_kv_chain_resolves_to_the_answer(samples):
     for r in samples.filter(pl.col("task") == "kv_retrieval").iter_rows(named=True):
         pairs = dict(re.findall(r"The value of ([0-9a-f-]{36}) is ([0-9a-f-]{36})\.", r["context"]))
         assert len(pairs) == 3
-        key = re.search(r"the value of ([0-9a-f-]{36}) is$", r["tail"]).group(1)
+        key = re.search(r"the value of ([0-9a-f-]{36}) is $", r["tail"]).group(1)
         assert pairs[key] == r["gold"] == r["answers"][0]
         # a chain: k1 -> k2 -> k3 -> k4, each pair in its own passage
         chain = [key]
@@ -124,9 +129,10 @@ def test_kv_chain_resolves_to_the_answer(samples):
 def test_star_counts_match_the_correct_option(samples):
     for r in samples.filter(pl.col("task") == "counting_stars").iter_rows(named=True):
         counts = [int(n) for n in re.findall(r"The little penguin counted (\d+) ★", r["context"])]
-        options = dict(re.findall(r"\(([A-D])\) (\[[0-9, ]+\])", r["tail"]))
+        assert "\n1. unanswerable\n" in r["tail"]
+        options = dict(re.findall(r"\n([2-5])\. (\[[0-9, ]+\])", r["tail"]))
         assert len(counts) == 4 and len(options) == 4 and len(set(options.values())) == 4
-        assert json.loads(options[r["answers"][0]]) == counts and r["gold"] == f"({r['answers'][0]})"
+        assert json.loads(options[r["answers"][0]]) == counts and r["gold"] == r["answers"][0]
         texts = passages(r["context"])
         assert [i + 1 for i, t in enumerate(texts) if "little penguin counted" in t] == r["gold_passages"]
 
@@ -171,7 +177,7 @@ def test_qa_gold_documents_present_and_answerable(samples, sources):
             texts = passages(r["context"])
             docs = _item_docs(sources, r["sample_id"])
             assert sorted(texts[i - 1] for i in r["gold_passages"]) == sorted(docs)
-            shown = ", ".join(str(i) for i in sorted(r["gold_passages"]))
+            shown = ",".join(str(i) for i in sorted(r["gold_passages"]))
             assert f"related with Passage {shown}. " in r["tail"] and r["question"] in r["tail"]
             assert any(a in d for a in r["answers"] for d in docs) and r["gold"] == r["answers"][0]
         probes = samples.filter((pl.col("task") == task) & (pl.col("length") == 0))
@@ -247,20 +253,179 @@ def test_prior_knowledge_filter_is_eval_trec_py():
     assert dropped.rows() == [("single_doc_qa", 4, 2)]
 
 
-def test_judge_templates_and_parsing():
-    frame = pl.DataFrame({"metric": ["judge_qa", "judge_sum"], "question": ["Who?", "Summarize."],
-                          "answers": [["Ada", "A. L."], ["Expert text."]], "prediction": ["Ada", "Mine."]})
-    qa, sm = judge_sample_prompts(frame).to_list()
-    assert 'Correct answers: ["Ada", "A. L."]\nAnswer: Ada' in qa and "Question: Who?" in qa
-    assert "Expert summary: Expert text.\n\nProvided summary: Mine." in sm
-    replies = pl.Series(['ok {"fluency": 1, "correctness": 3}', "{'fluency': 1, 'precision': 2, 'sentence_count': 4}",
-                         '{"fluency": 3, "correctness": 3}', '{"fluency": 1, "precision": 5, "sentence_count": 4}',
-                         "no json", '{"fluency": 0, "precision": 0, "sentence_count": 0}'])
-    metrics = pl.Series(["judge_qa", "judge_sum", "judge_qa", "judge_sum", "judge_qa", "judge_sum"])
-    assert parse_judgements(replies, metrics).to_list() == [0.5, 0.5, None, None, None, 0.0]
-    blank = frame.with_columns(prediction=pl.Series([None, "  "], dtype=pl.String))
-    assert judge_sample_scores(blank, lambda p: pytest.fail("no judge call for blank predictions")).to_list() == [
-        0.0, 0.0]
+class _Order:
+    """A stand-in rng whose permutation is fixed (the shuffle of a worked example)."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def permutation(self, n):
+        assert n == len(self.order)
+        return np.array(self.order)
+
+
+def test_prompts_are_dataset2prompt_json_byte_for_byte():
+    """uservan/100-LongBench config/dataset2prompt.json and dataset2maxlen.json, transcribed by hand
+    (the space after kv_retrieval's {input} and after qa_old's "Answer:\\n" included)."""
+    qa = ("Answer the question based on the given passages. Only give me the answer and do not output any other "
+          "words.\n\nThe following are given passages and these passages are from many different fields.\n\n"
+          "{context}\n\nAnswer the question based on the given passages following the instruction: \n"
+          "{instruction}\n\nQuestion: {input}\nOnly give me the answer and do not output any other words. "
+          "Answer:\n")
+    summary = ("You are given several passages as follows, but not all of them need to be summarized.\n\n{context}"
+               "\n\nPlease follow these instructions:\n1.{input}\n2.Ignore and do not summarize any passages not "
+               "listed above.\n3.")
+    assert PROMPTS == {
+        "kv_retrieval": "There are some passages below sourced from many different fields.\n\n{context}\n\nGiven "
+                        "several key-value pairs in these passages, you need to find the value of the key. Read the "
+                        "question related with these key-value pairs and give the correct answer. {input} ",
+        "counting_stars": "There are some passages below sourced from many different fields.\n\n{context}\n\nOnly "
+                          "output the results without any explanation. Read the following question and give the "
+                          "correct answer: {input}\nThe final answer is: ",
+        "passage_retrieval": "Here are some passages from many different fields, along with an summarization. Please "
+                             "determine which passage the summarization is from.\n\n{context}\n\nThe following is "
+                             "a summarization.\n\n{input}\n\nPlease enter the number of the passage that the "
+                             "summarization is from. The answer format must be like \"Passage 1\", \"Passage 2\", "
+                             "etc.\n\nThe answer is Passage ",
+        "passage_count": "There are some paragraphs below sourced from many different fields. Some of them may be "
+                         "duplicates. Please carefully read these paragraphs and determine how many unique paragraphs "
+                         "there are after removing duplicates. In other words, how many non-repeating paragraphs are "
+                         "there in total?\n\n{context}\n\nPlease enter the final count of unique paragraphs after "
+                         "removing duplicates. The output format should only contain the number, such as 1, 2, 3, "
+                         "and so on.\n\nThe final answer is: ",
+        "single_doc_qa": qa,
+        "multi_doc_qa": qa,
+        "single_doc_sum": summary + "For the selected passages, the summary should include: the main arguments or "
+                          "conclusions of each article, the key evidence or supporting data presented and any unique "
+                          "or innovative points made in the passages.\n4.The summary should be concise, focusing only "
+                          "on the most important information from the passages. Now, please generate the summary for "
+                          "the specified passage, following the instructions carefully.\nSummary:\n",
+        "multi_doc_sum": summary + "All the selected passages should be summarized into a few short sentences and do "
+                         "not summarize each selected passages separately. The summary should include: the main "
+                         "arguments or conclusions of each article, the key evidence or supporting data presented "
+                         "and any unique or innovative points made in the passages.\n4.The summary should be concise, "
+                         "focusing only on the most important information from the passages. Now, please combine and "
+                         "summarize the main ideas from the selected relevant passages into one cohesive summary, "
+                         "following the instructions carefully.\n\nSummary:\n",
+    }
+    assert NO_CONTEXT_QA == (
+        "Answer the question as concisely as you can, using a single phrase or sentence if possible. If the question "
+        "cannot be answered, write \"unanswerable\". Do not provide any explanation. Question: {input}\nOnly give "
+        "me the answer and do not output any other words. Answer:\n ")
+    assert MAX_TOKENS == {"multi_doc_qa": 256, "single_doc_qa": 256, "single_doc_sum": 512, "multi_doc_sum": 512,
+                          "passage_count": 32, "passage_retrieval": 32, "kv_retrieval": 64, "counting_stars": 32}
+
+
+def test_inputs_and_instructions_are_data_utils_py(samples):
+    """utils/data_utils.py: kv "Answer: the value of <k1> is"; single-doc QA "Answer the question related
+    with Passage 3. ", multi-doc QA "Passage 2,5. " (a bare comma); "Write a one-page summary of Passage 3
+    into a few short sentences."; multi-doc summary "...cohesive summary: Passage 1,Passage 4."."""
+    kv = _rows_of(samples, "kv_retrieval")[0]
+    assert re.fullmatch(r"Answer: the value of [0-9a-f-]{36} is", kv["question"])
+    assert kv["tail"].endswith(f"give the correct answer. {kv['question']} ")
+    for task in QA_TASKS:
+        for r in _rows_of(samples, task):
+            shown = ",".join(str(i) for i in sorted(r["gold_passages"]))
+            assert f"instruction: \nAnswer the question related with Passage {shown}. \n\nQuestion: " in r["tail"]
+    multi = [r for r in _rows_of(samples, "multi_doc_qa") if len(r["gold_passages"]) > 1]
+    assert multi and all(re.search(r"related with Passage \d+(,\d+)+\. \n", r["tail"]) for r in multi)
+    for r in _rows_of(samples, "single_doc_sum"):
+        passage = r["gold_passages"][0]
+        assert r["question"] == f"Write a one-page summary of Passage {passage} into a few short sentences."
+    for r in _rows_of(samples, "multi_doc_sum"):
+        listed = ",".join(f"Passage {i}" for i in sorted(r["gold_passages"]))
+        assert r["question"] == ("Combine and summarize the main ideas from the selected relevant passages into one "
+                                 f"cohesive summary: {listed}.")
+        assert "\n1." + r["question"] + " \n2." not in r["tail"] and "\n1." + r["question"] + "\n2." in r["tail"]
+
+
+def _rows_of(samples, task):
+    return list(samples.filter((pl.col("task") == task) & (pl.col("length") > 0)).iter_rows(named=True))
+
+
+def test_counting_stars_question_and_answer_are_data_utils_py():
+    """generate_dataset_counting_stars (test_type "Acquisition"), worked by hand: the four lists
+    shuffled (here to options 2, 0, 3, 1) after "unanswerable", numbered from 1; the answer is the
+    correct list's number, "3". acc_score on the first line: the first \\d+ must equal "3"."""
+    options = [[38, 10, 90, 42], [10, 38, 90, 42], [38, 10, 7, 42], [38, 42, 90, 10]]
+    question, number = stars_question(options, _Order([2, 0, 3, 1]))
+    assert number == "3"
+    assert question == (
+        "On this moonlit and misty night, the little penguin is looking up at the sky and concentrating on counting "
+        "★. Please help the little penguin collect the number of ★, for example: [x, x, x,...]. The summation is not "
+        "required, and the numbers in [x, x, x,...]. represent the counted number of ★ by the little penguin.\n"
+        "Question: Which of the following is the correct number of ★ the little penguin collect?\n"
+        "1. unanswerable\n2. [38, 10, 7, 42]\n3. [38, 10, 90, 42]\n4. [38, 42, 90, 10]\n5. [10, 38, 90, 42]\n"
+        "Please provide your answer as a single number (1, 2, 3, 4 ...) without any explanation.")
+    assert METRIC["counting_stars"] == ("accuracy", "first_line_number")
+    outputs = ["3", "\n3. [38, 10, 90, 42]", "[38, 10, 90, 42]", "Option 3", "2\n3", "The answer is 3"]
+    got = METRICS["accuracy"](EXTRACTORS["first_line_number"](outputs), [[number]] * len(outputs))
+    assert got.to_list() == [1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+
+
+def test_judge_prompts_are_metrics_py_byte_for_byte():
+    """utils/metrics.py judge_prompt, fluency_prompt and precision_prompt after str.format's {{ -> {:
+    SHA-256 of the official strings (computed from the file), their lengths and ends."""
+    import hashlib
+
+    from raylc.scoring.judge import JUDGE_FLUENCY_TEMPLATE, JUDGE_PRECISION_TEMPLATE, JUDGE_QA_TEMPLATE
+
+    digest = {name: hashlib.sha256(t.encode()).hexdigest() for name, t in (
+        ("qa", JUDGE_QA_TEMPLATE), ("fluency", JUDGE_FLUENCY_TEMPLATE), ("precision", JUDGE_PRECISION_TEMPLATE))}
+    assert digest == {"qa": "d61cb8e53e3225e36d55c9af1872bbabc2e4039fe84e6989b651809ebb4eb285",
+                      "fluency": "cd4f7af4ac43f78592153a68193e372eb83234df7bebb23263be23e5e24e79b6",
+                      "precision": "082aec7e907132f7cb0b5c406524ae76713bdea94cc7a4e180b8a74738c2b82e"}
+    assert [len(JUDGE_QA_TEMPLATE), len(JUDGE_FLUENCY_TEMPLATE), len(JUDGE_PRECISION_TEMPLATE)] == [2070, 2412, 9976]
+    assert JUDGE_QA_TEMPLATE.endswith('{"fluency": 0, "correctness": 1}.\n\nQuestion: {question}\n'
+                                      "Correct answers: {correct_answers}\nAnswer: {parsed_output}\n")
+    assert JUDGE_FLUENCY_TEMPLATE.endswith('json format: {"fluency": 1}.\n\nText: "{text}"\n')
+    assert JUDGE_PRECISION_TEMPLATE.endswith('{"precision": 2, "sentence_count": 6}.\n\nExpert summary: '
+                                             '"{expert_summary}"\n\nProvided summary: "{summary}"\n')
+
+
+def test_judge_calls_and_scores_are_metrics_py():
+    """qa_model_score / sum_model_score and eval_trec.py's max over answers, worked by hand:
+    row 0 (QA, two answers): one call per answer, 2 x 1 / 6 and 2 x 3 / 6 -> 1.0; row 1: a reply with
+    single quotes is not JSON -> 0; row 2: "fluency": null counts 0; row 3: no JSON -> 0; row 4
+    (summary): fluency 1, the precision reply's last {...} does not parse, its ```json block gives
+    2 / 3; row 5: sentence_count 0 -> 0; row 6: an empty prediction scores 0 without a call; row 7:
+    a blank but non-empty one is judged (len(prediction) != 0)."""
+    frame = pl.DataFrame({
+        "metric": ["judge_qa"] * 4 + ["judge_sum"] * 2 + ["judge_qa"] * 2,
+        "question": ["Who?", "Q1", "Q2", "Q3", "Summarize.", "Summarize.", "Q4", "Q5"],
+        "answers": [["Ada Lovelace", "Lovelace"], ["a"], ["b"], ["c"], ["Expert text."], ["Other text."], ["d"],
+                    ["e"]],
+        "prediction": ["Ada", "x1", "x2", "x3", "  Mine.  ", "Yours.", "", "  "]})
+    calls = judge_sample_prompts(frame)
+    assert calls.select("row", "kind").rows() == [(0, "qa"), (0, "qa"), (1, "qa"), (2, "qa"), (3, "qa"),
+                                                  (4, "fluency"), (4, "precision"), (5, "fluency"), (5, "precision"),
+                                                  (6, "qa"), (7, "qa")]
+    prompts = calls["judge_prompt"].to_list()
+    assert prompts[1].endswith("\n\nQuestion: Who?\nCorrect answers: Lovelace\nAnswer: Ada\n")
+    assert prompts[5].endswith('\n\nText: "Mine."\n')
+    assert prompts[6].endswith('\n\nExpert summary: "Expert text."\n\nProvided summary: "Mine."\n')
+    replies = {prompts[0]: 'Partly. {"note": 1} then {"fluency": 2, "correctness": 1}',
+               prompts[1]: '{"fluency": 2, "correctness": 3}',
+               prompts[2]: "{'fluency': 2, 'correctness': 3}",
+               prompts[3]: '{"fluency": null, "correctness": 3}',
+               prompts[4]: "fluency 2, correctness 3",
+               prompts[5]: 'Fine. {"fluency": 1}',
+               prompts[6]: '```json\n{"precision": 2, "sentence_count": 3}\n```\nSee {above}',
+               prompts[7]: '{"fluency": 1}',
+               prompts[8]: '{"precision": 0, "sentence_count": 0}',
+               prompts[10]: '{"fluency": 1, "correctness": 3}'}
+    asked = []
+
+    def generate(batch):
+        asked.extend(batch.to_list())
+        return pl.DataFrame({"completion": [replies[p] for p in batch]})
+
+    scores = judge_sample_scores(frame, generate).to_list()
+    assert scores == pytest.approx([1.0, 0.0, 0.0, 0.0, 2 / 3, 0.0, 0.0, 0.5])
+    assert prompts[9] not in asked and len(asked) == 10
+    assert parse_judgement("{'fluency': 1}", "fluency") is None
+    failed = judge_sample_scores(frame.head(2), lambda b: pl.DataFrame({"completion": [None] * len(b)}))
+    assert failed.to_list() == [None, None]  # a failed call: not scored (metrics.py would count 0)
 
 
 def test_the_judge_sees_the_first_line_only():

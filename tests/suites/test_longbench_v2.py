@@ -213,8 +213,21 @@ def test_empty_outputs_leave_the_denominators_as_pred_py_skips_them():
     (_, heading, table), = skip.report_sections(kept)
     overall = table.row(0, named=True)
     assert heading.endswith("; 1 empty output(s) skipped, as pred.py does)")
-    assert (overall["n"], overall["accuracy"], overall["invalid"], overall["compensated"]) == (
-        11, round(100 * 5 / 11, 2), round(100 * 3 / 11, 2), round(100 * 5.75 / 11, 2))
+    assert (overall["n"], overall["accuracy"], overall["invalid"], overall["compensated"]) == (11, 45.5, 27.3, 52.3)
     counted = LongBenchV2Suite(**{**skip.model_dump(), "empty_outputs": "invalid"})
     (_, heading, table), = counted.report_sections(counted.kept(scores))
     assert table.row(0, named=True)["n"] == 12 and "skipped" not in heading
+
+
+def test_report_rounds_and_compensates_as_result_py():
+    """result.py, worked by hand: 16 easy/short questions, 1 right, 1 invalid (pred None), 14 wrong:
+    accuracy round(100 * 1 / 16, 1) = round(6.25, 1) = 6.2 (Python rounds half to even), compensated
+    (result.py with ``compensated = True``: the invalid one counts 0.25) round(100 * 1.25 / 16, 1) = 7.8."""
+    scores = pl.DataFrame({"difficulty": ["easy"] * 16, "length_class": ["short"] * 16,
+                           "prediction": ["A", None] + ["B"] * 14, "answers": [["A"]] * 16})
+    (_, _, table), = _suite().report_sections(scores)
+    rows = {r["split"]: r for r in table.iter_rows(named=True)}
+    assert (rows["overall"]["n"], rows["overall"]["accuracy"], rows["overall"]["invalid"],
+            rows["overall"]["compensated"]) == (16, 6.2, 6.2, 7.8)
+    assert rows["easy"] == {**rows["overall"], "split": "easy"} and rows["hard"]["n"] == 0
+    assert rows["hard"]["accuracy"] is None

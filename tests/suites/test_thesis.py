@@ -131,3 +131,50 @@ def test_spec_validation():
         ThesisSuite(kind="thesis_units", pieces=[4, 16], base_pieces=[8])
     with pytest.raises(ValidationError, match="every value of pieces must be >= 2"):
         ThesisSuite(kind="thesis_units", pieces=[1, 16], base_pieces=[16])
+
+
+def test_prompts_are_table_a1(samples):
+    """Table A.1 transcribed by hand (its paragraphs joined by a blank line, the candidates one per
+    line): key retrieval with its one "bitcoin" exemplar, filter, and exclusion's "Ignore <names>."."""
+    exemplar = (
+        'Find and return all passages related to "bitcoin" from the following.\n\n'
+        "Twitterrific: Twitterrific is a Mac OS X and iOS client for the social networking site Twitter.\n"
+        "Mod4Win: It was one of the first Mod players for the Windows platform.\n"
+        "Atom: Atom is a free and open-source text and source code editor for OS X, Linux, and Windows with "
+        "support for plug-ins written in Node.js, and embedded Git Control, developed by GitHub.\n"
+        "Polyworld: Polyworld is a cross-platform (Linux, Mac OS X) program written by Larry Yaeger to evolve "
+        "Artificial Intelligence through natural selection and evolutionary algorithms.\n"
+        "MongoDB: MongoDB (from humongous) is a cross-platform document-oriented database.\n"
+        "Stella: It is open source, and runs on most major modern platforms including Amiga, Windows, Mac OS X, "
+        "Linux, Windows CE/Mobile, Dreamcast, GP2X, Nintendo DS, and Wii.\n"
+        "BetterZip: It is developed solely for the OS X platform.\n"
+        "Qt Jambi: Qt Jambi is a Java binding of the cross-platform application framework Qt.\n"
+        "Overlayfs: OverlayFS is a filesystem service for Linux which implements a union mount for other file "
+        "systems.\n"
+        "bitcoin: In February 2014, a beta version of a Windows/Linux Firefox plugin called FreeSpeechMe was "
+        "released that allows automated resolution of .bit addresses, by downloading the Namecoin block chain and "
+        "running it in the background.\n\n"
+        "Answer: In February 2014, a beta version of a Windows/Linux Firefox plugin called FreeSpeechMe was released "
+        "that allows automated resolution of .bit addresses, by downloading the Namecoin block chain and running it "
+        "in the background.\n\n")
+    first = {t: next(r for r in samples.iter_rows(named=True) if r["task"] == t)
+             for t in ("key_retrieval", "filter", "exclusion")}
+    kr = first["key_retrieval"]
+    asked = f'Find and return all passages related to "{kr["question"]}" from the following.\n\n'
+    assert kr["head"] == exemplar + asked
+    fl, ex = first["filter"], first["exclusion"]
+    assert fl["head"] == ("List all passing candidates if any. (Names of candidates only)\n\n"
+                          f"Query: {fl['question']}\n\nCandidates:\n")
+    assert ex["head"] == (f"List all passing candidates if any. (Names of candidates only) Ignore "
+                          f"{', '.join(ex['ignored'])}.\n\nQuery: {ex['question']}\n\nCandidates:\n")
+    assert kr["tail"] == fl["tail"] == ex["tail"] == "\n\nAnswer:"
+
+
+def test_key_retrieval_matching_percentage_by_hand():
+    """Section 4.2: the share of the key candidate's passages found in the response (any case):
+    one of two sentences -> 0.5; both, in another order and upper case -> 1.0; none -> 0."""
+    gold = ["Ada Bar was born in Fenwick in 1990.", "Ada Bar received the Iris Medal in 2001 for work on old clocks."]
+    outputs = ["Ada Bar was born in Fenwick in 1990. Nothing else.",
+               "ADA BAR RECEIVED THE IRIS MEDAL IN 2001 FOR WORK ON OLD CLOCKS. Ada Bar was born in Fenwick in 1990.",
+               "Ada Bar was born in Fenwick."]
+    assert METRICS["recall"](outputs, [gold] * 3).to_list() == [0.5, 1.0, 0.0]
