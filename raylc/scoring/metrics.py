@@ -598,6 +598,8 @@ METRICS: dict[str, Callable[..., pl.Series]] = {
     "rougeL": rouge_l,
     "rougeLsum": rouge_lsum,
     "edit_sim": edit_sim,
+    # fuzzywuzzy with python-Levenshtein installed (LongBench suite.code_matcher: levenshtein)
+    "edit_sim_levenshtein": functools.partial(edit_sim, matcher="levenshtein"),
     "ndcg@10": functools.partial(ndcg, k=10),
     "recall": recall,
     "match_part": match_part,

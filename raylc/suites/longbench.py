@@ -108,7 +108,10 @@ class LongBenchSuite(SweepSuite):
     does (its ``model2maxlen``, in ``tokenizer``'s tokens), else the backend cuts the context
     in the middle to its window. ``chat_template``: ``pred_py`` (default) sends
     :data:`NO_CHAT_DATASETS` without the probe's chat template and the rest with it, as
-    ``pred.py`` does; ``probe`` applies the probe's setting to every dataset."""
+    ``pred.py`` does; ``probe`` applies the probe's setting to every dataset. ``code_matcher``:
+    fuzzywuzzy's matcher behind ``code_sim_score`` (lcc, repobench-p): ``difflib``, what
+    ``requirements.txt`` installs, or ``levenshtein``, with python-Levenshtein installed
+    (:func:`raylc.scoring.metrics.edit_sim`)."""
 
     kind: Literal["longbench"]
     data: list[str] = Field(min_length=1)
@@ -116,6 +119,7 @@ class LongBenchSuite(SweepSuite):
     tokenizer: Optional[str] = None
     max_length: Optional[int] = Field(default=None, ge=2)
     chat_template: Literal["pred_py", "probe"] = "pred_py"
+    code_matcher: Literal["difflib", "levenshtein"] = "difflib"
 
     axis: ClassVar[str] = "length_class"  # LongBench-E's buckets: contexts are not length-controlled
     sections: ClassVar[tuple[str, ...]] = ("longbench",)
@@ -212,6 +216,12 @@ def length_class(words: pl.Expr) -> pl.Expr:
     return pl.when(words < 4000).then(pl.lit("0-4k")).when(words < 8000).then(pl.lit("4-8k")).otherwise(pl.lit("8k+"))
 
 
+def _metric(dataset: str, code_matcher: str) -> str:
+    """:data:`DATASET_METRIC`'s metric, ``edit_sim_levenshtein`` for code with that matcher."""
+    metric = DATASET_METRIC[dataset]
+    return f"{metric}_levenshtein" if metric == "edit_sim" and code_matcher == "levenshtein" else metric
+
+
 @register_suite(LongBenchSuite)
 def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data``: task = the record's ``dataset``, sample_id its ``_id``,
@@ -240,7 +250,7 @@ def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
         rows.append({
             "task": dataset, "sample_id": rec["_id"], "length": n, "context_tokens": min(n, tok.count(context)),
             "head": head, "context": context, "tail": tail, "question": rec["input"], "answers": rec["answers"],
-            "gold": rec["answers"][0], "metric": DATASET_METRIC[dataset],
+            "gold": rec["answers"][0], "metric": _metric(dataset, suite.code_matcher),
             "extractor": "raw_first_line" if dataset in FIRST_LINE_DATASETS else "none", "followup": None,
             "max_tokens": DATASET_MAXLEN[dataset], "followup_max_tokens": None, "all_classes": rec["all_classes"],
             "raw_prompt": suite.chat_template == "pred_py" and dataset in NO_CHAT_DATASETS,

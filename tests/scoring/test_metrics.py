@@ -433,7 +433,7 @@ def test_ndcg_equals_sklearn_definition(rows):
 
 def test_registry_and_score_frame():
     assert set(METRICS) == {
-        "accuracy", "exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "ndcg@10", "recall", "match_part",
+        "accuracy", "exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "edit_sim_levenshtein", "ndcg@10", "recall", "match_part",
         "candidate_accuracy", "qa_f1_zh", "rouge_longbench", "rouge_zh", "classification", "retrieval", "retrieval_zh",
         "count",
     }

@@ -236,3 +236,15 @@ def test_cli_run_of_the_shipped_job_reports_the_official_scores(ray_session, tmp
     official = json.loads((OFFICIAL / "expected_result_simulated.json").read_text())
     assert dict(zip(report["task"], report["score"])) == official
     assert "## LongBench" in (store / "lb" / "report" / "summary.md").read_text()
+
+
+def test_code_matcher_chooses_fuzzywuzzys_matcher_for_the_code_datasets():
+    """suite.code_matcher: difflib (LongBench/requirements.txt installs no python-Levenshtein, the
+    default) or levenshtein; the pair of tests/scoring/test_metrics.py worked by hand: 13 and 22."""
+    lcc = build_longbench(_suite(datasets=["lcc"]), seed=0)
+    assert set(lcc["metric"]) == {"edit_sim"}
+    lev = build_longbench(_suite(datasets=["lcc", "hotpotqa"], code_matcher="levenshtein"), seed=0)
+    assert dict(lev.select("task", "metric").unique().iter_rows()) == {"lcc": "edit_sim_levenshtein", "hotpotqa": "f1"}
+    pred, ref = ["Unanswerable"], ["    return len(text.splitlines())"]
+    assert metrics.METRICS["edit_sim"](pred, ref).item() == 0.13
+    assert metrics.METRICS["edit_sim_levenshtein"](pred, ref).item() == 0.22
