@@ -306,8 +306,9 @@ class CellFit:
     * ``tol`` > 0 (hyperparameter) runs the EM until that change is at most ``tol``, at most
       ``max_steps`` steps, instead of the fixed ``n_steps``.
     * ``uncertainty_steps`` > 0 (hyperparameter) adds ``uncertainty_`` in :meth:`fit`: the
-      posterior over the candidate pairs after that many EM steps
-      (:func:`raylc.dolce.uncertainty.problem_uncertainty`: confidence, category
+      posterior over the candidate pairs after that many EM steps, shared out over the EM
+      starts of ``_posterior_starts`` (:meth:`_posterior_fits`;
+      :func:`raylc.dolce.uncertainty.problem_uncertainty`: confidence, category
       probabilities, a 90% lambda interval); 0 (the class default) skips it.
     * :meth:`frames` gives the fit as (problems frame, task info dict).
     """
@@ -317,6 +318,10 @@ class CellFit:
     tol: float = 0.0
     max_steps: int = 1000
     uncertainty_steps: int = 0
+    #: q_ij(N) = P_i(N) at the EM's initialisation (0.5: Algorithms 1 and 2).
+    _em_start: float = 0.5
+    #: The EM starts (values of ``_em_start``) whose fixed points the posterior integrates over.
+    _posterior_starts: tuple = (0.5,)
 
     def _check_params(self) -> None:
         if int(self.n_steps) < 1:
@@ -356,18 +361,27 @@ class CellFit:
         self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
         self.uncertainty_ = None
         if self.uncertainty_steps:
-            self.uncertainty_ = problem_uncertainty(self._posterior_fit(stats).pairs_, self.problems_.size,
-                                                    self.category_, lam_p, k_p, self.lam_q_)
+            self.uncertainty_ = problem_uncertainty([f.pairs_ for f in self._posterior_fits(stats)],
+                                                    self.problems_.size, self.category_, lam_p, k_p, self.lam_q_)
         return self
 
-    def _posterior_fit(self, stats: CellStats) -> "CellFit":
-        """The fit whose last step's pair objectives give the posterior: the EM run on to
-        ``uncertainty_steps`` steps (this fit itself if it ran as many, or to a tolerance)."""
-        if self.tol > 0 or self.n_iter_ >= self.uncertainty_steps:
-            return self
-        longer = copy.copy(self)
-        longer.n_steps, longer.tol = int(self.uncertainty_steps), 0.0
-        return longer.fit_stats(stats)
+    def _posterior_fits(self, stats: CellStats) -> list["CellFit"]:
+        """The fits whose last step's pair objectives give the posterior, one per EM start of
+        ``_posterior_starts``: each run for ``uncertainty_steps`` / (number of starts) steps, or
+        to the tolerance when ``tol`` > 0; this fit itself for its own start if it ran as many
+        steps (or to a tolerance)."""
+        steps = max(1, int(self.uncertainty_steps) // len(self._posterior_starts))
+        fits = []
+        for start in self._posterior_starts:
+            if start == self._em_start and (self.tol > 0 or self.n_iter_ >= steps):
+                fits.append(self)
+                continue
+            run = copy.copy(self)
+            run._em_start = start
+            if run.tol <= 0:
+                run.n_steps = steps
+            fits.append(run.fit_stats(stats))
+        return fits
 
     def fit_stats(self, stats: CellStats) -> "CellFit":
         """Run the EM on per-(problem, C) statistics."""

@@ -109,7 +109,8 @@ class COWFit(CellFit):
           typo and dropped).
     Algorithm 1 assigns P_ij(x|O) = 1 to outcomes x != x_ij (exponent 0); only the observed
     outcome ever enters the likelihood and the q's, which is what is computed here.
-    Initialisation: q_ij(z|x) = 0.5, P_i(z) = 0.5.
+    Initialisation: q_ij(z|x) = 0.5, P_i(z) = 0.5 (the posterior also runs the EM from a
+    second start, :attr:`~raylc.dolce.cells.CellFit._posterior_starts`).
 
     Guards (no epsilon floors are used): 0/0 in P_nonpar (no oracle responsibility below
     lambda) gives P_nonpar = 0, leaving those observations to the noise component; 0/0 in the
@@ -144,6 +145,7 @@ class COWFit(CellFit):
     """
 
     scenario = "COW"
+    _posterior_starts = (0.5, 0.1)
 
     def __init__(self, n_steps: int = 10, threshold: float = 0.5, tol: float = 0.0, max_steps: int = 1000,
                  uncertainty_steps: int = 0):
@@ -319,9 +321,9 @@ class COWFit(CellFit):
 
         cum = np.zeros((3, P, Mc + 1))
         pi_one = np.append(d["pi"], 1.0)
-        qN = np.full(cnt.shape, 0.5)
-        prior_N = np.full(P, 0.5)
-        prior_O = np.full(P, 0.5)
+        qN = np.full(cnt.shape, self._em_start)
+        prior_N = np.full(P, self._em_start)
+        prior_O = np.full(P, 1.0 - self._em_start)
         for step in range(self._steps()):
             # (a) M-step: noise distribution P(x|N), shared by the task
             wN = cnt * qN  # (3, P, Mc), outcome-major

@@ -5,14 +5,26 @@ Step (b) of Algorithms 1 and 2 scores every valid pair (lambda, k) of problem i'
 (Eq. 1; Eq. 5 for PIG) and keeps the argmax. With a uniform prior over the scored pairs and
 the nuisance parameters (P(x | N), P_i(z), P_nonpar) held at the EM's values, the posterior is
 
-    p_i(lambda, k) = exp l_i(lambda, k) / sum_(lambda', k') exp l_i(lambda', k').
+    p_i(lambda, k | theta) = exp l_i(lambda, k) / sum_(lambda', k') exp l_i(lambda', k').
 
 Evaluated after the paper's T steps it is over-confident (the EM has not converged, so its
-nuisance parameters, and with them the likelihood surface, are still off); evaluated after
-the EM has run on (``uncertainty_steps``, default 200) it is calibrated on data drawn from
-the model (README, "Measured figures"; ``tests/benchmarks/calibration.py``). The reported
-(lambda, k) stay those of the paper's T steps; the posterior only measures how much to trust
-them:
+nuisance parameters theta, and with them the likelihood surface, are still off). The EM also
+has more than one fixed point: from the paper's start (q_ij(N) = P_i(N) = 0.5) it often
+settles, on tasks with little noise, where the task's noise P(x|N) is mostly IDK and P_i(N)
+several times too large, hundreds of nats of Eq. 1 below the fixed point reached from a
+low-noise start, and the posterior there is confidently wrong (e.g. lambda = 2, k = 5 for a
+planted k = 2). The posterior therefore integrates over theta: the EM is run from each start
+s of ``CellFit._posterior_starts`` (COW: 0.5 and 0.1, ``uncertainty_steps`` shared out among
+them; a second start of 0.02 or 0.25 gave the same calibration), and with a uniform prior
+over the starts' fixed points theta_s and over the pairs
+
+    p_i(lambda, k) = sum_s w_s p_i(lambda, k | theta_s),
+    w_s proportional to p(x | theta_s) = prod_i mean_(lambda, k) exp l_i(lambda, k; theta_s)
+
+(theta's posterior taken as point masses at the EM's fixed points; their evidences differ by
+tens to thousands of nats, so in practice the better fixed point is used). It is calibrated
+on data drawn from the model (``tests/benchmarks/calibration.py``). The reported (lambda, k)
+stay those of the paper's T steps; the posterior only measures how much to trust them:
 
 * ``confidence``: the posterior mass of the reported category (Figure 1);
 * ``p_I`` .. ``p_V``: the posterior mass of each category;
@@ -43,28 +55,48 @@ def _segment_max(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def problem_uncertainty(pairs: dict, n_problems: int, reported: np.ndarray, lam_p: int, k_p: int,
+def _softmax(ll: np.ndarray, p: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
+    """p_i(lambda, k | theta) per pair (a softmax per problem; pairs at -inf get weight 0) and
+    log sum_(lambda, k) exp l_i(lambda, k) per problem (-inf when every pair is at -inf)."""
+    top = _segment_max(ll, p, P)
+    top = np.where(np.isfinite(top), top, 0.0)
+    w = np.exp(ll - top[p])
+    z = np.bincount(p, weights=w, minlength=P)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.nan_to_num(w / z[p]), top + np.log(z)
+
+
+def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int, k_p: int,
                         lam_q: np.ndarray, level: float = 0.9) -> dict:
     """Posterior summaries per problem from a fit's scored pairs.
 
     ``pairs``: :attr:`raylc.dolce.cells.CellFit.pairs_` (problem index, lambda, k, loglik, one
-    row per scored pair); ``reported``: the reported category per problem ("I" .. "V");
+    row per scored pair), or a list of them, one per EM start (the same rows; the posterior
+    integrates over their fixed points, module docstring); ``reported``: the reported category
+    per problem ("I" .. "V");
     ``lam_p``, ``k_p``: the task's thresholds; ``lam_q``: max C per problem. Returns
     ``confidence`` (P,), ``proba`` (P, 5, in :data:`CATEGORIES` order), ``lam_low`` and
     ``lam_high`` (P,, int64; ``lam_high`` = :data:`OPEN` when open at the top)."""
     if not 0.0 < level < 1.0:
         raise ValueError("level must lie in (0, 1)")
-    p, lam, k, ll = (np.asarray(pairs[c]) for c in ("problem", "lam", "k", "loglik"))
+    runs = [pairs] if isinstance(pairs, dict) else list(pairs)
+    p, lam, k = (np.asarray(runs[0][c]) for c in ("problem", "lam", "k"))
+    if any(not all(np.array_equal(r[c], runs[0][c]) for c in ("problem", "lam", "k")) for r in runs[1:]):
+        raise ValueError("the EM starts must score the same pairs")
     P = int(n_problems)
     if p.size == 0 or np.bincount(p, minlength=P).min() == 0:
         raise ValueError("every problem needs at least one scored pair")
-    # p_i(lambda, k): a softmax per problem (pairs at -inf get weight 0)
-    top = _segment_max(ll, p, P)
-    if not np.all(np.isfinite(top)):
-        top = np.where(np.isfinite(top), top, 0.0)
-    w = np.exp(ll - top[p])
-    w /= np.bincount(p, weights=w, minlength=P)[p]
-    w = np.nan_to_num(w)
+    # p_i(lambda, k | theta_s) per start, and log p(x | theta_s) up to a constant shared by the
+    # starts (problems at -inf in every start drop out)
+    post, lse = zip(*(_softmax(np.asarray(r["loglik"], dtype=np.float64), p, P) for r in runs))
+    lse = np.array(lse)
+    lse = lse[:, np.isfinite(lse).any(axis=0)]
+    evidence = lse.sum(axis=1)
+    if not np.isfinite(evidence).any():
+        evidence = np.zeros(len(runs))
+    ws = np.exp(evidence - evidence.max())
+    ws /= ws.sum()
+    w = sum(a * x for a, x in zip(ws, post))
 
     proba = np.bincount(p * len(CATEGORIES) + category_codes(lam, k, lam_p, k_p, lam_q[p]), weights=w,
                         minlength=P * len(CATEGORIES)).reshape(P, len(CATEGORIES))

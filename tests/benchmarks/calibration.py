@@ -1,13 +1,15 @@
 """Calibration of the DOLCE per-problem uncertainty (issue 17 items 1, 4 and 5).
 
-    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--cost-only]
+    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--cost-only] [--paper-start-only]
 
 1. Tasks drawn from the COW model (150 problems per seed, every span, noise prior rho_max 0.1
    and 0.2) and from the PIG model (40 problems, ``--pig-likelihood binned``), in groups of 5
    seeds: the reliability table (confidence bins against accuracy), the expected calibration
    error, the share of problems at confidence >= 0.9 and their accuracy, and the coverage of
    the 90% lambda interval; for COW also the candidate measured beside it, the posterior read
-   after the paper's T = 10 steps (``uncertainty_steps=10``).
+   after the paper's T = 10 steps (``uncertainty_steps=10``). ``--paper-start-only``: the
+   posterior of the EM run from the paper's start alone (``COWFit._posterior_starts = (0.5,)``,
+   all ``uncertainty_steps`` from it), the posterior before the second start.
 2. The cost of the posterior (default) against ``uncertainty="none"`` on the 1,000 x 1,000
    benchmark frame of ``bench_cow_fit.py``: ``COWFit`` on the frame as built, and ``DolceFit``
    on it with one row per span (it refuses repeated spans); medians of 3 runs, and the ratios.
@@ -81,7 +83,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--groups", type=int, default=4, help="groups of 5 seeds (seeds 0 .. 5 * groups - 1)")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument("--paper-start-only", action="store_true",
+                    help="COW posterior from the EM of the paper's start alone (no second start)")
     args = ap.parse_args()
+    if args.paper_start_only:
+        from raylc.dolce.cow import COWFit
+
+        COWFit._posterior_starts = (0.5,)
     if not args.cost_only:
         for rho in (0.1, 0.2):
             for g in range(args.groups):

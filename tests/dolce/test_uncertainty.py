@@ -108,14 +108,7 @@ def test_a_hand_worked_problem():
     assert (u["lam_low"][0], u["lam_high"][0]) == (0, OPEN)
 
 
-@pytest.mark.parametrize("rho_max", [0.1, 0.2])
-def test_calibrated_on_cow_data_drawn_from_the_model(rho_max):
-    """Issue 17 acceptance 1 on seeds 0-4 x 150 problems (every span): ECE <= 0.05, at least 70%
-    of problems at confidence >= 0.9 and at least 95% of those right, the 90% lambda interval
-    covering the planted lambda for at least 88%. Measured (README): rho_max 0.1: ECE 0.032,
-    0.867, 0.971, 0.963; rho_max 0.2: 0.021, 0.848, 0.989, 0.975. Other seed groups are in the
-    README (two of four groups at rho_max 0.1 miss the ECE target: 0.060, 0.061)."""
-    frame = calibration_frame("COW", range(5), 150, rho_max=rho_max)
+def _meets_acceptance_1(frame: pl.DataFrame) -> None:
     table, ece = reliability(frame)
     sure = frame.filter(pl.col("confidence") >= 0.9)
     assert ece <= 0.05, table
@@ -123,12 +116,44 @@ def test_calibrated_on_cow_data_drawn_from_the_model(rho_max):
     assert frame["covered"].mean() >= 0.88
 
 
-def test_the_posterior_after_the_papers_ten_steps_is_over_confident():
-    """Why the posterior is read after more EM steps: at T = 10 (the reported fit) it is
-    over-confident (measured ECE 0.078 at rho_max 0.2, seeds 0-4)."""
-    naive = calibration_frame("COW", range(5), 150, uncertainty_steps=10)
-    assert reliability(naive)[1] > 0.06
-    assert reliability(calibration_frame("COW", range(5), 150))[1] < 0.03
+@pytest.mark.parametrize(("rho_max", "seeds"), [(0.1, range(5)), (0.2, range(5)), (0.1, range(10, 15))])
+def test_calibrated_on_cow_data_drawn_from_the_model(rho_max, seeds):
+    """Issue 17 acceptance 1 on 5 seeds x 150 problems (every span): ECE <= 0.05, at least 70%
+    of problems at confidence >= 0.9 and at least 95% of those right, the 90% lambda interval
+    covering the planted lambda for at least 88%. Measured (tests/benchmarks/calibration.py):
+    rho_max 0.1 seeds 0-4: ECE 0.005, 0.879, 0.997, 0.989; seeds 10-14: 0.010, 0.855, 0.997,
+    0.988; rho_max 0.2 seeds 0-4: 0.014, 0.873, 0.991, 0.979. The posterior of the paper's EM
+    start alone missed on seeds 10-14 at rho_max 0.1 (ECE 0.061, 0.940 right at >= 0.9)."""
+    _meets_acceptance_1(calibration_frame("COW", seeds, 150, rho_max=rho_max))
+
+
+def test_the_papers_start_alone_is_over_confident(monkeypatch):
+    """Why the posterior integrates over the EM's starts: from the paper's start alone it is
+    over-confident after T = 10 steps (measured ECE 0.078 at rho_max 0.2, seeds 0-4), and at
+    rho_max 0.1 still after 200 steps on seeds 10-14 (ECE 0.061), where that start's EM settles
+    at a noise P(x|N) that is mostly IDK; with both starts it is calibrated there (above)."""
+    monkeypatch.setattr(COWFit, "_posterior_starts", (0.5,))
+    assert reliability(calibration_frame("COW", range(5), 150, uncertainty_steps=10))[1] > 0.06
+    assert reliability(calibration_frame("COW", range(10, 15), 150, rho_max=0.1))[1] > 0.05
+
+
+def test_the_posterior_weighs_the_starts_by_their_evidence():
+    """Two EM starts scoring the same pairs: p_i = sum_s w_s p_i(. | theta_s), w_s proportional
+    to prod_i mean_pairs exp l_i(theta_s) (restated here); one start alone is its own softmax."""
+    base = {"problem": np.array([0, 0, 1, 1]), "lam": np.array([1, 2, 1, 2]), "k": np.ones(4, dtype=int)}
+    ll = [np.log([0.2, 0.1, 0.3, 0.3]), np.log([0.05, 0.25, 0.1, 0.2])]
+    got = problem_uncertainty([base | {"loglik": x} for x in ll], 2, np.array(["III", "III"]), 1, 1,
+                              np.array([5, 5]))
+    z = [np.array([x[0] + x[1], x[2] + x[3]]) for x in map(np.exp, ll)]  # per start and problem
+    w = np.array([np.prod(zs) for zs in z])
+    w /= w.sum()
+    p_lam1 = sum(ws * np.exp(x[[0, 2]]) / zs for ws, x, zs in zip(w, ll, z))
+    assert got["proba"][:, 2] == pytest.approx(p_lam1)  # lambda = 1 <= lam_p, k = 1: category III
+    one = problem_uncertainty(base | {"loglik": ll[1]}, 2, np.array(["III", "III"]), 1, 1, np.array([5, 5]))
+    assert one["proba"][:, 2] == pytest.approx(np.exp(ll[1][[0, 2]]) / z[1])
+    with pytest.raises(ValueError, match="same pairs"):
+        problem_uncertainty([base | {"loglik": ll[0]}, base | {"k": np.full(4, 2), "loglik": ll[1]}], 2,
+                            np.array(["III", "III"]), 1, 1, np.array([5, 5]))
 
 
 def test_calibrated_on_pig_data_with_the_binned_likelihood():
@@ -177,12 +202,16 @@ def test_without_uncertainty_the_columns_are_null_and_the_intervals_wilson():
 
 
 def test_a_tolerance_fit_is_its_own_posterior():
-    """A fit run to a tolerance (or for at least uncertainty_steps) reads the posterior from its
-    own last step: no second EM."""
+    """A fit run to a tolerance (or for at least its share of uncertainty_steps) reads the
+    posterior of its own EM start from its own last step; the other start runs its share."""
     obs, _, _ = simulate_cow_task(10, seed=3, take_every=6)
-    fit = COWFit(n_steps=30, uncertainty_steps=20)
+    fit = COWFit(n_steps=30, uncertainty_steps=40)
     fit.fit(obs)
     again = COWFit(n_steps=30).fit(obs)
     stats = fit.cell_stats(obs)
-    assert fit._posterior_fit(stats) is fit
+    own, low = fit._posterior_fits(stats)
+    assert own is fit and (low._em_start, low.n_iter_) == (0.1, 20)
     assert np.array_equal(fit.lam_, again.lam_)
+    tol = COWFit(tol=1e-6, uncertainty_steps=40).fit(obs)
+    own, low = tol._posterior_fits(stats)
+    assert own is tol and low.tol == tol.tol
