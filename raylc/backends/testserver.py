@@ -17,8 +17,13 @@ serves any ``local/<x>``), ``listed_models`` replaces what ``/v1/models`` lists 
 ``[model]``), ``usage_scale`` scales the reported ``prompt_tokens`` (0.003: a server that
 under-reports usage), and ``echo_key`` makes every error reply repeat the request's
 ``Authorization`` header in its message and in an ``X-Echo-Authorization`` header (servers
-and proxies that do; the client must scrub it). :attr:`SimulatedOpenAIServer.stats` counts requests, injected
-failures, null replies, and the maximum number of requests in flight.
+and proxies that do; the client must scrub it). Test hooks, all off by default: ``drop_rate``
+closes the connection without a reply (a crashed worker or proxy), ``bad_json_rate`` answers
+HTTP 200 with a body that is not JSON (a proxy's HTML page), ``error_body`` replaces the JSON
+body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``, and
+``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes)
+in :attr:`SimulatedOpenAIServer.requests`. :attr:`SimulatedOpenAIServer.stats` counts requests,
+injected failures, null replies, and the maximum number of requests in flight.
 
 Run ``python -m raylc.backends.testserver --port 8000 [--job job.yaml]`` to serve a job's
 simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
@@ -54,22 +59,40 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _reply(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
-        data = json.dumps(payload).encode()
-        self._done()  # before the reply goes out: the client may send its next request as soon as it has it
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self._reply_bytes(status, json.dumps(payload).encode(), headers, "application/json")
 
     def _error(self, status: int, message: str, headers: Optional[dict[str, str]] = None) -> None:
         said = self.headers.get("Authorization")
         if self.server.owner.echo_key and said:
             message = f"{message} (request Authorization: {said}; key {said.removeprefix('Bearer ')})"
             headers = {**(headers or {}), "X-Echo-Authorization": said}
+        if self.server.owner.error_body is not None:
+            return self._reply_bytes(status, self.server.owner.error_body, headers)
         self._reply(status, {"error": {"message": message, "type": "error", "code": status}}, headers)
+
+    def _reply_bytes(self, status: int, data: bytes, headers: Optional[dict[str, str]] = None,
+                     content_type: str = "text/html") -> None:
+        """A reply with this body as it is (JSON replies; ``error_body``, ``bad_json_rate``)."""
+        self._done()  # before the reply goes out: the client may send its next request as soon as it has it
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self, raw: bytes) -> None:
+        owner = self.server.owner
+        if not owner.record:
+            return
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw
+        with owner._lock:
+            owner.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
+                                   "body": body})
 
     def _authorized(self) -> bool:
         owner = self.server.owner
@@ -83,11 +106,19 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self) -> None:
+        self._record(b"")
         if not self._authorized():
             return
         if self.path.rstrip("/") == "/v1/models":
             owner = self.server.owner
             listed = owner.listed_models if owner.listed_models is not None else [owner.model]
+            if owner.stall_models_s:
+                time.sleep(owner.stall_models_s)
+                try:
+                    self._reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]})
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout)
+                return
             self._reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]})
         else:
             self._error(404, f"no route {self.path}")
@@ -111,6 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self, owner: "SimulatedOpenAIServer") -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._record(raw)
         if not self._authorized():
             return
         route = self.path.rstrip("/")
@@ -121,6 +153,14 @@ class _Handler(BaseHTTPRequestHandler):
         fail, stall, null = owner._inject(raw)
         if stall:
             time.sleep(owner.stall_s)
+        drop, bad_json = owner._inject_more(raw)
+        if drop:
+            self._done()
+            self.close_connection = True
+            self.connection.shutdown(2)  # no status line: the client sees the connection closed
+            return
+        if bad_json:
+            return self._reply_bytes(200, b"<html><body>502 Bad Gateway</body></html>")
         if fail:
             after = {"Retry-After": f"{owner.retry_after:g}"} if owner.retry_after is not None else None
             return self._error(owner.fail_status, "injected failure", after)
@@ -195,6 +235,11 @@ class SimulatedOpenAIServer:
         listed_models: Optional[list[str]] = None,
         usage_scale: float = 1.0,
         echo_key: bool = False,
+        drop_rate: float = 0.0,
+        bad_json_rate: float = 0.0,
+        error_body: Optional[bytes] = None,
+        stall_models_s: float = 0.0,
+        record: bool = False,
     ):
         self.backend = backend or SimulatedBackend(SimulatedProbe(), {}, seed=0)
         self.model, self.port = model, port
@@ -205,6 +250,9 @@ class SimulatedOpenAIServer:
         self.null_rate, self.null_content, self.null_finish_reason = null_rate, null_content, null_finish_reason
         self.auth_status, self.listed_models, self.usage_scale = auth_status, listed_models, usage_scale
         self.echo_key = echo_key
+        self.drop_rate, self.bad_json_rate, self.error_body = drop_rate, bad_json_rate, error_body
+        self.stall_models_s, self.record = stall_models_s, record
+        self.requests: list[dict[str, Any]] = []  # with record: every request, in arrival order
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
                       "in_flight": 0, "max_in_flight": 0}
         self._seen: dict[bytes, int] = {}
@@ -250,6 +298,16 @@ class SimulatedOpenAIServer:
             self.stats["stalled"] += stall
             self.stats["null_replies"] += null
         return fail, stall, null
+
+    def _inject_more(self, body: bytes) -> tuple[bool, bool]:
+        """(drop, bad_json) for this attempt of this body (after :meth:`_inject` counted it)."""
+        if not (self.drop_rate or self.bad_json_rate):
+            return False, False
+        with self._lock:
+            key = hashlib.blake2b(body, digest_size=16).digest()
+            n = self._seen[key] - 1
+        drop = _unit(self.seed, key, n, "drop") < self.drop_rate
+        return drop, not drop and _unit(self.seed, key, n, "bad_json") < self.bad_json_rate
 
     def start(self) -> "SimulatedOpenAIServer":
         self._httpd = _Server(("127.0.0.1", self.port), _Handler)

@@ -434,3 +434,275 @@ def test_a_raw_request_goes_to_completions_without_the_chat_template(planted):
     assert all(r["error"] is None and r["completion"] for r in out)
     with pytest.raises(ValueError, match="2 prompts but 1 raw flags"):
         backend.generate(["a", "b"], raw=[True])
+
+
+# --- exact behaviour pinned by the mutation run (README "Mutation testing") --------------------
+
+
+def test_error_detail_forms():
+    """The message of every error body form servers send; the text (for the auth test) is the first 4000 bytes."""
+    ed = openai_http._error_detail
+    assert ed(b'{"error": {"message": "bad thing", "type": "x"}}') == ("bad thing",
+                                                                      '{"error": {"message": "bad thing", "type": "x"}}')
+    assert ed(b'{"error": "plain string"}')[0] == "plain string"
+    assert ed(b'{"message": "top level"}')[0] == "top level"  # no "error" key
+    assert ed(b'{"error": {"message": "inner"}, "message": "outer"}')[0] == "inner"
+    for body in (b'{"error": {"code": 5}}', b'{"error": null}', b"[1, 2]", b"{}", b"not json", b""):
+        assert ed(body) == ("", body.decode()), body
+    bad = b'\xff{"error": "after a bad byte"}'  # not UTF-8: the text has a replacement character
+    assert ed(bad) == ("", '\ufffd{"error": "after a bad byte"}')
+    assert ed(b'{"error": "x", "pad": "' + b"a" * 5000 + b'"}') == ("x", ('{"error": "x", "pad": "' + "a" * 5000)[:4000])
+
+
+def test_one_line_collapses_whitespace_and_cuts_at_160():
+    one = openai_http._one_line
+    assert one("a\n  b\tc ") == "a b c"
+    assert one("x" * 160) == "x" * 160
+    assert one("x" * 161) == "x" * 157 + "..."
+    assert one("abcdefgh", limit=6) == "abc..."
+
+
+def test_retry_after_edges():
+    import datetime
+    import email.utils
+    import time as _time
+
+    ra = openai_http._retry_after
+    assert ra(None) is None and ra({"Retry-After": ""}) is None
+    assert ra({"Retry-After": "0"}) == 0.0 and ra({"Retry-After": "-5"}) == 0.0 and ra({"Retry-After": "1.5"}) == 1.5
+    assert ra({"Retry-After": email.utils.formatdate(_time.time() - 100, usegmt=True)}) == 0.0  # in the past
+    plus2 = datetime.timezone(datetime.timedelta(hours=2))  # a date with its own offset is not read as UTC
+    when = ra({"Retry-After": email.utils.format_datetime(datetime.datetime.fromtimestamp(_time.time() + 30, plus2))})
+    assert 25 < when <= 30
+    minus0 = ra({"Retry-After": email.utils.formatdate(_time.time() + 30)})  # "-0000": UTC
+    assert 25 < minus0 <= 30
+
+
+def _usage_backend(**kw):
+    return OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions", **kw))
+
+
+@pytest.mark.parametrize("ours, reported, factor, flagged", [
+    (3, 67, 4.0, False),  # 64 tokens apart: chat template slack
+    (3, 68, 4.0, True),
+    (10, 70, 4.0, False),  # more than 4x, but within the slack
+    (100, 400, 4.0, False),  # exactly 4x
+    (100, 401, 4.0, True),
+    (400, 100, 4.0, False),  # under-counting either way
+    (401, 100, 4.0, True),
+    (65, 0, 40.0, True),  # a count of 0 is compared as 1
+])
+def test_usage_check_boundaries(capsys, ours, reported, factor, flagged):
+    backend = _usage_backend(usage_check_factor=factor)
+    prompt = " ".join(["w"] * ours)
+    r = backend._parse({"choices": [{"text": "1"}], "usage": {"prompt_tokens": reported}}, prompt, 0.1, 0)
+    assert r["prompt_tokens"] == reported
+    err = capsys.readouterr().err
+    if not flagged:
+        assert backend.usage_mismatch is None and err == ""
+        return
+    assert backend.usage_mismatch == (reported, ours)
+    assert err == (
+        f"warning: http://127.0.0.1:9/v1/completions reported {reported} prompt tokens for a prompt of {ours} tokens by "
+        f"raylc's count (tokenizer default), more than probe.usage_check_factor = {factor:g}x apart: the prompt_tokens "
+        "stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; reported once per "
+        "worker)\n")
+
+
+def test_parse_reply_forms():
+    chat = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="chat"))
+    parts = [{"type": "text", "text": "4"}, "junk", {"type": "image"}, {"type": "text", "text": "2"}]
+    r = chat._parse({"choices": [{"message": {"content": parts}, "finish_reason": "stop"}]}, "a b c", 0.5, 7)
+    assert (r["completion"], r["generated_tokens"], r["prompt_tokens"], r["truncated_tokens"]) == ("42", 1, 3, 7)
+    assert chat._parse({"choices": [{"message": {"content": 42}}]}, "p", 0.1, 0)["completion"] == "42"
+    blank = chat._parse({"choices": [{"message": {"content": " \n"}, "finish_reason": "stop"}]}, "p", 0.1, 0)
+    assert blank["completion"] is None and blank["error"] == (
+        "http://127.0.0.1:9/v1/chat/completions: empty completion (content empty, finish_reason stop; "
+        "probe.empty_ok: true accepts empty answers)")
+    null = chat._parse({"choices": [{"message": {"content": None}}], "usage": "n/a"}, "p q", 0.1, 0)
+    assert (null["completion"], null["generated_tokens"], null["prompt_tokens"]) == (None, 0, 2)
+    raw = chat._parse({"choices": [{"text": "7"}]}, "p", 0.1, 0, False)  # a raw request: a completions reply
+    assert raw["completion"] == "7" and raw["error"] is None
+    bad = chat._parse({"choices": []}, "p q r", 0.25, 5)
+    assert bad == openai_http.generation(
+        prompt_tokens=3, latency_s=0.25, truncated_tokens=5,
+        error="http://127.0.0.1:9/v1/chat/completions: unexpected response (no choices)")
+    unchecked = _usage_backend(usage_check_factor=None)
+    r = unchecked._parse({"choices": [{"text": "a b"}], "usage": {"completion_tokens": 5}}, "p q r", 0.1, 0)
+    assert (r["prompt_tokens"], r["generated_tokens"], r["cached_tokens"]) == (3, 5, None)
+
+
+def test_requests_on_the_wire(planted, monkeypatch):
+    """Method, path, headers and JSON body of every request, as the server receives them."""
+    sim, prompts = planted
+    monkeypatch.setenv("RAYLC_TEST_KEY", SECRET)
+    sampling = {"temperature": 0.7, "top_p": 0.9, "max_tokens": 16, "stop": ["\n\n", "###"], "seed": 3}
+    with SimulatedOpenAIServer(sim, api_key=SECRET, record=True) as server:
+        backend = OpenAIBackend(probe(server.base_url + "/", api_key_env="RAYLC_TEST_KEY", sampling=sampling,
+                                      concurrency=1))
+        assert backend.endpoint == f"{server.base_url}/chat/completions"
+        backend.check_endpoint()
+        out = backend.generate(prompts[:2], max_tokens=[None, 8], raw=[False, True])
+        OpenAIBackend(probe(server.base_url, api_key_env="RAYLC_TEST_KEY")).generate(prompts[:1])
+    assert all(r["error"] is None for r in out)
+    reqs = server.requests
+    assert [(q["method"], q["path"]) for q in reqs] == [
+        ("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+        ("POST", "/v1/chat/completions")]
+    for q in reqs:
+        assert q["headers"]["Content-Type"] == "application/json" and q["headers"]["Accept"] == "application/json"
+        assert q["headers"]["Authorization"] == f"Bearer {SECRET}"
+    common = {"model": "simulated", "temperature": 0.7, "top_p": 0.9}
+    assert reqs[0]["body"] is None
+    assert reqs[1]["body"] == {**common, "messages": [{"role": "user", "content": prompts[0]}], "max_tokens": 16,
+                               "stop": ["\n\n", "###"], "seed": 3}
+    assert reqs[2]["body"] == {**common, "prompt": prompts[1], "max_tokens": 8, "stop": ["\n\n", "###"], "seed": 3}
+    assert reqs[3]["body"] == {"model": "simulated", "messages": [{"role": "user", "content": prompts[0]}],
+                               "temperature": 0.0, "top_p": 1.0, "max_tokens": 32}  # no stop, no seed: not sent
+
+
+def test_exact_error_texts(planted):
+    """Every failure path, as the row's error reads."""
+    sim, prompts = planted
+    forbidden = b'{"error": {"message": "Forbidden"}}'
+    cases = [  # server options, probe options, the error after the endpoint
+        ({"fail_rate": 1.0, "error_body": b""}, {"max_retries": 0}, "HTTP 503"),
+        ({"fail_rate": 1.0, "error_body": b"<html>Bad Gateway</html>", "fail_status": 502}, {"max_retries": 1},
+         "HTTP 502 after 2 attempts"),
+        ({"fail_rate": 1.0, "error_body": b'{"message": "overloaded"}'}, {"max_retries": 1},
+         "HTTP 503 (overloaded) after 2 attempts"),
+        ({"fail_rate": 1.0, "error_body": json.dumps({"error": "x " * 100}).encode()}, {"max_retries": 0},
+         "HTTP 503 (" + ("x " * 100)[:157] + "...)"),
+        ({"api_key": SECRET, "auth_status": 403, "error_body": forbidden}, {"max_retries": 3},
+         "HTTP 403 (invalid API key?): no key was sent; set probe.api_key_env to the environment variable holding it; "
+         "server said (Forbidden)"),
+        ({"api_key": SECRET, "auth_status": 401, "error_body": b'{"error": "denied"}'}, {},
+         "HTTP 401 (invalid API key?): no key was sent; set probe.api_key_env to the environment variable holding it; "
+         "server said (denied)"),
+        ({"api_key": SECRET, "auth_status": 401, "error_body": b""}, {},
+         "HTTP 401 (invalid API key?): no key was sent; set probe.api_key_env to the environment variable holding it"),
+        ({"fail_rate": 1.0, "fail_status": 422, "error_body": b'{"error": {"message": "unprocessable"}}'},
+         {"max_retries": 3}, "HTTP 422 (unprocessable)"),
+        ({"bad_json_rate": 1.0}, {"max_retries": 3}, "response is not JSON"),
+        ({"drop_rate": 1.0}, {"max_retries": 1}, "connection error (RemoteDisconnected) after 2 attempts"),
+        ({"stall_rate": 1.0, "stall_s": 0.6}, {"max_retries": 0, "timeout_s": 0.2}, "timed out after 0.2 s"),
+    ]
+    for server_kw, probe_kw, error in cases:
+        with SimulatedOpenAIServer(sim, **server_kw) as server:
+            (r,) = OpenAIBackend(probe(server.base_url, **probe_kw)).generate(prompts[:1])
+        assert r["error"] == f"{server.base_url}/chat/completions: {error}", (server_kw, r["error"])
+        assert r["completion"] is None and r["prompt_tokens"] == DefaultTokenizer().count(prompts[0])
+        assert r["truncated_tokens"] == 0 and 0 <= r["latency_s"] < 30
+
+
+def test_connection_errors_and_connect_timeouts_are_retried():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    (r,) = OpenAIBackend(probe(url, max_retries=1)).generate(["p"])
+    assert r["error"] == f"{url}/chat/completions: connection error (Connection refused) after 2 attempts"
+
+    class Opener:  # a connect timeout (a remote host that does not answer): URLError(timeout)
+        calls = 0
+
+        def open(self, req, timeout):
+            Opener.calls += 1
+            raise urllib.error.URLError(socket.timeout("timed out"))
+
+    backend = OpenAIBackend(probe(url, max_retries=2, timeout_s=1.5))
+    backend._opener = Opener()  # type: ignore[assignment]
+    (r,) = backend.generate(["p"])
+    assert r["error"] == f"{url}/chat/completions: timed out after 1.5 s after 3 attempts" and Opener.calls == 3
+
+
+def test_error_rows_keep_the_truncation(planted):
+    sim, _ = planted
+    long = TEMPLATE.format(context=" ".join(["filler"] * 3000), question="What is the code of vault V-9?")
+    with SimulatedOpenAIServer(sim, fail_rate=1.0) as server:
+        (r,) = OpenAIBackend(probe(server.base_url, max_model_len=500, max_retries=0)).generate([long])
+    assert r["error"].endswith("HTTP 503 (injected failure)") and r["truncated_tokens"] > 2500
+    assert r["prompt_tokens"] + 32 <= 500
+    with SimulatedOpenAIServer(sim) as server:
+        (refused,) = OpenAIBackend(probe(server.base_url, max_model_len=500, truncation="refuse")).generate([long])
+        (whole,) = OpenAIBackend(probe(server.base_url)).generate([long])
+    assert refused["prompt_tokens"] == DefaultTokenizer().count(long) and refused["latency_s"] == 0.0
+    assert whole["error"] is None and whole["truncated_tokens"] == 0
+
+
+def test_backoff_and_retry_after_sleeps_exactly(planted, monkeypatch):
+    """The documented sleeps, to the value: b = min(60, backoff_s * 2**(n-1)) * U(0.5, 1) from a RNG seeded by
+    "<seed>:<index>", and max(min(60, Retry-After), b) * U(1, 1.25) when the reply has a Retry-After."""
+    import random
+
+    sim, prompts = planted
+    sleeps: list[float] = []
+    monkeypatch.setattr(openai_http.time, "sleep", sleeps.append)
+
+    def expected(seed, index, backoff, retries, retry_after=None):
+        rng, out = random.Random(f"{seed}:{index}"), []
+        for n in range(1, retries + 1):
+            b = min(60.0, backoff * 2 ** (n - 1)) * rng.uniform(0.5, 1.0)
+            out.append(b if retry_after is None else max(b, min(60.0, retry_after)) * rng.uniform(1.0, 1.25))
+        return out
+
+    for server_kw, backoff, retry_after in [({}, 1.0, None), ({}, 40.0, None),
+                                            ({"fail_status": 429, "retry_after": 2}, 0.5, 2.0),
+                                            ({"fail_status": 429, "retry_after": 1000}, 0.5, 1000.0),
+                                            ({"fail_status": 429, "retry_after": 1}, 4.0, 1.0)]:
+        sleeps.clear()
+        with SimulatedOpenAIServer(sim, fail_rate=1.0, **server_kw) as server:
+            OpenAIBackend(probe(server.base_url, backoff_s=backoff, max_retries=3, concurrency=1),
+                          seed=5).generate(prompts[:2])
+        assert sleeps == expected(5, 0, backoff, 3, retry_after) + expected(5, 1, backoff, 3, retry_after)
+
+
+def test_check_endpoint_edges(planted, monkeypatch):
+    sim, _ = planted
+    with SimulatedOpenAIServer(sim, listed_models=[f"m{i}" for i in range(12)]) as server:
+        with pytest.raises(BackendUnavailable) as err:
+            OpenAIBackend(probe(server.base_url)).check_endpoint()
+        assert str(err.value) == (
+            f"OpenAI endpoint {server.base_url} does not serve model 'simulated' (serves: m0, m1, m2, m3, m4, m5, m6, "
+            "m7, m8, m9); set probe.check_model: false if it routes names it does not list")
+    with SimulatedOpenAIServer(sim, listed_models=["simulate?", "simul[a]ted"]) as server:  # only * is a wildcard
+        with pytest.raises(BackendUnavailable, match=r"\(serves: simulate\?, simul\[a\]ted\)"):
+            OpenAIBackend(probe(server.base_url)).check_endpoint()
+    with SimulatedOpenAIServer(sim, listed_models=[]) as server:  # lists nothing: cannot tell
+        OpenAIBackend(probe(server.base_url)).check_endpoint()
+        # no /models route (404): reachable, the model cannot be checked
+        OpenAIBackend(probe(server.base_url.replace("/v1", "/v2"))).check_endpoint()
+    with SimulatedOpenAIServer(sim, stall_models_s=1.0) as server:
+        with pytest.raises(BackendUnavailable) as err:
+            OpenAIBackend(probe(server.base_url, timeout_s=0.2)).check_endpoint()
+        assert str(err.value) == f"OpenAI endpoint {server.base_url} is unavailable: timed out after 0.2 s"
+    backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", timeout_s=300.0))
+    timeouts = []
+    for reply in ({"data": [{"id": None}, "x"]}, {}, ["not", "a", "dict"]):
+        backend._send = lambda url, body, timeout, reply=reply: timeouts.append(timeout) or reply  # type: ignore
+        backend.check_endpoint()  # nothing listed: passes
+    assert timeouts == [10.0] * 3  # at most 10 s for the check
+
+
+def test_loopback_bypasses_proxies_and_the_probe_tokenizer_is_used(planted, monkeypatch):
+    sim, prompts = planted
+    dead = f"http://127.0.0.1:{free_port()}"
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, dead)
+    with SimulatedOpenAIServer(sim) as server:
+        for host in ("127.0.0.1", "localhost"):
+            backend = OpenAIBackend(probe(server.base_url.replace("127.0.0.1", host)))
+            assert backend.generate(prompts[:1])[0]["error"] is None, host
+    remote = OpenAIBackend(probe("http://api.example.invalid/v1"))  # no request is sent
+    proxies = [h.proxies for h in remote._opener.handlers if isinstance(h, urllib.request.ProxyHandler)]
+    assert proxies and proxies[0]["http"] == dead  # elsewhere the environment's proxy is used
+    seen = []
+    monkeypatch.setattr(openai_http, "get_tokenizer", lambda spec: seen.append(spec) or DefaultTokenizer())
+    OpenAIBackend(probe("http://127.0.0.1:9/v1", tokenizer="hf:some-org/some-model"))
+    assert seen == ["hf:some-org/some-model"]
+
+
+def test_pickled_backend_keeps_its_endpoint_and_seed():
+    backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", mode="completions"), seed=11)
+    clone = pickle.loads(pickle.dumps(backend))
+    assert (clone.endpoint, clone.seed, clone.base_url) == ("http://127.0.0.1:9/v1/completions", 11,
+                                                            "http://127.0.0.1:9/v1")
