@@ -706,3 +706,112 @@ def test_pickled_backend_keeps_its_endpoint_and_seed():
     clone = pickle.loads(pickle.dumps(backend))
     assert (clone.endpoint, clone.seed, clone.base_url) == ("http://127.0.0.1:9/v1/completions", 11,
                                                             "http://127.0.0.1:9/v1")
+    assert OpenAIBackend(probe("http://127.0.0.1:9/v1")).seed == 0  # the default seed: the same jitter as seed 0
+    odd = OpenAIBackend(probe("http://127.0.0.1:9/X//"))  # only trailing slashes are dropped
+    assert (odd.base_url, odd.endpoint) == ("http://127.0.0.1:9/X", "http://127.0.0.1:9/X/chat/completions")
+
+
+def test_a_retry_after_date_in_utc_is_read_as_utc_whatever_the_local_zone():
+    """An HTTP date with "-0000" (no zone: UTC by RFC 5322) is not read in the machine's zone (here 9 h east)."""
+    import email.utils
+    import os
+    import time as _time
+
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "JST-9"
+    _time.tzset()
+    try:
+        when = openai_http._retry_after({"Retry-After": email.utils.formatdate(_time.time() + 30)})
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        _time.tzset()
+    assert 25 < when <= 30
+
+
+def test_our_prompt_count_is_skipped_when_the_server_reports_usage_and_nothing_is_checked(monkeypatch, capsys):
+    """raylc's own (possibly slow, hf:) count runs only when the server gives no prompt_tokens or the usage check
+    still has to look at it: not with the check off, and not after this backend flagged a mismatch."""
+    counted = []
+
+    class Counting(DefaultTokenizer):
+        def count(self, text):
+            counted.append(text)
+            return super().count(text)
+
+    monkeypatch.setattr(openai_http, "get_tokenizer", lambda spec: Counting())
+    reply = {"choices": [{"text": "1"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    _usage_backend(usage_check_factor=None)._parse(reply, "a b c", 0.1, 0)
+    assert counted == []
+    checked = _usage_backend()
+    checked._parse(reply, "a b c", 0.1, 0)
+    assert counted == ["a b c"] and checked.usage_mismatch is None
+    off = {"choices": [{"text": "1"}], "usage": {"prompt_tokens": 1000, "completion_tokens": 1}}
+    checked._parse(off, "a b c", 0.1, 0)
+    assert checked.usage_mismatch == (1000, 3) and counted == ["a b c"] * 2
+    assert checked._parse(reply, "a b c", 0.1, 0)["prompt_tokens"] == 3 and counted == ["a b c"] * 2
+    bare = checked._parse({"choices": [{"text": "1"}]}, "d e", 0.1, 0)  # no usage: our counts
+    assert (bare["prompt_tokens"], bare["generated_tokens"]) == (2, 1) and counted == ["a b c"] * 2 + ["d e", "1"]
+    assert capsys.readouterr().err.count("warning:") == 1
+
+
+def test_failures_raised_inside_urllib_read_as_documented():
+    """Failures a live server rarely shows, from a stand-in opener: an error body that cannot be read, a URLError
+    whose reason is a plain string (a proxy tunnel), a timeout or a broken reply while reading the body."""
+    import email.message
+    import http.client
+
+    class Unreadable:
+        def read(self, *args):
+            raise ConnectionResetError("reset while reading the error body")
+
+        def close(self):
+            pass
+
+    def http_error(status):
+        return urllib.error.HTTPError("u", status, "x", email.message.Message(), Unreadable())  # type: ignore[arg-type]
+
+    url = "http://127.0.0.1:9/v1"
+    cases = [
+        (http_error(503), {"max_retries": 1}, "HTTP 503 after 2 attempts"),
+        (http_error(401), {"max_retries": 1},
+         "HTTP 401 (invalid API key?): no key was sent; set probe.api_key_env to the environment variable holding it"),
+        (http_error(418), {"max_retries": 1}, "HTTP 418"),
+        (urllib.error.URLError("Tunnel connection failed: 407 Proxy Authentication Required"), {"max_retries": 0},
+         "connection error (Tunnel connection failed: 407 Proxy Authentication Required)"),
+        (socket.timeout("timed out"), {"max_retries": 0, "timeout_s": 2.5}, "timed out after 2.5 s"),
+        (http.client.IncompleteRead(b"par"), {"max_retries": 0}, "connection error (IncompleteRead)"),
+        (OSError("bad descriptor"), {"max_retries": 0}, "connection error (OSError)"),
+    ]
+    for failure, probe_kw, error in cases:
+        class Opener:
+            calls = 0
+
+            def open(self, req, timeout):
+                Opener.calls += 1
+                raise failure
+
+        backend = OpenAIBackend(probe(url, backoff_s=0.0, **probe_kw))
+        backend._opener = Opener()  # type: ignore[assignment]
+        (r,) = backend.generate(["p"])
+        assert r["error"] == f"{url}/chat/completions: {error}", (failure, r["error"])
+        assert Opener.calls == (2 if "after 2 attempts" in error else 1), failure
+
+
+def test_latency_is_the_time_of_the_request_and_workers_are_named(planted):
+    """latency_s of an answer and of a failed row is the time from the first try to the end (here at least the
+    server's 0.02 s delay); requests go out from threads named raylc-openai (stack dumps, profilers)."""
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, delay_s=0.02) as server:
+        backend = OpenAIBackend(probe(server.base_url))
+        threads = []
+        send = backend._send
+        backend._send = lambda *a: threads.append(threading.current_thread().name) or send(*a)  # type: ignore
+        (r,) = backend.generate(prompts[:1])
+    assert r["error"] is None and 0.02 <= r["latency_s"] < 30
+    assert len(threads) == 1 and threads[0].startswith("raylc-openai")
+    with SimulatedOpenAIServer(sim, fail_rate=1.0, stall_rate=1.0, stall_s=0.02) as server:
+        (failed,) = OpenAIBackend(probe(server.base_url, max_retries=0)).generate(prompts[:1])
+    assert failed["error"].endswith("HTTP 503 (injected failure)") and 0.02 <= failed["latency_s"] < 30
