@@ -12,9 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from cli_runner import raylc
 
-from raylc.cli import app
 from raylc.dolce import ObservationError, validate_observations
 from raylc.io.store import StoreError, json_records, read_input
 from raylc.suites.context import PoolError, pool_from_frame
@@ -35,12 +34,10 @@ def _tree(root: Path) -> set[str]:
 
 
 def _cli(tmp_path: Path, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``raylc ARGS`` in-process, run in ``tmp_path``."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    result = CliRunner().invoke(app, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.stdout, result.stderr
+    """(exit code, stdout, stderr) of ``raylc ARGS`` in-process (tests/cli_runner.py), run in ``tmp_path``."""
+    proc = raylc(*args, cwd=tmp_path, env={"RAY_ADDRESS": None})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def _refused(tmp_path: Path, monkeypatch, *args: str) -> str:

@@ -5,6 +5,8 @@ import types
 from pathlib import Path
 
 import pytest
+import typer
+from cli_runner import raylc
 
 from raylc.spec import Job, JobSpecError, load_job, parse_overrides
 
@@ -93,8 +95,7 @@ def test_store_that_is_a_file_nothing_written(tmp_path):
     store = tmp_path / "afile"
     store.write_text("not a folder")
     for where in (store, store / "sub"):
-        proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(where)],
-                              capture_output=True, text=True, timeout=120)
+        proc = raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", where)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
         assert proc.stderr.startswith(f"error: {where}: the store ") and "not a folder" in proc.stderr
@@ -125,8 +126,7 @@ def test_read_only_store_nothing_written(tmp_path):
     store.mkdir()
     store.chmod(0o555)
     try:
-        proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(store)],
-                              capture_output=True, text=True, timeout=120)
+        proc = raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", store)
     finally:
         store.chmod(0o755)
     assert proc.returncode == 2
@@ -157,10 +157,7 @@ def test_cli_bad_job_exit_2_one_line_nothing_written(tmp_path, case):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     store = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "raylc", "run", str(path), "--store", str(store)],
-        capture_output=True, text=True, timeout=120,
-    )
+    proc = raylc("run", path, "--store", store)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -170,20 +167,22 @@ def test_cli_bad_job_exit_2_one_line_nothing_written(tmp_path, case):
 
 
 def test_cli_missing_job_file(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "raylc", "run", str(tmp_path / "missing.yaml"), "--store", str(tmp_path / "s")],
-        capture_output=True, text=True, timeout=120,
-    )
+    proc = raylc("run", tmp_path / "missing.yaml", "--store", tmp_path / "s")
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {tmp_path / 'missing.yaml'}: job file not found"
     assert not (tmp_path / "s").exists()
 
 
 def test_cli_help_on_every_command():
-    for args in ([], ["run"], ["report"]):
-        proc = subprocess.run([sys.executable, "-m", "raylc", *args, "--help"], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        assert "Usage" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "raylc", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr  # `python -m raylc` itself
+    assert "Usage" in proc.stdout
+    from raylc.cli import app
+
+    for name in sorted(typer.main.get_command(app).commands):
+        proc = raylc(name, "--help")
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert "Usage" in proc.stdout, name
 
 
 # --- --set key.path=value ----------------------------------------------------------------------
@@ -215,9 +214,8 @@ def test_set_changes_a_field_and_an_unknown_key_is_refused():
 @pytest.mark.parametrize("command", [["plan"], ["check"], ["run"], ["submit", "--address", "http://127.0.0.1:9"]])
 def test_cli_set_refuses_an_unknown_key_in_one_line_before_anything(tmp_path, command):
     store = tmp_path / "store"
-    out = subprocess.run([sys.executable, "-m", "raylc", command[0], str(ROOT / "jobs" / "quickstart.yaml"),
-                          *command[1:], "--set", "probe.knowledge=0.5", "--set", f"store.path={store}"],
-                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    out = raylc(command[0], ROOT / "jobs" / "quickstart.yaml", *command[1:], "--set", "probe.knowledge=0.5",
+                "--set", f"store.path={store}", cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
         f"error: {ROOT / 'jobs' / 'quickstart.yaml'}: unknown key 'probe.knowledge' (allowed: backend, knowledge_rate, "
@@ -226,9 +224,8 @@ def test_cli_set_refuses_an_unknown_key_in_one_line_before_anything(tmp_path, co
 
 
 def test_cli_plan_with_set_plans_the_changed_job(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "raylc", "plan", str(ROOT / "jobs" / "quickstart.yaml"),
-                          "--set", "suite.problems_per_task=3", "--set", "suite.tasks=[only-one]"],
-                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    out = raylc("plan", ROOT / "jobs" / "quickstart.yaml", "--set", "suite.problems_per_task=3",
+                "--set", "suite.tasks=[only-one]", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     problems = next(line for line in out.stdout.splitlines() if "│ problems " in line)
     assert problems.split("│")[2].strip() == "3"  # 1 task x 3 problems (the file: 2 x 100)

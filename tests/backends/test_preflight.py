@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_runner import raylc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,10 @@ def _offline(monkeypatch):
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "RAY_ADDRESS")}
     return {**env, "HF_HUB_OFFLINE": "1", **extra}
+
+
+#: the same for a command run in this process (tests/cli_runner.py): jobs whose config is a local file
+IN_PROCESS_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": None, "RAY_ADDRESS": None, "HF_HUB_OFFLINE": "1"}
 
 
 def _probe(**kw) -> VLLMProbe:
@@ -427,9 +432,9 @@ def _no_mpe_copy(tmp_path) -> Path:
 def test_cli_refuses_the_128k_job_without_max_position_embeddings(tmp_path):
     job = _no_mpe_copy(tmp_path)
     t0 = time.monotonic()
-    proc = subprocess.run([*CLI, "check", str(job)], capture_output=True, text=True, timeout=60, env=_env(), cwd=tmp_path)
+    proc = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
     elapsed = time.monotonic() - t0
-    assert proc.returncode == 2 and elapsed < 5, (proc.returncode, elapsed)
+    assert proc.returncode == 2 and elapsed < 10, (proc.returncode, elapsed)  # no wait for a download
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     line = lines[0]
@@ -437,8 +442,7 @@ def test_cli_refuses_the_128k_job_without_max_position_embeddings(tmp_path):
     assert "add max_position_embeddings: 131072 to probe.hf_overrides" in line and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-mpe.yaml"]  # nothing written
     # with vLLM's switch set it is a warning, as in vLLM
-    proc = subprocess.run([*CLI, "check", str(job)], capture_output=True, text=True, timeout=120,
-                          env=_env(VLLM_ALLOW_LONG_MAX_MODEL_LEN="1"), cwd=tmp_path)
+    proc = raylc("check", job, env={**IN_PROCESS_ENV, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}, cwd=tmp_path)
     assert proc.returncode == 0 and "warning: probe.max_model_len 131072 is above the 32768" in proc.stderr
 
 
@@ -454,8 +458,7 @@ def test_cli_check_imports_neither_ray_nor_vllm_nor_torch(tmp_path):
 
 @pytest.mark.parametrize("name, limit", [("dolce-vllm.yaml", 32768), ("helmet-recall-vllm-128k.yaml", 131072)])
 def test_shipped_gpu_jobs_pass(name, limit):
-    proc = subprocess.run([*CLI, "check", f"jobs/{name}", "--gpu-memory-gib", "80"], capture_output=True, text=True,
-                          timeout=300, env=_env(), cwd=ROOT)
+    proc = raylc("check", f"jobs/{name}", "--gpu-memory-gib", "80", env=IN_PROCESS_ENV, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert f"derived max length (vLLM 0.33.0): {limit} (max_position_embeddings" in proc.stdout
     assert f"probe.max_model_len: {limit}" in proc.stdout and "57,344 bytes/token" in proc.stdout
@@ -467,8 +470,7 @@ def test_shipped_gpu_jobs_pass(name, limit):
 
 
 def test_cli_non_vllm_job_has_nothing_to_check():
-    proc = subprocess.run([*CLI, "check", "jobs/quickstart.yaml"], capture_output=True, text=True, timeout=60,
-                          env=_env(), cwd=ROOT)
+    proc = raylc("check", "jobs/quickstart.yaml", env=IN_PROCESS_ENV, cwd=ROOT)
     assert proc.returncode == 0 and "nothing to check for backend simulated" in proc.stdout
 
 
@@ -477,8 +479,7 @@ def test_cli_non_vllm_job_has_nothing_to_check():
 def test_run_plan_and_submit_refuse_before_anything(tmp_path, command):
     job = _no_mpe_copy(tmp_path)
     args = [a.format(store=tmp_path / "store", tmp=tmp_path) for a in command]
-    proc = subprocess.run([*CLI, args[0], str(job), *args[1:]], capture_output=True, text=True, timeout=120,
-                          env=_env(), cwd=tmp_path)
+    proc = raylc(args[0], job, *args[1:], env=IN_PROCESS_ENV, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and "probe.max_model_len 131072 is above the 32768" in lines[0] and "Traceback" not in proc.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import typer
+from cli_runner import raylc
 from dolce_reference import synth_task
 from polars.testing import assert_frame_equal
 
@@ -34,15 +35,15 @@ def obs_path(tmp_path_factory):
     return path
 
 
-def _raylc(*args, timeout=600):
+def _raylc_process(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "raylc", *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.ray
 def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path):
-    a = _raylc("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
+    a = _raylc_process("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
     assert a.returncode == 0, a.stderr
-    b = _raylc("fit", obs_path, "--out", tmp_path / "b", "--ray", "--compare", tmp_path / "a")
+    b = _raylc_process("fit", obs_path, "--out", tmp_path / "b", "--ray", "--compare", tmp_path / "a")
     assert b.returncode == 0, b.stderr
     for name in ("problems.parquet", "tasks.parquet"):
         assert pl.read_parquet(tmp_path / "a" / name).equals(pl.read_parquet(tmp_path / "b" / name)), name
@@ -58,7 +59,7 @@ def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path):
 
 
 def test_sensitivity_command(obs_path, tmp_path):
-    proc = _raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "take_every", "--every", "5", "--no-ray")
+    proc = raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "take_every", "--every", "5", "--no-ray")
     assert proc.returncode == 0, proc.stderr
     sens = pl.read_parquet(tmp_path / "sensitivity.parquet")
     assert sens["setting"].to_list() == [5.0, 5.0] and (sens["rho_lam"] > 0.5).all()
@@ -66,15 +67,15 @@ def test_sensitivity_command(obs_path, tmp_path):
 
 
 def test_sensitivity_set_adds_a_sampling_experiment(obs_path, tmp_path):
-    proc = _raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "max_length", "--set",
+    proc = raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "max_length", "--set",
                   "sample_rate=0.5", "--seed", "3", "--no-ray")
     assert proc.returncode == 0, proc.stderr
     sens = pl.read_parquet(tmp_path / "sensitivity.parquet")
     assert sorted(set(zip(sens["experiment"], sens["setting"]))) == [("max_length", 10.0), ("sample_rate", 0.5)]
-    bad = _raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "sample_rate=fast", "--no-ray")
+    bad = raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "sample_rate=fast", "--no-ray")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: --set 'sample_rate=fast': expected NAME=V1,V2 with numbers"]
-    zero = _raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "take_every=0", "--no-ray")
+    zero = raylc("sensitivity", obs_path, "--out", tmp_path / "bad", "--set", "take_every=0", "--no-ray")
     lines = zero.stderr.strip().splitlines()
     assert zero.returncode == 2 and len(lines) == 1 and "take_every = 0:" in lines[0], zero.stderr
     assert not (tmp_path / "bad").exists()
@@ -82,7 +83,7 @@ def test_sensitivity_set_adds_a_sampling_experiment(obs_path, tmp_path):
 
 def test_sensitivity_with_nothing_to_refit_is_one_line(obs_path, tmp_path):
     # exact-match scores: no continuous-metric COW problem for the threshold experiment
-    proc = _raylc("sensitivity", obs_path, "--out", tmp_path / "out", "--experiments", "threshold", "--no-ray")
+    proc = raylc("sensitivity", obs_path, "--out", tmp_path / "out", "--experiments", "threshold", "--no-ray")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {obs_path}: no sensitivity cell"), proc.stderr
@@ -102,7 +103,7 @@ def test_sensitivity_with_nothing_to_refit_is_one_line(obs_path, tmp_path):
 def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
     bad = tmp_path / f"{case}.parquet"
     mutate(pl.read_parquet(obs_path)).write_parquet(bad)
-    proc = _raylc("fit", bad, "--out", tmp_path / "out", "--no-ray", timeout=120)
+    proc = raylc("fit", bad, "--out", tmp_path / "out", "--no-ray")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: column {expected}"), proc.stderr
@@ -124,7 +125,7 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
     ],
 )
 def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
-    proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
+    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
     assert proc.returncode == 0, proc.stderr
     fit_options = FitOptions(**options)
     # fit.json: the input, every fit option (FitOptions' dump), the compared fit and the version
@@ -143,7 +144,7 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
 
 
 def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
-    proc = _raylc("fit", obs_path, "--out", tmp_path, "--no-ray")
+    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray")
     assert proc.returncode == 0, proc.stderr
     settings = json.loads((tmp_path / "fit.json").read_text())
     assert settings == {"observations": str(obs_path), **FitOptions().model_dump(), "compare": None,
@@ -165,7 +166,7 @@ def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
     ],
 )
 def test_commands_reject_bad_fit_options(obs_path, tmp_path, command, args, line):
-    proc = _raylc(command, obs_path, "--out", tmp_path / "out", "--no-ray", *args, timeout=120)
+    proc = raylc(command, obs_path, "--out", tmp_path / "out", "--no-ray", *args)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "out").exists()
@@ -199,7 +200,7 @@ def test_both_commands_take_every_fit_option_from_fit_options():
     ],
 )
 def test_sensitivity_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
-    proc = _raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "take_every", "--every", "5",
+    proc = raylc("sensitivity", obs_path, "--out", tmp_path, "--experiments", "take_every", "--every", "5",
                   "--no-ray", *args)
     assert proc.returncode == 0, proc.stderr
     fit_options = FitOptions(**options)
@@ -222,7 +223,7 @@ def test_sensitivity_threshold_option_is_the_reference_of_thresholds(tmp_path):
     experiment's settings) are separate options."""
     path = tmp_path / "f1.parquet"
     synth_task("mix", 4, 0, seed=1, stride=3).write_parquet(path)
-    proc = _raylc("sensitivity", path, "--out", tmp_path / "out", "--experiments", "threshold",
+    proc = raylc("sensitivity", path, "--out", tmp_path / "out", "--experiments", "threshold",
                   "--thresholds", "0.25,0.95", "--threshold", "0.25", "--no-ray")
     assert proc.returncode == 0, proc.stderr
     sens = pl.read_parquet(tmp_path / "out" / "sensitivity.parquet").sort("setting")

@@ -60,7 +60,7 @@ def test_kl_direction_and_edge_cases():
 @pytest.fixture(scope="module")
 def mixed():
     obs = pl.concat([synth_task("mix", 11, 11, seed=1, stride=1), synth_task("pig", 0, 6, seed=4, stride=1)])
-    return obs, *fit_observations(obs)
+    return obs, *fit_observations(obs, FitOptions(uncertainty="none"))  # compare_fits reads point estimates
 
 
 def test_compare_fit_with_itself(mixed):
@@ -170,7 +170,7 @@ def test_take_every_keeps_every_length_and_the_partial_last_stride(full_enumerat
 
 
 #: problems per task of the planted enumeration: a bounded sample in CI, the quickstart's 100 with RAYLC_SLOW=1
-N_PLANTED = 100 if os.environ.get("RAYLC_SLOW") == "1" else 50
+N_PLANTED = 100 if os.environ.get("RAYLC_SLOW") == "1" else 25
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_take_every_5_vs_full_enumeration_on_planted_suite(planted_enumeration):
     assert np.all((kept > 0.19) & (kept < 0.23))  # an ~80% smaller budget
     # the ranking of lambda and k survives the 5x cheaper sampling (paper: 0.93 / 0.99 on
     # SFiction; issue target 0.9; measured 0.964 / 0.955 and 0.969 / 0.968 at 100 problems per
-    # task, 0.971 / 0.959 and 0.975 / 0.956 at 50)
+    # task, 0.971 / 0.959 and 0.975 / 0.956 at 50, 0.983 / 0.949 and 0.971 / 0.988 at 25)
     assert (res["rho_lam"] >= 0.9).all(), res
     assert (res["rho_k"] >= 0.9).all(), res
     assert (res["kl_noise"] < 0.01).all() and (res["delta_lam"] <= 0.1).all()

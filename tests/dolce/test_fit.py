@@ -198,9 +198,21 @@ def mixed_obs():
     return pl.concat([synth_task("mix", 11, 11, seed=1), synth_task("pig", 0, 6, seed=4), acc])
 
 
+#: the posterior with 20 steps instead of 200 (every column filled, 10x cheaper; the default's
+#: posterior is tested in tests/dolce/test_uncertainty.py); POINT: point estimates only, for the
+#: tests of routing (the posterior is 20x the point fit's cost on these small tasks)
+SHORT = FitOptions(uncertainty_steps=20)
+POINT = FitOptions(uncertainty="none")
+
+
 @pytest.fixture(scope="module")
 def mixed_fit(mixed_obs):
-    return fit_observations(mixed_obs)
+    return fit_observations(mixed_obs, SHORT)
+
+
+@pytest.fixture(scope="module")
+def mixed_point_fit(mixed_obs):
+    return fit_observations(mixed_obs, POINT)
 
 
 def test_fit_observations_frames(mixed_obs, mixed_fit):
@@ -234,9 +246,9 @@ def test_cow_subset_matches_fit_cow_task_on_binarized_scores(mixed_obs, mixed_fi
     assert tasks.filter(pl.col("subset") == "mix/COW")["p_noise_1"][0] == info["p_noise_1"]
 
 
-def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_fit):
-    problems, _ = mixed_fit
-    p1, _ = fit_observations(mixed_obs, FitOptions(threshold=0.95))
+def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_point_fit):
+    problems, _ = mixed_point_fit
+    p1, _ = fit_observations(mixed_obs, FitOptions(uncertainty="none", threshold=0.95))
     unchanged = pl.col("subset").is_in(["acc", "mix/PIG", "pig"])
     assert_frame_equal(problems.filter(unchanged), p1.filter(unchanged))
     assert not problems.filter(~unchanged).equals(p1.filter(~unchanged))
@@ -246,29 +258,29 @@ def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_f
         fit_observations(mixed_obs, FitOptions.model_construct(threshold=1.5))
 
 
-def test_fake_mapper_gives_identical_frames(mixed_obs, mixed_fit):
+def test_fake_mapper_gives_identical_frames(mixed_obs, mixed_point_fit):
     calls = []
 
     def mapper(fn, frames, *args):
         calls.append(len(frames))
         return identity_mapper_pickled(fn, frames, *args)
 
-    problems, tasks = fit_observations(mixed_obs, mapper=mapper)
+    problems, tasks = fit_observations(mixed_obs, POINT, mapper=mapper)
     assert calls == [4]
-    assert_frame_equal(problems, mixed_fit[0])
-    assert_frame_equal(tasks, mixed_fit[1])
+    assert_frame_equal(problems, mixed_point_fit[0])
+    assert_frame_equal(tasks, mixed_point_fit[1])
 
 
-def test_selection_fixes_scenarios(mixed_obs, mixed_fit):
-    problems, tasks = mixed_fit
-    p2, t2 = fit_observations(mixed_obs, selection=problems)
+def test_selection_fixes_scenarios(mixed_obs, mixed_point_fit):
+    problems, tasks = mixed_point_fit
+    p2, t2 = fit_observations(mixed_obs, POINT, selection=problems)
     assert_frame_equal(p2, problems)
     assert_frame_equal(t2, tasks)
     # a fixed selection wins over options.scenario
-    p3, _ = fit_observations(mixed_obs, FitOptions(scenario="pig"), selection=problems)
+    p3, _ = fit_observations(mixed_obs, FitOptions(uncertainty="none", scenario="pig"), selection=problems)
     assert_frame_equal(p3, problems)
     with pytest.raises(ObservationError, match="column 'problem_id'"):
-        fit_observations(mixed_obs, selection=problems.filter(pl.col("task") != "pig"))
+        fit_observations(mixed_obs, POINT, selection=problems.filter(pl.col("task") != "pig"))
 
 
 # ------------------------------------------------------------------------------ estimator contracts
@@ -276,7 +288,7 @@ def test_dolce_fit_contract(mixed_obs, mixed_fit):
     """scikit-learn style: hyperparameters in __init__ (stored as given), fit returns self,
     learned attributes end in ``_`` and equal fit_observations' frames."""
     assert list(inspect.signature(DolceFit).parameters) == ["options", "mapper"]
-    options = FitOptions()
+    options = SHORT
     est = DolceFit(options)
     assert est.options is options and est.mapper is None and not [a for a in vars(est) if a.endswith("_")]
     assert est.fit(mixed_obs) is est
@@ -290,10 +302,11 @@ def test_dolce_fit_contract(mixed_obs, mixed_fit):
         est.problems_.sort("task", "problem_id").select("task", "problem_id", "subset", "scenario"))
     # a mapper is a hyperparameter too; fit_observations is DolceFit as a function
     calls = []
-    mapped = DolceFit(FitOptions(scenario="cow"), mapper=lambda fn, frames, *args: calls.append(args) or
+    cow = FitOptions(scenario="cow", uncertainty="none")
+    mapped = DolceFit(cow, mapper=lambda fn, frames, *args: calls.append(args) or
                       identity_mapper_pickled(fn, frames, *args)).fit(mixed_obs)
-    assert calls == [(FitOptions(scenario="cow"),)]  # the options travel whole, as one argument
-    assert_frame_equal(mapped.problems_, fit_observations(mixed_obs, FitOptions(scenario="cow"))[0])
+    assert calls == [(cow,)]  # the options travel whole, as one argument
+    assert_frame_equal(mapped.problems_, fit_observations(mixed_obs, cow)[0])
     assert set(mapped.selection_["scenario"]) == {"COW"}
 
 
@@ -301,17 +314,17 @@ def test_dolce_fit_contract(mixed_obs, mixed_fit):
     {"em_steps_cow": 2}, {"em_steps_pig": 1}, {"pig_likelihood": "score"}, {"pig_likelihood": "binned"},
     {"pig_hit_rate": "mean"}, {"threshold": 0.95},
 ])
-def test_each_fit_option_reaches_its_subsets(mixed_obs, mixed_fit, options):
+def test_each_fit_option_reaches_its_subsets(mixed_obs, mixed_point_fit, options):
     """Each FitOptions field changes the fits of the subsets it concerns, and only those (COW:
     em_steps_cow, threshold; PIG: em_steps_pig, pig_likelihood, pig_hit_rate)."""
-    problems, _ = fit_observations(mixed_obs, FitOptions(**options))
+    problems, _ = fit_observations(mixed_obs, FitOptions(uncertainty="none", **options))
     name = next(iter(options))
     cow = name in ("em_steps_cow", "threshold")
     concerned = pl.col("scenario") == ("COW" if cow else "PIG")
     if name == "threshold":  # binary-metric problems are binarized at 0.5 whatever the threshold
         concerned = concerned & (pl.col("task") != "acc")
-    assert_frame_equal(problems.filter(~concerned), mixed_fit[0].filter(~concerned))
-    assert not problems.filter(concerned).equals(mixed_fit[0].filter(concerned))
+    assert_frame_equal(problems.filter(~concerned), mixed_point_fit[0].filter(~concerned))
+    assert not problems.filter(concerned).equals(mixed_point_fit[0].filter(concerned))
 
 
 def _binary_task():
@@ -373,7 +386,7 @@ def test_cell_stats_checks():
 def test_ray_map_tasks_gives_identical_frames(ray_session, mixed_obs, mixed_fit):
     from raylc.run.ray_exec import map_tasks
 
-    problems, tasks = fit_observations(mixed_obs, mapper=map_tasks)
+    problems, tasks = fit_observations(mixed_obs, SHORT, mapper=map_tasks)
     assert_frame_equal(problems, mixed_fit[0])
     assert_frame_equal(tasks, mixed_fit[1])
 

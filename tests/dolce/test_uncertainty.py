@@ -116,14 +116,16 @@ def _meets_acceptance_1(frame: pl.DataFrame) -> None:
     assert frame["covered"].mean() >= 0.88
 
 
-@pytest.mark.parametrize(("rho_max", "seeds"), [(0.1, range(5)), (0.2, range(5)), (0.1, range(10, 15))])
+@pytest.mark.parametrize(("rho_max", "seeds"), [pytest.param(0.1, range(5), marks=pytest.mark.slow), (0.2, range(5)),
+                                                (0.1, range(10, 15))])
 def test_calibrated_on_cow_data_drawn_from_the_model(rho_max, seeds):
     """Issue 17 acceptance 1 on 5 seeds x 150 problems (every span): ECE <= 0.05, at least 70%
     of problems at confidence >= 0.9 and at least 95% of those right, the 90% lambda interval
     covering the planted lambda for at least 88%. Measured (tests/benchmarks/calibration.py):
     rho_max 0.1 seeds 0-4: ECE 0.005, 0.879, 0.997, 0.989; seeds 10-14: 0.010, 0.855, 0.997,
     0.988; rho_max 0.2 seeds 0-4: 0.014, 0.873, 0.991, 0.979. The posterior of the paper's EM
-    start alone missed on seeds 10-14 at rho_max 0.1 (ECE 0.061, 0.940 right at >= 0.9)."""
+    start alone missed on seeds 10-14 at rho_max 0.1 (ECE 0.061, 0.940 right at >= 0.9). CI runs
+    the two groups other than rho_max 0.1 seeds 0-4 (``slow``; RAYLC_SLOW=1 runs it)."""
     _meets_acceptance_1(calibration_frame("COW", seeds, 150, rho_max=rho_max))
 
 

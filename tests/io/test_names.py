@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import polars as pl
 import pytest
+from cli_runner import raylc
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -151,20 +152,14 @@ def _documents_job(cwd: Path, task: str) -> Path:
 
 def _raylc(cwd: Path, *args: str, monkeypatch=None) -> tuple[int, str]:
     """(exit code, stderr) of ``raylc ARGS`` run in ``cwd``: the installed command in a subprocess, or
-    in-process through typer's CliRunner when ``monkeypatch`` is given (faster)."""
+    in-process (tests/cli_runner.py) when ``monkeypatch`` is given (faster)."""
     if monkeypatch is None:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         proc = subprocess.run([RAYLC, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
         return proc.returncode, proc.stderr
-    from typer.testing import CliRunner
-
-    from raylc.cli import app
-
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    result = CliRunner().invoke(app, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.stderr
+    proc = raylc(*args, cwd=cwd, env={"RAY_ADDRESS": None})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stderr
 
 
 def _one_line_exit_2(code: int, stderr: str) -> str:

@@ -1,11 +1,9 @@
 """Tables for people (:mod:`raylc.io.tables`): piped or logged output never cuts a cell."""
 
 import io
-import os
-import subprocess
-import sys
 
 import polars as pl
+from cli_runner import raylc
 
 from raylc.io.tables import PIPED_WIDTH, console, rich_table
 
@@ -27,9 +25,7 @@ def test_piped_longscore_shows_every_name_at_80_columns(tmp_path):
     rows = [(m, t, length, 0.9 - i / 10 - length / 40000) for i, m in enumerate(MODELS) for t in TASKS
             for length in (2048, 4096, 8192, 16384)]
     pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row").write_csv(tmp_path / "s.csv")
-    out = subprocess.run([sys.executable, "-m", "raylc", "longscore", str(tmp_path / "s.csv"), "--out",
-                          str(tmp_path / "o"), "--base-lengths", "2048,4096", "--no-ray"],
-                         capture_output=True, text=True, timeout=120, check=False,
-                         env={**os.environ, "COLUMNS": "80", "TERM": "xterm"})
+    out = raylc("longscore", tmp_path / "s.csv", "--out", tmp_path / "o", "--base-lengths", "2048,4096", "--no-ray",
+                env={"COLUMNS": "80", "TERM": "xterm"})
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout and all(m in out.stdout for m in MODELS) and all(t in out.stdout for t in TASKS)

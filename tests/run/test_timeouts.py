@@ -168,7 +168,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(tmp_path, silent, where
     took = time.monotonic() - t0
     assert proc.returncode == 1
     assert _one_line(proc) == expected
-    assert 2 <= took < 20, took
+    assert 2 <= took < 40, took  # the 2 s limit, not the 60 s default (start-up takes 5-20 s on a loaded machine)
     assert not store.exists()
 
 
@@ -211,7 +211,7 @@ def _submit(tmp_path: Path, address: str, timeout_s: float) -> tuple[float, subp
 
 def test_submit_silent_port_within_job_files_limit(tmp_path, silent):
     took, proc = _submit(tmp_path, f"http://127.0.0.1:{silent.port}", 2)
-    assert proc.returncode == 1 and took < 20, (took, proc.stderr)
+    assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == (f"error: http://127.0.0.1:{silent.port}: did not answer within 2 s to GET /api/version "
                                f"(ray.connect_timeout_s); is it the Ray dashboard address (http://HEAD:8265)?")
 
@@ -224,7 +224,7 @@ def test_submit_jobs_api_that_stops_answering(tmp_path):
         took, proc = _submit(tmp_path, api.address, 2)
     finally:
         api.close()
-    assert proc.returncode == 1 and took < 20, (took, proc.stderr)
+    assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == f"error: {api.address}: did not answer within 2 s to the Jobs API while submitting (ray.connect_timeout_s)"
 
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+from cli_runner import raylc
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE5 = ROOT / "tests" / "data" / "longbench100_table5.csv"
@@ -15,11 +16,7 @@ def test_longscore_command_reproduces_table5(tmp_path):
     scores = printed.select("model", pl.lit("RULER").alias("task"), "length", "score")
     scores.write_parquet(tmp_path / "scores.parquet")
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "raylc", "longscore", str(tmp_path / "scores.parquet"), "--out", str(out),
-         "--base-lengths", "4096", "--no-ray"],
-        capture_output=True, text=True, timeout=300,
-    )
+    proc = raylc("longscore", tmp_path / "scores.parquet", "--out", out, "--base-lengths", "4096", "--no-ray")
     assert proc.returncode == 0, proc.stderr
     assert "LongScore" in proc.stdout
     per = pl.read_parquet(out / "per_length.parquet").filter(~pl.col("is_base"))
@@ -34,15 +31,15 @@ def test_longscore_bad_input_one_line(tmp_path):
     pl.DataFrame({"model": ["m"], "length": [4096], "score": [1.0]}).write_csv(tmp_path / "s.csv")
     pl.DataFrame({"model": ["m"], "task": ["t"], "length": [None], "score": [1.0]}).write_csv(tmp_path / "n.csv")
     for args in (["/nonexistent/scores.csv"], [str(tmp_path / "s.csv")], [str(tmp_path / "n.csv")]):
-        proc = subprocess.run([sys.executable, "-m", "raylc", "longscore", *args, "--out", str(tmp_path / "o")],
-                              capture_output=True, text=True, timeout=120)
+        proc = raylc("longscore", *args, "--out", tmp_path / "o", env={"RAY_ADDRESS": None})
         assert proc.returncode == 2
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(f"error: {args[0]}")
     assert not (tmp_path / "o").exists()
 
 
 def test_python_warnings_print_as_one_line_each(tmp_path):
-    """A LongScore warning (an uneven base) is one ``warning:`` line: no category, file or source line."""
+    """A LongScore warning (an uneven base) is one ``warning:`` line: no category, file or source line
+    (the installed command in a process of its own: how Python prints warnings is process state)."""
     rows = [("m", "a", 2048, 0.9), ("m", "a", 8192, 0.5), ("m", "b", 4096, 0.4), ("m", "b", 8192, 0.3)]
     pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row").write_csv(tmp_path / "s.csv")
     proc = subprocess.run([sys.executable, "-m", "raylc", "longscore", str(tmp_path / "s.csv"), "--out",

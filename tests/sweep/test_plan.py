@@ -1,9 +1,9 @@
 """``raylc plan`` of a length sweep (:mod:`raylc.sweep.plan`): the samples that do not fit the
 probe's window are counted and warned about."""
 
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_runner import raylc
 
 from raylc.spec import load_job
 from raylc.sweep.plan import plan_sweep
@@ -28,7 +28,6 @@ def test_samples_over_the_window_are_counted_and_warned():
 def test_raylc_plan_prints_the_warning():
     sets = [a for k, v in {**SMALL, "probe.max_model_len": 4096}.items()
             for a in ("--set", f"{k}={'null' if v is None else v}")]
-    out = subprocess.run([sys.executable, "-m", "raylc", "plan", str(JOB), *sets], capture_output=True, text=True,
-                         timeout=120, check=False, cwd=ROOT)  # the job's hf_config is relative to the repository
+    out = raylc("plan", JOB, *sets, cwd=ROOT)  # the job's hf_config is relative to the repository
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("warning: 3 of 6 samples (at lengths 4096) do not fit")
