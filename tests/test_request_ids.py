@@ -53,7 +53,12 @@ def _sweep_ids(overrides: dict) -> pl.Series:
     return sweep.requests(samples(), load_job(SWEEP_JOB, overrides))["request_id"]
 
 
-def _in_subprocess(code: str) -> list[str]:
+@pytest.fixture(scope="module")
+def other_process():
+    """The DOLCE and sweep ids of the unchanged jobs, computed in another interpreter (its own
+    random string-hash seed), once for both tests below."""
+    code = ("import json; from test_request_ids import _dolce_ids, _sweep_ids; "
+            "print(json.dumps({'dolce': _dolce_ids({})['request_id'].to_list(), 'sweep': _sweep_ids({}).to_list()}))")
     env = {**os.environ, "PYTHONHASHSEED": "random", "PYTHONPATH": str(ROOT / "tests")}
     out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -68,10 +73,8 @@ def test_dolce_ids_are_unique_per_span_and_stable():
     assert ids["request_id"].equals(_dolce_ids({})["request_id"])
 
 
-def test_dolce_ids_are_equal_across_processes():
-    code = ("import json; from test_request_ids import _dolce_ids; "
-            "print(json.dumps(_dolce_ids({})['request_id'].to_list()))")
-    assert _in_subprocess(code) == _dolce_ids({})["request_id"].to_list()
+def test_dolce_ids_are_equal_across_processes(other_process):
+    assert other_process["dolce"] == _dolce_ids({})["request_id"].to_list()
 
 
 @pytest.mark.parametrize("key", sorted(CHANGES))
@@ -111,10 +114,8 @@ def test_sweep_ids_are_unique_per_request_and_stable():
     assert ids.n_unique() == samples().height and ids.equals(_sweep_ids({}))
 
 
-def test_sweep_ids_are_equal_across_processes():
-    code = ("import json; from test_request_ids import _sweep_ids; "
-            "print(json.dumps(_sweep_ids({}).to_list()))")
-    assert _in_subprocess(code) == _sweep_ids({}).to_list()
+def test_sweep_ids_are_equal_across_processes(other_process):
+    assert other_process["sweep"] == _sweep_ids({}).to_list()
 
 
 @pytest.mark.parametrize("key", sorted(CHANGES))

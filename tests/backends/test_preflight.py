@@ -447,13 +447,14 @@ def test_cli_refuses_the_128k_job_without_max_position_embeddings(tmp_path):
 
 
 def test_cli_check_imports_neither_ray_nor_vllm_nor_torch(tmp_path):
-    script = ("import sys; from typer.testing import CliRunner; from raylc.cli import app; "
-              "r = CliRunner().invoke(app, ['check', sys.argv[1]]); "
-              "print(r.exit_code, sorted(m for m in ('ray', 'vllm', 'torch', 'transformers') if m in sys.modules))")
-    for job, out in ((_no_mpe_copy(tmp_path), "2 []"), (ROOT / "jobs" / "dolce-vllm.yaml", "0 []")):
-        proc = subprocess.run([sys.executable, "-c", script, str(job)], capture_output=True, text=True, timeout=120,
-                              env=_env(), cwd=ROOT)
-        assert proc.stdout.strip() == out, proc.stderr
+    script = ("import sys; from typer.testing import CliRunner; from raylc.cli import app\n"
+              "for job in sys.argv[1:]:\n"
+              "    r = CliRunner().invoke(app, ['check', job])\n"
+              "    print(r.exit_code, sorted(m for m in ('ray', 'vllm', 'torch', 'transformers') if m in sys.modules))")
+    jobs = [str(_no_mpe_copy(tmp_path)), str(ROOT / "jobs" / "dolce-vllm.yaml")]
+    proc = subprocess.run([sys.executable, "-c", script, *jobs], capture_output=True, text=True, timeout=120,
+                          env=_env(), cwd=ROOT)
+    assert proc.stdout.strip().splitlines() == ["2 []", "0 []"], proc.stderr
 
 
 @pytest.mark.parametrize("name, limit", [("dolce-vllm.yaml", 32768), ("helmet-recall-vllm-128k.yaml", 131072)])
