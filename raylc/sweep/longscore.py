@@ -480,7 +480,9 @@ def _summary(per: pl.DataFrame, ci: float) -> pl.DataFrame:
             avg_lc=pl.when(pl.col("lc").filter(long).null_count() == 0).then(pl.col("lc").filter(long).mean()),
             n_long=pl.col("score").filter(long).count().cast(pl.Int64),
             have=pl.col("length").filter(long),
-            row_warn=pl.col("warning").drop_nulls().unique(maintain_order=True).str.join("; "),
+            # each note once, also when a row joins several ("Base undefined ...; only 1/2 tasks ...")
+            row_warn=pl.col("warning").drop_nulls().str.split("; ").explode().unique(maintain_order=True)
+            .str.join("; "),
         )
         .join(expected, on="task", how="left")
         .with_columns(missing=pl.col("expected").list.set_difference("have").list.sort())

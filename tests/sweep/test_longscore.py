@@ -9,8 +9,10 @@ instead (worked out by hand in the reason), with the printed value in the messag
 
 from __future__ import annotations
 
+import math
 import pickle
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,15 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from raylc.sweep.longscore import OVERALL, length_slopes, longscore, longscore_group, pair_slopes, task_correlation
+from raylc.sweep.longscore import (
+    OVERALL,
+    length_slopes,
+    longscore,
+    longscore_group,
+    pair_slopes,
+    task_correlation,
+    validate_scores,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TOL = 0.1
@@ -449,3 +459,230 @@ def test_plots_write_png(tmp_path):
         assert path.exists() and path.read_bytes()[:8] == PNG_MAGIC
         img = imread(path)
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+# ------------------------------------------------------------------ exact values (found by mutation testing)
+
+
+def test_length_slopes_exact_fits_order_and_columns():
+    """Hand-worked OLS fits on a value column other than ``score``, given out of order."""
+    rows = [("b", "x", 4096, 1.0), ("b", "x", 8192, 3.0), ("b", "x", 16384, 2.0),  # x = 12, 13, 14 (log2)
+            ("a", "y", 8192, 0.7), ("a", "y", 4096, 0.7),                          # constant: no R^2
+            ("a", "x", 6144, 0.6), ("a", "x", 4096, 0.5)]                          # two close lengths
+    got = length_slopes(pl.DataFrame(rows, schema=["model", "task", "length", "lc"], orient="row"), value="lc")
+    assert got.columns == ["model", "task", "slope_log2", "intercept_log2", "r2_log2", "slope_per_k",
+                           "intercept_per_k", "n", "min_length", "max_length"]
+    assert got.select("model", "task", "n", "min_length", "max_length").rows() == [
+        ("a", "x", 2, 4096, 6144), ("b", "x", 3, 4096, 16384), ("a", "y", 2, 4096, 8192)]
+    ax, bx, ay = got.iter_rows(named=True)
+    d = math.log2(1.5)  # two points: slope 0.1 / d, exact fit; sxx = d^2 / 2 < 1 and syy = 0.005 < 1
+    assert ax["slope_log2"] == pytest.approx(0.1 / d)
+    assert ax["intercept_log2"] == pytest.approx(0.55 - 0.1 / d * (12 + d / 2))
+    assert ax["r2_log2"] == pytest.approx(1.0)
+    assert ax["slope_per_k"] == pytest.approx(0.05) and ax["intercept_per_k"] == pytest.approx(0.3)
+    # dx = (-1, 0, 1), dy = (-1, 1, 0): sxy = 1, sxx = 2, syy = 2 -> slope 0.5, R^2 = 1 / 4
+    assert bx["slope_log2"] == pytest.approx(0.5) and bx["intercept_log2"] == pytest.approx(2 - 0.5 * 13)
+    assert bx["r2_log2"] == pytest.approx(0.25)
+    # per 1K: x = 4, 8, 16, mean 28/3; sxy = 4, sxx = 672/9 -> slope 3/56, intercept 2 - (3/56)(28/3) = 1.5
+    assert bx["slope_per_k"] == pytest.approx(3 / 56) and bx["intercept_per_k"] == pytest.approx(1.5)
+    assert ay["slope_log2"] == 0.0 and ay["intercept_log2"] == pytest.approx(0.7) and ay["r2_log2"] is None
+
+
+def _slope_scores() -> pl.DataFrame:
+    rows = [("m1", "p", 8192, 0.1), ("m1", "q", 8192, 0.5), ("m1", "c", 8192, 0.5),
+            ("m2", "p", 8192, 0.2), ("m2", "q", 8192, 0.3), ("m2", "c", 8192, 0.5),
+            ("m3", "p", 8192, 0.3), ("m3", "q", 8192, 0.4), ("m3", "c", 8192, 0.5),
+            ("m1", "p", 16384, 0.1), ("m1", "q", 16384, 0.2),  # task c is not scored at 16K
+            ("m2", "p", 16384, 0.3), ("m2", "q", 16384, 0.6), ("m3", "q", 16384, 0.9)]
+    return pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row")
+
+
+def test_pair_slopes_exact_with_holes_constant_and_empty_pairs():
+    fits = pair_slopes(_slope_scores())  # by task, every length
+    assert fits.columns == ["length", "a", "b", "slope", "intercept", "n"] and fits.height == 2 * 9
+    got = {(r["length"], r["a"], r["b"]): (r["slope"], r["intercept"], r["n"]) for r in fits.iter_rows(named=True)}
+    # 8K: p = (.1, .2, .3), q = (.5, .3, .4): dp = (-.1, 0, .1), dq = (.1, -.1, 0), sxy = -.01, sxx = .02
+    assert got[8192, "p", "q"] == (pytest.approx(-0.5), pytest.approx(0.4 + 0.5 * 0.2), 3)
+    assert got[8192, "q", "p"] == (pytest.approx(-0.5), pytest.approx(0.2 + 0.5 * 0.4), 3)
+    assert got[8192, "p", "c"] == (pytest.approx(0.0), pytest.approx(0.5), 3)
+    assert got[8192, "c", "p"] == (None, None, 3)  # constant x: no line
+    assert got[8192, "p", "p"] == (pytest.approx(1.0), pytest.approx(0.0, abs=1e-12), 3)
+    # 16K, pairwise complete: (p, q) on m1, m2 only
+    assert got[16384, "p", "q"] == (pytest.approx(2.0), pytest.approx(0.0, abs=1e-12), 2)
+    assert got[16384, "q", "p"] == (pytest.approx(0.5), pytest.approx(0.0, abs=1e-12), 2)
+    assert got[16384, "q", "q"][2] == 3 and got[16384, "q", "q"][0] == pytest.approx(1.0)
+    assert got[16384, "c", "p"] == (None, None, 0) and got[16384, "c", "c"] == (None, None, 0)
+    one = pair_slopes(_slope_scores().filter(pl.col("model") != "m2"), at=16384)
+    assert one["length"].unique().to_list() == [16384] and one.height == 4  # tasks p, q only (c not at 16K)
+    assert one.filter((pl.col("a") == "p") & (pl.col("b") == "q")).row(0) == (16384, "p", "q", None, None, 1)
+
+
+def test_overall_rows_warn_about_missing_tasks_and_undefined_base():
+    rows = [("m", "a", 4096, 40.0), ("m", "a", 8192, 10.0), ("m", "a", 8192, 30.0),  # two samples at 8K
+            ("m", "b", 4096, 60.0), ("m", "b", 8192, 30.0), ("m", "b", 16384, 10.0),  # a has no 16K
+            ("z", "a", 4096, 0.0), ("z", "a", 8192, 5.0), ("z", "b", 4096, 0.0), ("z", "b", 8192, 1.0),  # Base 0
+            ("u", "a", 8192, 30.0), ("u", "a", 16384, 20.0), ("u", "b", 4096, 50.0), ("u", "b", 8192, 40.0)]
+    with pytest.warns(UserWarning, match=r"^longscore: 8 \(model, task\) row\(s\) have warnings, e.g. m/a: missing "
+                      r"long lengths 16384: averages not comparable across models; see the 'warning' columns$"):
+        res = longscore(pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row"), (4096,))
+    only = "only 1/2 tasks at this length: S_l undefined"
+    undefined = "Base undefined for some task"
+    zero = "Base = 0.0 <= 0: LongScore undefined"
+    ov = res["per_length"].filter(pl.col("task") == OVERALL)
+    assert ov.select("model", "length", "score", "base", "lc", "n", "is_base", "warning").rows() == [
+        ("m", 4096, 50.0, 50.0, 0.0, 2, True, None),
+        ("m", 8192, 25.0, 50.0, -50.0, 3, False, None),  # S = (20 + 30) / 2 over 1 + 2 samples
+        ("m", 16384, None, 50.0, None, 1, False, only),
+        ("u", 4096, None, None, None, 1, True, f"{undefined}; {only}"),
+        ("u", 8192, 35.0, None, None, 2, False, undefined),
+        ("u", 16384, None, None, None, 1, False, f"{undefined}; {only}"),
+        ("z", 4096, 0.0, 0.0, None, 2, True, zero),
+        ("z", 8192, 3.0, 0.0, None, 2, False, zero),
+    ]
+    summ = {r["model"]: r for r in res["summary"].filter(pl.col("task") == OVERALL).iter_rows(named=True)}
+    m = summ["m"]
+    assert (m["base"], m["avg_score"], m["n_long"], m["warning"]) == (50.0, None, 1, only)
+    assert summ["z"]["avg_score"] == 3.0 and summ["z"]["avg_lc"] is None
+    assert summ["u"]["warning"] == f"{undefined}; {only}"  # each note once, in row order
+    assert summ["z"]["warning"] == f"{zero}; missing long lengths 16384: averages not comparable across models"
+    per = {(r["model"], r["task"]): r for r in res["summary"].iter_rows(named=True)}
+    assert per["u", "a"]["warning"] == "no scores at base lengths [4096]: Base undefined"
+    assert per["z", "a"]["warning"] == ("Base = 0 <= 0: LongScore undefined; missing long lengths 16384: averages not "
+                                        "comparable across models")
+    assert per["m", "b"]["avg_lc"] == pytest.approx(100 * (20 - 60) / 60) and per["m", "b"]["warning"] is None
+    assert [per[k, "b"]["rank_base"] for k in "muz"] == [1, 2, 3]
+    assert [per[k, "a"]["n_long"] for k in "muz"] == [1, 2, 1]
+
+
+def _resampled_means(columns: list[list[float]], n_boot: int, seed: int, model: str, task: str,
+                     paired: bool) -> np.ndarray:
+    """The documented bootstrap, written out: a generator seeded from (seed, crc32(model), crc32(task)); paired
+    ids drawn jointly over the lengths, otherwise ids drawn within each length in turn."""
+    rng = np.random.default_rng([seed, zlib.crc32(model.encode()), zlib.crc32(task.encode())])
+    if paired:
+        mat = np.array(columns, dtype=float).T  # sample x length
+        return mat[rng.integers(0, mat.shape[0], size=(n_boot, mat.shape[0]))].mean(axis=1)
+    out = np.empty((n_boot, len(columns)))
+    for j, col in enumerate(columns):
+        v = np.array(col, dtype=float)
+        out[:, j] = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_bootstrap_replicates_and_percentile_intervals_exactly(paired):
+    lengths = [2048, 4096, 8192, 16384]
+    columns = [[1.0, 0.5, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0, 0.5],
+               [0.5, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.5, 0.0]]
+    frames = []
+    for task in ("t1", "t2"):
+        rows = [("A", task, length, f"q{i}" if paired else f"{length}-{i}", v if task == "t1" else 1.0 - v / 2,
+                 f"{length}/{i}")  # a per-row column (e.g. the answer) that is neither index nor value
+                for length, col in zip(lengths, columns) for i, v in enumerate(col)]
+        schema = ["model", "task", "length", "sample_id", "score", "answer"]
+        frames.append(pl.DataFrame(rows, schema=schema, orient="row"))
+    n_boot, seed, ci = 30, 11, 0.8
+    groups = [longscore_group(f, (2048, 4096), n_boot=n_boot, seed=seed, ci=ci) for f in frames]
+    reps = []
+    for task, frame, out in zip(("t1", "t2"), frames, groups):
+        cols = [frame.filter(pl.col("length") == L)["score"].to_list() for L in lengths]
+        s = _resampled_means(cols, n_boot, seed, "A", task, paired)
+        b = s[:, :2].mean(axis=1)
+        assert np.array(out["boot_score"].to_list()) == pytest.approx(s.T)
+        assert np.array(out["boot_base"].to_list()) == pytest.approx(np.tile(b, (4, 1)))
+        lc = 100 * (s - b[:, None]) / b[:, None]
+        assert out["lc_lo"].to_numpy() == pytest.approx(np.quantile(lc, 0.1, axis=0))  # numpy's default: linear
+        assert out["lc_hi"].to_numpy() == pytest.approx(np.quantile(lc, 0.9, axis=0))
+        assert out["warning"].null_count() == 4
+        reps.append((s, b))
+    res = longscore(pl.concat(frames).drop("answer"), (2048, 4096), n_boot=n_boot, seed=seed, ci=ci)
+    summ = {r["task"]: r for r in res["summary"].iter_rows(named=True)}
+    for task, (s, b) in zip(("t1", "t2"), reps):
+        avg = (100 * (s[:, 2:] - b[:, None]) / b[:, None]).mean(axis=1)
+        assert (summ[task]["avg_lc_lo"], summ[task]["avg_lc_hi"]) == pytest.approx(tuple(np.quantile(avg, [0.1, 0.9])))
+    # overall: replicate S_l and Base averaged over the tasks, then Eq. 2
+    s = (reps[0][0] + reps[1][0]) / 2
+    b = (reps[0][1] + reps[1][1]) / 2
+    lc = 100 * (s - b[:, None]) / b[:, None]
+    ov = res["per_length"].filter(pl.col("task") == OVERALL).sort("length")
+    assert ov["lc_lo"].to_numpy() == pytest.approx(np.quantile(lc, 0.1, axis=0))
+    assert ov["lc_hi"].to_numpy() == pytest.approx(np.quantile(lc, 0.9, axis=0))
+    avg = lc[:, 2:].mean(axis=1)
+    ov_summ = summ[OVERALL]
+    assert (ov_summ["avg_lc_lo"], ov_summ["avg_lc_hi"]) == pytest.approx(tuple(np.quantile(avg, [0.1, 0.9])))
+
+
+def test_a_task_scored_only_at_base_lengths_keeps_its_summary_row():
+    scores = pl.DataFrame({"model": ["m", "m", "m"], "task": ["a", "a", "b"], "length": [4096, 8192, 4096],
+                           "score": [50.0, 40.0, 30.0]})
+    with pytest.warns(UserWarning, match="no long lengths"):
+        summ = longscore(scores, (4096,), overall=False)["summary"]
+    assert summ.select("task", "base", "avg_score", "avg_lc", "n_long", "warning").rows() == [
+        ("a", 50.0, 40.0, -20.0, 1, None), ("b", 30.0, None, None, 0, "no long lengths")]
+
+
+def test_overall_bootstrap_interval_is_null_where_a_task_is_missing():
+    rows = [("A", task, length, f"{length}-{i}", v) for task in ("t1", "t2") for length in (4096, 8192, 16384)
+            for i, v in enumerate((1.0, 0.5, 0.0)) if not (task == "t2" and length == 16384)]
+    scores = pl.DataFrame(rows, schema=["model", "task", "length", "sample_id", "score"], orient="row")
+    with pytest.warns(UserWarning, match="only 1/2 tasks"):
+        res = longscore(scores, (4096,), n_boot=20, seed=1)
+    ov = res["per_length"].filter(pl.col("task") == OVERALL).sort("length")
+    assert ov["lc_lo"].is_null().to_list() == [False, False, True]
+    assert ov["lc_hi"].is_null().to_list() == [False, False, True]
+    summ = res["summary"].filter(pl.col("task") == OVERALL).row(0, named=True)
+    assert summ["avg_lc_lo"] is None and summ["avg_lc_hi"] is None
+
+
+def _one(lengths: list[int], scores: list[float], model: str = "m", task: str = "t", **columns) -> pl.DataFrame:
+    n = len(lengths)
+    return pl.DataFrame({"model": [model] * n, "task": [task] * n, "length": lengths, "score": scores, **columns})
+
+
+def test_longscore_group_refusals_and_base_notes():
+    with pytest.raises(ValueError, match=r"^empty \(model, task\) frame$"):
+        longscore_group(_one([], []).cast({"length": pl.Int64, "score": pl.Float64}))
+    for other in (_one([8192], [0.5], model="n"), _one([8192], [0.5], task="u")):
+        with pytest.raises(ValueError, match=r"^longscore_group needs exactly one \(model, task\)$"):
+            longscore_group(pl.concat([_one([4096], [0.5]), other]))
+    with pytest.raises(ValueError, match=r"^m/t: several base values \[(0.5, 0.6|0.6, 0.5)\]$"):
+        longscore_group(_one([4096, 8192], [0.5, 0.4], base=[0.5, 0.6]))
+    with pytest.raises(ValueError, match=r"^bootstrap CIs need sample-level scores \(a sample_id column\)$"):
+        longscore_group(_one([4096, 8192], [0.5, 0.4]), n_boot=5)
+
+    def got(frame, base_lengths=(2048, 4096, 6144), **kw):
+        out = longscore_group(frame, base_lengths, **kw)
+        return out.select("length", "n", "base", "is_base", "lc", "warning").rows()
+
+    assert got(_one([2048, 4096, 8192, 8192], [60.0, 40.0, 50.0, 40.0])) == [
+        (2048, 1, 50.0, True, 20.0, "Base from [2048, 4096] only (missing base lengths [6144])"),
+        (4096, 1, 50.0, True, -20.0, "Base from [2048, 4096] only (missing base lengths [6144])"),
+        (8192, 2, 50.0, False, -10.0, "Base from [2048, 4096] only (missing base lengths [6144])")]
+    assert got(_one([8192, 16384], [40.0, 30.0]), (4096,)) == [
+        (8192, 1, None, False, None, "no scores at base lengths [4096]: Base undefined"),
+        (16384, 1, None, False, None, "no scores at base lengths [4096]: Base undefined")]
+    assert got(_one([4096, 8192], [40.0, 30.0], base=[None, 80.0]), (4096,)) == [  # a given Base overrides Eq. 1
+        (4096, 1, 80.0, True, -50.0, None), (8192, 1, 80.0, False, -62.5, None)]
+    assert got(_one([4096, 8192], [40.0, 30.0]), (4096,), base_value=-0.5) == [
+        (4096, 1, -0.5, True, None, "Base = -0.5 <= 0: LongScore undefined"),
+        (8192, 1, -0.5, False, None, "Base = -0.5 <= 0: LongScore undefined")]
+    boot = longscore_group(_one([4096, 4096, 8192], [0.0, 1.0, 0.5], sample_id=["a", "b", "c"]), (4096,),
+                           base_value=2.0, n_boot=4)
+    assert boot["boot_base"].to_list() == [[2.0] * 4] * 2  # a given Base is the same in every replicate
+    assert boot["boot_score"].to_list()[1] == [0.5] * 4 and boot.row(1, named=True)["lc_lo"] == -75.0
+
+
+def test_a_resample_with_base_zero_leaves_the_interval_undefined_with_a_note():
+    frame = _one([4096, 4096, 8192], [0.0, 1.0, 0.5], sample_id=["a", "b", "c"])
+    out = longscore_group(frame, (4096,), n_boot=50, seed=0)  # P(no resample of 4K has the 1) = 1 - 0.75^50
+    assert out["lc"].to_list() == [0.0, 0.0] and out["lc_lo"].to_list() == [None, None]
+    assert out["warning"].to_list() == ["bootstrap Base <= 0 in some resamples: CI undefined"] * 2
+
+
+@pytest.mark.parametrize("name,shown", [("x" * 40, "x" * 40), ("y" * 41, "y" * 37 + "...")])
+def test_a_refused_row_is_quoted_whole_with_long_names_cut(name, shown):
+    scores = _one([4096, 8192], [0.5, -0.1], model=name)
+    with pytest.raises(ValueError) as err:
+        validate_scores(scores, (4096,))
+    assert str(err.value) == ("column 'score': outside [0, 100] (fractions in [0, 1] or percentages); e.g. row 2: "
+                              f"{{model='{shown}', task='t', length=8192, score=-0.1}}")
