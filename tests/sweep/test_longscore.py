@@ -686,3 +686,9 @@ def test_a_refused_row_is_quoted_whole_with_long_names_cut(name, shown):
         validate_scores(scores, (4096,))
     assert str(err.value) == ("column 'score': outside [0, 100] (fractions in [0, 1] or percentages); e.g. row 2: "
                               f"{{model='{shown}', task='t', length=8192, score=-0.1}}")
+
+
+def test_overall_of_fractions_below_one_has_no_note():
+    scores = _one([4096, 8192, 4096, 8192], [0.5, 0.25, 0.7, 0.35]).with_columns(task=pl.Series(["a", "a", "b", "b"]))
+    ov = longscore(scores, (4096,))["per_length"].filter(pl.col("task") == OVERALL)
+    assert ov.select("base", "score", "lc", "warning").rows() == [(0.6, 0.6, 0.0, None), (0.6, 0.3, -50.0, None)]
