@@ -105,6 +105,21 @@ def exact_density(s: float, lam: int, k: int, L: int, C: int) -> float:
     return (lam + 1) * ((1.0 - frac) * pa + frac * pb)
 
 
+def score_bin(s: float) -> int:
+    """The 0.1-wide score bin of Section 3.1: min(floor(10 s + 1e-9), 9) ([.9, 1] closed)."""
+    return min(math.floor(10.0 * s + 1e-9), 9)
+
+
+def exact_bin_density(b: int, lam: int, k: int, L: int, C: int) -> float:
+    """P(m / lam in bin b | O) / 0.1 from the exact rho~ (bin of m / lam in integer arithmetic);
+    1 for lambda = 0 (valid k), 0 for invalid parameters."""
+    if k < 1 or k * lam > L or not 0 <= C <= L:
+        return 0.0
+    if lam == 0:
+        return 1.0
+    return 10.0 * float(sum(exact_cover_pmf(m, lam, k, L, C) for m in range(lam + 1) if min(10 * m // lam, 9) == b))
+
+
 def exact_mode(lam: int, k: int, L: int, C: int) -> int:
     """Smallest m maximising rho~ (ties within a relative 1e-9, as PIGFit)."""
     vals = [float(exact_cover_pmf(m, lam, k, L, C)) for m in range(lam + 1)]
@@ -113,7 +128,7 @@ def exact_mode(lam: int, k: int, L: int, C: int) -> int:
 
 
 # --------------------------------------------------------------------------- literal Algorithm 2
-def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode") -> dict:
+def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", likelihood: str = "hit_rate") -> dict:
     """Algorithm 2, transcribed per observation with loops over i, j, lambda, k, y, z.
 
     ``observations``: iterable of (problem, L, C, s) with s in [0, 1] or None (IDK). Typo
@@ -124,6 +139,8 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode") -> 
     y-shares of the cell; 0/0 in the noise M-step -> 1/3; zero E-step denominator -> prior.
     Candidates {C_ij} U {0, maxC_i + 1, L_i}; ties within 1e-10 (1 + |max|) -> first pair in
     (lambda, k) ascending order. ``hit_rate="mean"`` uses E[m]/lambda instead of the mode.
+    The options of line 1108: ``likelihood="score"`` evaluates rho at the observation's own
+    score s_ij (IDK read as 0), ``"binned"`` the bin density 10 P(m / lambda in bin(s_ij) | O).
     """
     observations = list(observations)
     problems = sorted({o[0] for o in observations})
@@ -174,8 +191,14 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode") -> 
                     if k < 1 or k * lam > L[i]:
                         continue
                     objective = 0.0
-                    for C_ij, _s in J[i]:
-                        p_O = exact_density(P_O[i][C_ij][1], lam, k, L[i], C_ij)  # line 1108, Eq. 6
+                    for C_ij, s_ij in J[i]:
+                        s_obs = 0.0 if s_ij is None else s_ij
+                        if likelihood == "score":
+                            p_O = exact_density(s_obs, lam, k, L[i], C_ij)
+                        elif likelihood == "binned":
+                            p_O = exact_bin_density(score_bin(s_obs), lam, k, L[i], C_ij)
+                        else:
+                            p_O = exact_density(P_O[i][C_ij][1], lam, k, L[i], C_ij)  # line 1108, Eq. 6
                         p_N = 1.0  # line 1109
                         objective += log(p_O * P_z[i]["O"] + p_N * P_z[i]["N"])  # line 1112
                     scored.append((objective, lam, k))

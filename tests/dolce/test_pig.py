@@ -171,6 +171,11 @@ def test_mode_matches_exact():
     want = np.array([exact_mode(*c) for c in cases])
     np.testing.assert_array_equal(got, want)
     assert pig_pmf_mode(3, 5, 10, 4) == -1  # invalid
+    assert pig_pmf_mode(0, 0, 5, 2) == -1 and pig_pmf_mode(0, 1, 5, 6) == -1  # lambda = 0 but k < 1; C > L
+    assert isinstance(pig_pmf_mode(2, 1, 6, 3), np.integer) and pig_pmf_mode(2, 1, 6, 3) == exact_mode(2, 1, 6, 3)
+    grid = pig_pmf_mode(np.array([0, 1, 2, 3])[:, None], np.array([1, 2]), 8, 5)
+    assert grid.shape == (4, 2)
+    assert grid.tolist() == [[exact_mode(lam, k, 8, 5) for k in (1, 2)] for lam in (0, 1, 2, 3)]
 
 
 # =============================================================================== rho (B.2)
@@ -234,6 +239,13 @@ def _compare(fit: PIGFit, ref: dict):
     assert list(fit.lam_q_) == ref["lam_q"]
     want_hit = [ref["hit_rate"][p][c] for p, c in zip(fit.cells_problem_, fit.cells_C_)]
     np.testing.assert_allclose(fit.hit_rate_, want_hit, rtol=1e-9, atol=1e-9)
+    # the last step's objective of every scored pair holds the chosen pair's, the problem's maximum
+    pairs = fit.pairs_
+    for i in range(fit.problems_.size):
+        mine = pairs["problem"] == i
+        at = mine & (pairs["lam"] == fit.lam_[i]) & (pairs["k"] == fit.k_[i])
+        assert at.sum() == 1 and pairs["loglik"][at][0] == fit.loglik_[i]
+        assert pairs["loglik"][mine].max() <= fit.loglik_[i] + 1e-10 * (1 + abs(fit.loglik_[i]))
 
 
 @st.composite
@@ -276,6 +288,65 @@ def test_em_matches_literal_algorithm_2_seeded(seed):
             s = None if r < 0.15 else (float(rng.integers(0, lam + 1)) / lam if r < 0.7 else float(rng.random()))
             obs.append((f"p{p}", L, C, s))
     _compare(PIGFit().fit_stats(CellStats.from_scores(*_arrays(obs))), reference_pig_em(obs))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obs=small_tasks(), likelihood=st.sampled_from(["score", "binned"]), hit_rate=st.sampled_from(["mode", "mean"]),
+       n_steps=st.sampled_from([1, 3]))
+@example(obs=[("q0", 4, 2, None), ("q0", 4, 2, 0.5), ("q0", 4, 4, 1.0), ("q0", 4, 1, 0.25), ("q1", 3, 1, 1 / 3),
+              ("q1", 3, 0, None), ("q1", 3, 2, 0.95)], likelihood="binned", hit_rate="mode", n_steps=3)
+def test_em_options_match_literal_algorithm_2(obs, likelihood, hit_rate, n_steps):
+    """likelihood="score" / "binned": line 1108 at each observation's own score (its bin), IDK as 0."""
+    ref = reference_pig_em(obs, n_steps=n_steps, hit_rate=hit_rate, likelihood=likelihood)
+    fit = PIGFit(n_steps=n_steps, hit_rate=hit_rate, likelihood=likelihood)
+    _compare(fit.fit_stats(CellStats.from_scores(*_arrays(obs))), ref)
+
+
+@pytest.mark.parametrize("likelihood", ["score", "binned"])
+def test_em_options_from_a_table_with_repeated_scores_match_literal_algorithm_2(likelihood):
+    """fit() groups the table per (problem, C, score): counts above 1, IDK rows, several problems."""
+    rng = np.random.default_rng(7)
+    obs = []
+    for p, L in enumerate((6, 9, 5)):
+        for C in (0, 1, 2, 3, L):
+            for _ in range(int(rng.integers(2, 6))):
+                r = rng.random()
+                s = None if r < 0.2 else (float(rng.choice([0.0, 0.25, 0.5, 0.9, 1.0])) if r < 0.8 else float(rng.random()))
+                obs.append((f"p{p}", L, C, s))
+    table = pl.DataFrame(
+        {"task": "t", "problem_id": [o[0] for o in obs], "L": [o[1] for o in obs], "C": [o[2] for o in obs],
+         "start": 0, "score": [o[3] for o in obs], "metric": "rouge"},
+        schema_overrides={"score": pl.Float64},
+    )
+    fit = PIGFit(n_steps=3, likelihood=likelihood).fit(table)
+    _compare(fit, reference_pig_em(obs, n_steps=3, likelihood=likelihood))
+
+
+def test_score_counts_are_checked_and_may_hold_lists():
+    one = (np.array(["a", "a"]), np.array([10, 10]), np.array([5, 3]))
+    y = (np.array([0.5, 0.0]), np.array([0.5, 0.0]), np.array([0.0, 1.0]))
+    fit = PIGFit(likelihood="score")
+    lists = fit.fit_stats(CellStats(*one, *y, score_counts=(["a", "a"], [5, 3], [0.5, None], [1, 1]))).loglik_
+    arrays = fit.fit_stats(CellStats(*one, *y, score_counts=(*one[::2], np.array([0.5, np.nan]), np.ones(2)))).loglik_
+    np.testing.assert_array_equal(lists, arrays)
+    # a score row with count 0 is no observation
+    zero = fit.fit_stats(CellStats(*one, *y, score_counts=(["a"] * 3, [5, 3, 5], [0.5, None, 0.9], [1, 1, 0]))).loglik_
+    np.testing.assert_array_equal(zero, arrays)
+    with pytest.raises(ValueError, match=r"^score_counts arrays must be 1-D and aligned$"):
+        fit.fit_stats(CellStats(*one, *y, score_counts=(one[0], one[2], np.array([0.5]), np.ones(2))))
+    two_d = tuple(np.asarray(a).reshape(1, 2) for a in (one[0], one[2], [0.5, 0.0], [1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"^score_counts arrays must be 1-D and aligned$"):
+        fit.fit_stats(CellStats(*one, *y, score_counts=two_d))
+    for stranger in (["a", "b"], ["0", "a"]):  # after the last problem; between problems
+        with pytest.raises(ValueError, match=r"^score_counts holds a problem without statistics$"):
+            fit.fit_stats(CellStats(*one, *y, score_counts=(np.array(stranger), one[2], np.array([0.5, 0.0]), np.ones(2))))
+    # a problem without score rows contributes nothing to its pairs' objectives: all 0, the first pair wins
+    two = (np.array(["a", "b"]), np.array([10, 4]), np.array([5, 3]))
+    fit.fit_stats(CellStats(*two, *y, score_counts=(["a"], [5], [0.5], [1.0])))
+    assert fit.loglik_[1] == 0.0 and (fit.lam_[1], fit.k_[1]) == (0, 3)
+    np.testing.assert_array_equal(fit.pairs_["loglik"][fit.pairs_["problem"] == 1], 0.0)
+    with pytest.raises(ValueError, match=r"^C must hold integers, got non-integral values$"):
+        fit.fit_stats(CellStats(*one, *y, score_counts=(one[0], np.array([5.5, 3.0]), np.array([0.5, 0.0]), np.ones(2))))
 
 
 def test_cell_stats_from_counts_equal_from_scores_and_merge_duplicates():
@@ -363,6 +434,74 @@ def test_fit_pig_task_frame_and_categories():
     np.testing.assert_allclose(p3["loglik"].to_numpy(), fit3.loglik_, rtol=1e-10)
 
 
+@pytest.mark.parametrize(
+    "fn,names",
+    [
+        (pig_cover_logpmf, ("m", "lam", "k", "L", "C")),
+        (pig_cover_pmf, ("m", "lam", "k", "L", "C")),
+        (pig_pmf_mode, ("lam", "k", "L", "C")),
+        (lambda *a: pig_density(0.5, *a), ("lam", "k", "L", "C")),
+        (pig_bin_density, ("b", "lam", "k", "L", "C")),
+    ],
+)
+def test_a_non_integer_argument_is_named(fn, names):
+    for i, name in enumerate(names):
+        args = [1] * len(names)
+        args[i] = 1.5
+        with pytest.raises(ValueError, match=rf"^{name} must hold integers, got non-integral values$"):
+            fn(*args)
+
+
+def test_bin_density_broadcasts_and_names_the_bin_range():
+    def want(b, lam, k, L, C):  # 10 P(bin b | O), the bin of m / lam in integer arithmetic
+        return 10 * float(sum(exact_cover_pmf(m, lam, k, L, C) for m in range(lam + 1) if min(10 * m // lam, 9) == b))
+
+    assert isinstance(pig_bin_density(9, 2, 1, 4, 2), float) and pig_bin_density(9, 2, 1, 4, 2) == pytest.approx(want(9, 2, 1, 4, 2), rel=1e-12)
+    # lambda = 2 leaves bins 1-4 and 6-8 empty; the last entry's bin (4) is one of them
+    bins = np.array([0, 5, 9, 4])
+    got = pig_bin_density(bins[:, None], 2, np.array([1, 2, 3]), 6, 3)
+    assert got.shape == (4, 3)
+    np.testing.assert_allclose(got, [[want(b, 2, k, 6, 3) for k in (1, 2, 3)] for b in bins], rtol=1e-12)
+    # lambda = 25: bins of two and three values of m
+    got = pig_bin_density(np.arange(N_BINS), 25, 1, 40, 13)
+    np.testing.assert_allclose(got, [want(b, 25, 1, 40, 13) for b in range(N_BINS)], rtol=1e-12)
+    for b in (-1, N_BINS):
+        with pytest.raises(ValueError, match=r"^bin b must lie in 0 \.\. 9$"):
+            pig_bin_density(b, 2, 1, 4, 2)
+
+
+def test_cell_stats_per_score_only_for_the_options_and_fit_pig_task_passes_its_options():
+    obs = [("p0", 6, 0, None), ("p0", 6, 2, 0.5), ("p0", 6, 2, 0.5), ("p0", 6, 3, 1.0), ("p0", 6, 6, 1.0),
+           ("p1", 5, 1, 0.0), ("p1", 5, 1, None), ("p1", 5, 2, 0.3), ("p1", 5, 5, 0.8), ("p1", 5, 3, 0.5)]
+    table = pl.DataFrame(
+        {"task": "t", "problem_id": [o[0] for o in obs], "L": [o[1] for o in obs], "C": [o[2] for o in obs],
+         "start": 0, "score": [o[3] for o in obs], "metric": "rouge"},
+        schema_overrides={"score": pl.Float64},
+    )
+    assert PIGFit().cell_stats(table).score_counts is None
+    for likelihood in ("score", "binned"):
+        problem, C, s, count = PIGFit(likelihood=likelihood).cell_stats(table).score_counts
+        assert list(zip(problem, C, s.tolist(), count)) == [
+            ("p0", 0, pytest.approx(np.nan, nan_ok=True), 1), ("p0", 2, 0.5, 2), ("p0", 3, 1.0, 1), ("p0", 6, 1.0, 1),
+            ("p1", 1, pytest.approx(np.nan, nan_ok=True), 1), ("p1", 1, 0.0, 1), ("p1", 2, 0.3, 1), ("p1", 3, 0.5, 1),
+            ("p1", 5, 0.8, 1),
+        ]
+    for options in ({"hit_rate": "mean"}, {"likelihood": "score"}, {"likelihood": "binned", "hit_rate": "mean"}):
+        problems, info = fit_pig_task(table, n_steps=2, **options)
+        ref = reference_pig_em(obs, n_steps=2, **options)
+        assert info["em_steps"] == 2
+        assert problems["lam"].to_list() == ref["lam"] and problems["k"].to_list() == ref["k"]
+        np.testing.assert_allclose(problems["loglik"].to_numpy(), ref["loglik"], rtol=1e-9)
+        np.testing.assert_allclose(problems["prior_oracle"].to_numpy(), ref["prior_oracle"], rtol=1e-9)
+
+
+def test_default_hyperparameters():
+    """Algorithm 2 as printed with T = 5; the EM runs to a tolerance only when asked, at most 1000 steps."""
+    fit = PIGFit()
+    assert (fit.n_steps, fit.likelihood, fit.hit_rate, fit.tol, fit.max_steps, fit.uncertainty_steps) == (
+        5, "hit_rate", "mode", 0.0, 1000, 0)
+
+
 def test_input_validation():
     base = dict(task="t", problem_id="a", L=10, C=5, start=0, score=0.5, metric="rouge")
     ok = pl.DataFrame([base])
@@ -387,9 +526,9 @@ def test_input_validation():
     with pytest.raises(ValueError, match="hit_rate"):
         PIGFit(hit_rate="median").fit_stats(CellStats.from_scores(np.array(["a"]), np.array([10]), np.array([5]),
                                                                   np.array([0.5])))
-    with pytest.raises(ValueError, match="hit_rate"):
+    with pytest.raises(ValueError, match=r"^hit_rate must be 'mode' \(paper\) or 'mean'$"):
         PIGFit(hit_rate="median").fit(ok)
-    with pytest.raises(ValueError, match="likelihood"):
+    with pytest.raises(ValueError, match=r"^likelihood must be 'hit_rate' \(paper\), 'score' or 'binned'$"):
         PIGFit(likelihood="exact").fit(ok)
     with pytest.raises(ValueError, match="score_counts"):
         PIGFit(likelihood="score").fit_stats(CellStats(*one_cell, np.array([0.5]), np.array([0.5]), np.array([0.0]),
