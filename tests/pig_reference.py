@@ -165,7 +165,7 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", lik
     q = {i: [{z: {yy: 0.5 for yy in Y_VALUES} for z in "NO"} for _ in J[i]] for i in problems}  # lines 1095-1097
     P_z = {i: {"N": 0.5, "O": 0.5} for i in problems}
     P_N: dict = {}
-    out = {"lam": {}, "k": {}, "loglik": {}, "hit_rate": {}}
+    out = {"lam": {}, "k": {}, "loglik": {}, "hit_rate": {}, "pairs": {}}
     for _t in range(n_steps):
         # M-step: P(y | z = N) (line 1100)
         den = sum(q[i][j]["N"][y2] * y[i][j][y2] for i in problems for j in range(len(J[i])) for y2 in Y_VALUES)
@@ -202,6 +202,7 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", lik
                         p_N = 1.0  # line 1109
                         objective += log(p_O * P_z[i]["O"] + p_N * P_z[i]["N"])  # line 1112
                     scored.append((objective, lam, k))
+            out["pairs"][i] = {(lam, k): v for v, lam, k in scored}
             best_val = max(v for v, _, _ in scored)
             tol = TIE_RTOL * (1.0 + abs(best_val)) if math.isfinite(best_val) else 0.0
             best = next(t for t in scored if t[0] >= best_val - tol)
@@ -241,6 +242,7 @@ def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", lik
         "lam_q": [max_partial[i] for i in problems],
         "noise": [P_N[yy] for yy in Y_VALUES],
         "hit_rate": [out["hit_rate"][i] for i in problems],
+        "pairs": [out["pairs"][i] for i in problems],  # the last step's objective of every valid (lambda, k)
     }
 
 

@@ -239,13 +239,13 @@ def _compare(fit: PIGFit, ref: dict):
     assert list(fit.lam_q_) == ref["lam_q"]
     want_hit = [ref["hit_rate"][p][c] for p, c in zip(fit.cells_problem_, fit.cells_C_)]
     np.testing.assert_allclose(fit.hit_rate_, want_hit, rtol=1e-9, atol=1e-9)
-    # the last step's objective of every scored pair holds the chosen pair's, the problem's maximum
+    # the last step's objective of every valid pair (the input of the posterior)
     pairs = fit.pairs_
-    for i in range(fit.problems_.size):
+    for i, want in enumerate(ref["pairs"]):
         mine = pairs["problem"] == i
-        at = mine & (pairs["lam"] == fit.lam_[i]) & (pairs["k"] == fit.k_[i])
-        assert at.sum() == 1 and pairs["loglik"][at][0] == fit.loglik_[i]
-        assert pairs["loglik"][mine].max() <= fit.loglik_[i] + 1e-10 * (1 + abs(fit.loglik_[i]))
+        got = dict(zip(zip(pairs["lam"][mine].tolist(), pairs["k"][mine].tolist()), pairs["loglik"][mine]))
+        assert got.keys() == want.keys()
+        np.testing.assert_allclose([got[p] for p in want], list(want.values()), rtol=1e-9, atol=1e-9)
 
 
 @st.composite
@@ -268,6 +268,9 @@ def small_tasks(draw):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obs=small_tasks(), hit_rate=st.sampled_from(["mode", "mean"]), n_steps=st.sampled_from([1, 2, 5]))
+# the C = 0 cell's scores of 1 get no oracle mass once lambda* > 0 (mode 0): line 1105's 0/0 guard
+@example(obs=[("q", 2, 0, 1.0), ("q", 2, 2, 1.0), ("q", 2, 2, 1.0), ("q", 2, 1, 0.5), ("q", 2, 2, 1.0), ("q", 2, 0, 1.0),
+              ("q", 2, 2, 1.0), ("q", 2, 1, 0.0), ("q", 2, 0, 1.0)], hit_rate="mode", n_steps=5)
 def test_em_matches_literal_algorithm_2(obs, hit_rate, n_steps):
     ref = reference_pig_em(obs, n_steps=n_steps, hit_rate=hit_rate)
     fit = PIGFit(n_steps=n_steps, hit_rate=hit_rate).fit_stats(CellStats.from_scores(*_arrays(obs)))
