@@ -216,6 +216,7 @@ def longscore(
     n_boot: int = typer.Option(0, "--n-boot", help="Bootstrap resamples for confidence intervals (needs sample_id)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is set)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw the PNG figures (1-3 s of matplotlib per call); --no-figures writes the tables only."),
 ) -> None:
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
 
@@ -231,7 +232,8 @@ def longscore(
     try:
         from raylc.run.ray_exec import task_mapper
 
-        result = run_longscore(scores, out, lengths, n_boot, seed, task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))))
+        result = run_longscore(scores, out, lengths, n_boot, seed, task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),
+                               figures=figures)
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -341,6 +343,7 @@ def fit(
     out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for problems.parquet, tasks.parquet and figures."),
     compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw categories.png and lambda_k.png (1-2 s of matplotlib); --no-figures writes the tables only."),
     *,
     options: FitOptions,
 ) -> None:
@@ -351,7 +354,7 @@ def fit(
     from raylc.io.tables import console, rich_table
 
     try:
-        out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray))
+        out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray), figures=figures)
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:

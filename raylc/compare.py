@@ -247,11 +247,12 @@ def run_longscore(
     n_boot: int = 0,
     seed: int = 0,
     mapper: Optional[Mapper] = None,
+    figures: bool = True,
 ) -> dict[str, pl.DataFrame]:
     """Read the scores of ``sources`` (score tables, and run folders or globs of them: a run's
     kept scores, :func:`raylc.compare.length_scores`), compute LongScore, write ``per_length``,
-    ``summary``, ``correlation`` Parquet tables and PNG figures under ``out_uri`` (local or
-    s3://). Every table carries ``run_id`` (null for rows from a score table) and ``model``.
+    ``summary``, ``correlation`` Parquet tables and PNG figures (unless ``figures`` is false)
+    under ``out_uri`` (local or s3://). Every table carries ``run_id`` (null for rows from a score table) and ``model``.
     Per (model, task) aggregation is mapped by ``mapper`` (e.g. over Ray tasks; None: in
     process). A table that :func:`raylc.sweep.longscore.validate_scores` refuses is a
     :class:`StoreError` line naming the file, before anything is written."""
@@ -289,7 +290,7 @@ def run_longscore(
     label_table = pl.concat(labels).unique("label", keep="first")
     result = {name: relabel(frame, label_table) if name in ("per_length", "summary") else frame
               for name, frame in result.items()}
-    write_longscore_result(result, Store(out_uri))
+    write_longscore_result(result, Store(out_uri), figures)
     return result
 
 

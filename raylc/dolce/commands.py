@@ -8,7 +8,7 @@ import polars as pl
 
 from raylc.dolce import ObservationError, compare_fits, fit_observations, run_sensitivity
 from raylc.dolce.options import FitOptions
-from raylc.dolce.report import figures
+from raylc.dolce.report import figures as draw_figures
 from raylc.io.figures import png_bytes
 from raylc.io.parallel import Mapper
 from raylc.io.store import Store, StoreError, read_input
@@ -39,9 +39,11 @@ def run_fit(
     *,
     compare_uri: Optional[str] = None,
     mapper: Optional[Mapper] = None,
+    figures: bool = True,
 ) -> dict[str, pl.DataFrame]:
     """Fit ``obs_uri`` with ``options`` (per-subset fits mapped by ``mapper``, e.g. over Ray
-    tasks; None: in process); write ``problems.parquet``, ``tasks.parquet``, figures (and
+    tasks; None: in process); write ``problems.parquet``, ``tasks.parquet``, figures (unless
+    ``figures`` is false; and
     ``compare.parquet`` against the fit in ``compare_uri``) and ``fit.json`` (the input, the
     options and the version, last) under ``out_uri``. Local paths or s3:// throughout."""
     obs = _observations(obs_uri)
@@ -53,7 +55,7 @@ def run_fit(
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:
         out["compare"] = compare_fits(ref[0], ref[1], problems, tasks)
-    pngs = figures(problems, tasks)  # drawn before anything is written
+    pngs = draw_figures(problems, tasks) if figures else {}  # drawn before anything is written
     store = Store(out_uri)
     for name, frame in out.items():
         store.write_table(frame, f"{name}.parquet")

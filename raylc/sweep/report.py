@@ -108,15 +108,16 @@ def length_page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifes
     return out
 
 
-def write_longscore_result(result: dict[str, pl.DataFrame], store: Store) -> dict[str, bytes]:
-    """Each LongScore frame as ``<name>.parquet`` and the figures, under ``store``'s root; returns
-    the figures. They are drawn first: a plotting failure leaves nothing half-written."""
-    figures = longscore_figures(result)
+def write_longscore_result(result: dict[str, pl.DataFrame], store: Store, figures: bool = True) -> dict[str, bytes]:
+    """Each LongScore frame as ``<name>.parquet`` and (unless ``figures`` is false) the figures,
+    under ``store``'s root; returns the figures. They are drawn first: a plotting failure leaves
+    nothing half-written."""
+    pngs = longscore_figures(result) if figures else {}
     for name, frame in result.items():
         store.write_table(frame, f"{name}.parquet")
-    for name, data in figures.items():
+    for name, data in pngs.items():
         store.write_bytes(data, name)
-    return figures
+    return pngs
 
 
 def longscore_figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:

@@ -143,6 +143,17 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
     assert not default.equals(expected)
 
 
+def test_fit_no_figures_writes_the_same_tables_and_no_png(obs_path, tmp_path):
+    for flag in ("--figures", "--no-figures"):
+        proc = raylc("fit", obs_path, "--out", tmp_path / flag, "--no-ray", "--uncertainty", "none", flag)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "--no-figures").iterdir()) == ["fit.json", "problems.parquet",
+                                                                             "tasks.parquet"]
+    assert {"categories.png", "lambda_k.png"} <= {p.name for p in (tmp_path / "--figures").iterdir()}
+    for name in ("problems.parquet", "tasks.parquet", "fit.json"):
+        assert (tmp_path / "--figures" / name).read_bytes() == (tmp_path / "--no-figures" / name).read_bytes(), name
+
+
 def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
     proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray")
     assert proc.returncode == 0, proc.stderr
