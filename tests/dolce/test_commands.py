@@ -125,7 +125,7 @@ def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):
     ],
 )
 def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
-    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray", *args)
+    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray", "--no-figures", *args)
     assert proc.returncode == 0, proc.stderr
     fit_options = FitOptions(**options)
     # fit.json: the input, every fit option (FitOptions' dump), the compared fit and the version
@@ -155,7 +155,7 @@ def test_fit_no_figures_writes_the_same_tables_and_no_png(obs_path, tmp_path):
 
 
 def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
-    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray")
+    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray", "--no-figures")
     assert proc.returncode == 0, proc.stderr
     settings = json.loads((tmp_path / "fit.json").read_text())
     assert settings == {"observations": str(obs_path), **FitOptions().model_dump(), "compare": None,
