@@ -692,3 +692,141 @@ def test_overall_of_fractions_below_one_has_no_note():
     scores = _one([4096, 8192, 4096, 8192], [0.5, 0.25, 0.7, 0.35]).with_columns(task=pl.Series(["a", "a", "b", "b"]))
     ov = longscore(scores, (4096,))["per_length"].filter(pl.col("task") == OVERALL)
     assert ov.select("base", "score", "lc", "warning").rows() == [(0.6, 0.6, 0.0, None), (0.6, 0.3, -50.0, None)]
+
+
+def test_overall_note_shows_a_given_negative_base_to_four_decimals():
+    scores = _one([4096, 8192, 4096, 8192], [0.5, 0.25, 0.7, 0.35]).with_columns(task=pl.Series(["a", "a", "b", "b"]))
+    with pytest.warns(UserWarning, match="LongScore undefined"):
+        res = longscore(scores, (4096,), base=pl.DataFrame({"model": ["m"], "base": [-0.123456]}))
+    ov = res["per_length"].filter(pl.col("task") == OVERALL)
+    # Base = mean(-0.123456, -0.123456) over the two tasks, rounded to 4 places in the note
+    assert ov["warning"].to_list() == ["Base = -0.1235 <= 0: LongScore undefined"] * 2
+    per = res["per_length"].filter(pl.col("task") == "a")
+    assert per["warning"].to_list() == ["Base = -0.123456 <= 0: LongScore undefined"] * 2
+
+
+def test_several_missing_long_lengths_are_listed_in_order():
+    scores = pl.concat([_one([4096, 32768, 8192, 16384], [50.0, 20.0, 40.0, 30.0]), _one([4096, 8192], [50.0, 45.0],
+                                                                                          model="n")])
+    with pytest.warns(UserWarning, match="missing long lengths"):
+        summ = longscore(scores, (4096,))["summary"]
+    assert summ.select("model", "n_long", "warning").rows() == [
+        ("m", 3, None), ("n", 1, "missing long lengths 16384, 32768: averages not comparable across models")]
+
+
+def test_summary_is_typed_without_bootstrap_and_keeps_base_only_tasks_with_it():
+    scores = pl.DataFrame({"model": ["m"] * 5, "task": ["a", "a", "a", "b", "b"],
+                           "length": [4096, 4096, 8192, 4096, 4096], "sample_id": ["q0", "q1", "q2", "q0", "q1"],
+                           "score": [50.0, 30.0, 20.0, 30.0, 10.0]})
+    with pytest.warns(UserWarning, match="no long lengths"):
+        plain = longscore(scores, (4096,), overall=False)["summary"]
+    assert dict(plain.schema) == {
+        "model": pl.String, "task": pl.String, "base": pl.Float64, "avg_score": pl.Float64, "avg_lc": pl.Float64,
+        "avg_lc_lo": pl.Float64, "avg_lc_hi": pl.Float64, "rank_base": pl.Int64, "rank_score": pl.Int64,
+        "rank_lc": pl.Int64, "n_long": pl.Int64, "warning": pl.String}
+    with pytest.warns(UserWarning, match="no long lengths"):
+        boot = longscore(scores, (4096,), n_boot=10, overall=False)["summary"]
+    # with replicates too, task b (scored only at the base length) keeps its row, without an interval
+    assert boot.select("task", "base", "avg_score", "avg_lc", "n_long", "warning").rows() == [
+        ("a", 40.0, 20.0, -50.0, 1, None), ("b", 20.0, None, None, 0, "no long lengths")]
+    assert boot.row(1, named=True)["avg_lc_lo"] is None and boot.row(0, named=True)["avg_lc_lo"] is not None
+
+
+def test_three_way_ties_share_the_minimum_rank():
+    scores = pl.concat([_one([4096, 8192], [50.0, 40.0], model=m) for m in "abc"] + [_one([4096, 8192], [30.0, 20.0],
+                                                                                            model="d")])
+    res = longscore(scores, (4096,))
+    summ = res["summary"]
+    assert summ.select("model", "rank_base", "rank_score", "rank_lc").rows() == [
+        ("a", 1, 1, 1), ("b", 1, 1, 1), ("c", 1, 1, 1), ("d", 4, 4, 4)]  # "average" would give 2 to the tie
+    per = res["per_length"].filter(pl.col("length") == 8192)
+    assert per.select("model", "rank_score", "rank_lc").rows() == [("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 4, 4)]
+
+
+def test_the_resample_note_follows_the_groups_other_notes():
+    frame = _one([4096, 4096, 8192], [0.0, 1.0, 0.5], sample_id=["a", "b", "c"])
+    out = longscore_group(frame, (4096, 6144), n_boot=50, seed=0)  # as above, with a base length missing
+    assert out["warning"].to_list() == ["Base from [4096] only (missing base lengths [6144]); bootstrap Base <= 0 in "
+                                        "some resamples: CI undefined"] * 2
+
+
+def test_task_correlation_defaults_to_tasks_and_the_score_column():
+    corr = task_correlation(_constructed(), at=8192)
+    assert corr.columns == ["length", "a", "b", "rho", "n"] and corr.height == 9
+    got = {(r["a"], r["b"]): (r["rho"], r["n"]) for r in corr.iter_rows(named=True)}
+    # up = 10 a, up_sq = a^3 + 50, down = 100 - 7 a over the abilities a = 1..5: ranks equal or reversed
+    assert got["up", "down"] == (pytest.approx(-1.0), 5) and got["up_sq", "up"] == (pytest.approx(1.0), 5)
+
+
+def test_task_correlation_of_pairs_seen_by_fewer_than_three_models_is_null():
+    rows = [("m1", "p", 1.0), ("m2", "p", 2.0), ("m3", "p", 3.0), ("m4", "p", 4.0),
+            ("m1", "q", 2.0), ("m2", "q", 1.0), ("m3", "q", 4.0), ("m4", "q", 3.0),
+            ("m1", "r", 5.0), ("m2", "r", 6.0)]  # r scored for two models only: pairwise complete observations
+    scores = pl.DataFrame([(m, t, 8192, s) for m, t, s in rows], schema=["model", "task", "length", "score"],
+                          orient="row")
+    got = {(r["a"], r["b"]): (r["rho"], r["n"]) for r in task_correlation(scores, by="task").iter_rows(named=True)}
+    # ranks p = (1, 2, 3, 4), q = (2, 1, 4, 3): sum d^2 = 4, rho = 1 - 6 * 4 / (4 * 15) = 0.6
+    assert got["p", "q"] == (pytest.approx(0.6), 4) and got["q", "p"] == (pytest.approx(0.6), 4)
+    assert got["p", "p"] == (pytest.approx(1.0), 4)
+    assert got["r", "p"] == (None, 2) and got["q", "r"] == (None, 2) and got["r", "r"] == (None, 2)
+
+
+def test_task_correlation_of_two_tasks_and_of_two_models():
+    def corr(rows):
+        scores = pl.DataFrame([(m, t, 8192, s) for m, t, s in rows], schema=["model", "task", "length", "score"],
+                              orient="row")
+        return {(r["a"], r["b"]): (r["rho"], r["n"]) for r in task_correlation(scores).iter_rows(named=True)}
+
+    pq = [("m1", "p", 1.0), ("m2", "p", 2.0), ("m3", "p", 3.0), ("m4", "p", 4.0),
+          ("m1", "q", 2.0), ("m2", "q", 1.0), ("m3", "q", 4.0), ("m4", "q", 3.0)]
+    full = corr(pq)  # two tasks, complete: sum d^2 = 4, rho = 1 - 24 / 60
+    assert full == {("p", "p"): (pytest.approx(1.0), 4), ("p", "q"): (pytest.approx(0.6), 4),
+                    ("q", "p"): (pytest.approx(0.6), 4), ("q", "q"): (pytest.approx(1.0), 4)}
+    holey = corr(pq[:-1])  # m4 has no q: p = (1, 2, 3), q = (2, 1, 4) on m1-m3, sum d^2 = 2, rho = 1 - 12 / 24
+    assert holey == {("p", "p"): (pytest.approx(1.0), 4), ("p", "q"): (pytest.approx(0.5), 3),
+                     ("q", "p"): (pytest.approx(0.5), 3), ("q", "q"): (pytest.approx(1.0), 3)}
+    two = corr([r for r in pq if r[0] in ("m1", "m2")] + [("m1", "r", 5.0), ("m2", "r", 6.0)])  # complete, 2 models
+    assert set(two.values()) == {(None, 2)} and len(two) == 9
+
+
+def test_task_correlation_nulls_constant_tasks_only():
+    rows = [(m, t, 8192, v) for t, vals in (("p", (1.0, 2.0, 3.0, 4.0)), ("s", (1.0, 1.0, 3.0, 3.0)),
+                                             ("c", (2.0, 2.0, 2.0, 2.0)))
+            for m, v in zip(("m1", "m2", "m3", "m4"), vals)]
+    corr = task_correlation(pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row"))
+    got = {(r["a"], r["b"]): (r["rho"], r["n"]) for r in corr.iter_rows(named=True)}
+    # s (standard deviation exactly 1) has ranks (1.5, 1.5, 3.5, 3.5): rho with p = 4 / sqrt(4 * 5)
+    assert got["s", "p"] == (pytest.approx(2 / math.sqrt(5)), 4) and got["s", "s"] == (pytest.approx(1.0), 4)
+    assert got["c", "p"] == (None, 4) and got["s", "c"] == (None, 4) and got["c", "c"] == (None, 4)
+
+
+def test_correlations_and_pair_slopes_read_the_value_column():
+    rows = [(m, t, 8192, v) for t, vals in (("p", (1.0, 2.0, 3.0)), ("q", (3.0, 5.0, 7.0)))
+            for m, v in zip(("m1", "m2", "m3"), vals)]
+    lc = pl.DataFrame(rows, schema=["model", "task", "length", "lc"], orient="row")  # no score column
+    corr = task_correlation(lc, value="lc").filter((pl.col("a") == "p") & (pl.col("b") == "q"))
+    assert corr.rows() == [(8192, "p", "q", pytest.approx(1.0), 3)]
+    fit = pair_slopes(lc, value="lc").filter((pl.col("a") == "p") & (pl.col("b") == "q"))
+    assert fit.rows() == [(8192, "p", "q", pytest.approx(2.0), pytest.approx(1.0), 3)]  # q = 1 + 2 p
+
+
+def test_task_correlation_pooled_over_lengths():
+    vals = {("m1", 8192): (1.0, 2.0), ("m2", 8192): (2.0, 1.0), ("m1", 16384): (3.0, 4.0), ("m2", 16384): (4.0, 3.0)}
+    rows = [(m, t, L, v[i]) for (m, L), v in vals.items() for i, t in enumerate("pq")]
+    scores = pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row")
+    pooled = task_correlation(scores, at="pool").filter((pl.col("a") == "p") & (pl.col("b") == "q"))
+    # observations are the 4 (model, length) pairs: p = (1, 2, 3, 4), q = (2, 1, 4, 3), rho = 1 - 6 * 4 / (4 * 15)
+    assert pooled.rows() == [(None, "p", "q", pytest.approx(0.6), 4)]
+    per_length = task_correlation(scores).filter((pl.col("a") == "p") & (pl.col("b") == "q"))
+    assert per_length.rows() == [(8192, "p", "q", None, 2), (16384, "p", "q", None, 2)]  # two models each
+
+
+def test_task_correlation_averages_samples_first_and_refuses_an_absent_group():
+    rows = [("m1", "p", 0.0), ("m1", "p", 2.0), ("m2", "p", 2.0), ("m3", "p", 3.0),  # m1 has two samples of p
+            ("m1", "q", 2.0), ("m2", "q", 1.0), ("m3", "q", 3.0)]
+    scores = pl.DataFrame([(m, t, 8192, s) for m, t, s in rows], schema=["model", "task", "length", "score"],
+                          orient="row")
+    corr = task_correlation(scores, at=8192).filter((pl.col("a") == "p") & (pl.col("b") == "q"))
+    assert corr.rows() == [(8192, "p", "q", pytest.approx(0.5), 3)]  # p = (1, 2, 3), q = (2, 1, 3): 1 - 12 / 24
+    with pytest.raises(ValueError, match=r"^no scores at length = 4096$"):
+        task_correlation(scores, at=4096)
