@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -27,6 +28,8 @@ from raylc.dolce.cells import (
 )
 from raylc.dolce.pig import (  # noqa: E402
     PIGFit,
+    _chunks,
+    _log_coeff_fourier,
     fit_pig_task,
     pig_bin_density,
     pig_cover_logpmf,
@@ -178,6 +181,54 @@ def test_mode_matches_exact():
     assert grid.tolist() == [[exact_mode(lam, k, 8, 5) for k in (1, 2)] for lam in (0, 1, 2, 3)]
 
 
+# =============================================================================== helpers and return types
+def test_chunks_keep_rows_times_width_within_the_bound():
+    """_chunks splits the width-sorted order into consecutive pieces of at most 2^21 (rows x max width)
+    elements, a width of 0 counted as 1; a row wider than the bound goes alone."""
+    order = np.array([5, 3, 9])
+    assert [c.tolist() for c in _chunks(order, np.full(3, 2**20))] == [[5, 3], [9]]  # 2 x 2^20 = 2^21 fits
+    assert [c.tolist() for c in _chunks(order, np.array([1, 2**20, 2**20]))] == [[5, 3], [9]]
+    assert [c.tolist() for c in _chunks(order, np.array([1, 2**21, 2**21]))] == [[5], [3], [9]]
+    assert [c.tolist() for c in _chunks(np.array([4, 7]), np.array([2**22, 2**22]))] == [[4], [7]]
+    assert [c.size for c in _chunks(np.arange(2**21 + 1), np.zeros(2**21 + 1, dtype=np.int64))] == [2**21, 1]
+    assert list(_chunks(np.array([], dtype=np.int64), np.array([], dtype=np.int64))) == []
+
+
+def test_cauchy_coefficients_against_exact_integers():
+    """_log_coeff_fourier = log [x^C] (1 + x)^n0 ((1 + x)^k - 1)^m; for n0 = 0, k = 2 that is
+    [x^C] x^m (2 + x)^m = binom(m, C - m) 2^(2m - C). (600, 610): phi0 keeps exp() in range
+    (the coefficient is e^458); (4000, 4400): the point count follows the spread sigma ~ 20;
+    (3, 4): the saddle point is r = 1, so theta = pi lands on x = -1."""
+    m = np.array([600, 4000, 3])
+    C = np.array([610, 4400, 4])
+    want = [math.log(math.comb(mm, cc - mm) * 2 ** (2 * mm - cc)) for mm, cc in zip(m.tolist(), C.tolist())]
+    got = _log_coeff_fourier(np.zeros(3), np.full(3, 2), m, C)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
+def test_lse_method_takes_the_signed_sum_even_where_a_positive_form_exists():
+    """method="lse" forces the alternating sum in every case: at k = 2 it is as useless as at k = 5
+    (test_large_L_against_exact_integers), while "auto" takes the positive k = 2 form."""
+    exact = float(exact_cover_pmf(20, 1000, 2, 10**6, 1000))
+    assert float(pig_cover_pmf(20, 1000, 2, 10**6, 1000)) == pytest.approx(exact, rel=1e-9)
+    assert abs(float(pig_cover_pmf(20, 1000, 2, 10**6, 1000, method="lse")) / exact - 1) > 1
+
+
+def test_scalar_arguments_give_python_floats():
+    """Scalars in, a float out (a 0-d array is not a float); any array argument gives an array."""
+    assert isinstance(pig_cover_logpmf(1, 2, 1, 10, 4), float)
+    # k = 1 is hypergeometric: binom(2, 1) binom(8, 3) / binom(10, 4)
+    assert pig_cover_logpmf(1, 2, 1, 10, 4) == pytest.approx(np.log(2 * 56 / 210), rel=1e-12)
+    assert isinstance(pig_density(0.5, 2, 1, 10, 4), float)
+    got = pig_cover_logpmf(np.array([1]), 2, 1, 10, 4)
+    assert isinstance(got, np.ndarray) and got.shape == (1,)
+    got = pig_density(0.5, np.array([2]), 1, 10, 4)
+    assert isinstance(got, np.ndarray) and got.shape == (1,)
+    assert isinstance(pig_density(0.5, 0, 1, 10, 4), float)
+    with pytest.raises(ValueError, match=r"^method must be 'auto', 'lse' or 'fourier'$"):
+        pig_cover_logpmf(0, 2, 1, 10, 4, method="nope")
+
+
 # =============================================================================== rho (B.2)
 def test_density_grid_points_and_paper_branches():
     L, C = 30, 7
@@ -211,6 +262,21 @@ def test_density_conventions():
     assert np.isnan(pig_density(np.nan, 2, 2, 10, 4))
     out = pig_density(np.array([[0.0], [0.5], [1.0]]), np.array([1, 2]), 2, 10, 4)
     assert out.shape == (3, 2)
+
+
+def test_density_at_the_edges_by_hand():
+    """rho = (lambda + 1) rho~ at the grid points and its interpolation between them, worked by hand."""
+    # C = 0 covers no group (rho~(0) = 1); C = L covers all (rho~(lambda) = 1); lambda = 2, L = 5
+    assert pig_density(0.0, 2, 1, 5, 0) == pytest.approx(3.0) and pig_density(0.25, 2, 1, 5, 0) == pytest.approx(1.5)
+    assert pig_density(1.0, 2, 1, 5, 5) == pytest.approx(3.0) and pig_density(0.75, 2, 1, 5, 5) == pytest.approx(1.5)
+    # k lambda = L: 2 pairs fill 4 units; of the 3 pairings x 3 windows of 2 units, 3 cover one pair
+    # and 6 both: rho~ = (0, 1/3, 2/3)
+    assert [pig_density(s, 2, 2, 4, 2) for s in (0.0, 0.25, 0.5, 1.0)] == pytest.approx([0.0, 0.5, 1.0, 2.0])
+    # scores of another real type are read as floats
+    np.testing.assert_allclose(pig_density([Fraction(1, 4), Fraction(1, 2)], 2, 2, 4, 2), [0.5, 1.0], rtol=1e-12)
+    # lambda = 0 needs valid k and C as well
+    assert pig_density(0.3, 0, 1, 10, 10) == 1.0 and pig_density(0.3, 0, 0, 10, 4) == 0.0
+    assert pig_density(0.3, 0, 1, 10, 11) == 0.0
 
 
 @settings(max_examples=80, deadline=None)
