@@ -112,14 +112,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/v1/models":
             owner = self.server.owner
             listed = owner.listed_models if owner.listed_models is not None else [owner.model]
-            if owner.stall_models_s:
-                time.sleep(owner.stall_models_s)
-                try:
-                    self._reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]})
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout)
-                return
-            self._reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]})
+            payload = {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]}
+            if not owner.stall_models_s:
+                return self._reply(200, payload)
+            time.sleep(owner.stall_models_s)
+            try:
+                self._reply(200, payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout)
         else:
             self._error(404, f"no route {self.path}")
 

@@ -150,10 +150,10 @@ def _documents_job(cwd: Path, task: str) -> Path:
     return cwd / "job.yaml"
 
 
-def _raylc(cwd: Path, *args: str, monkeypatch=None) -> tuple[int, str]:
-    """(exit code, stderr) of ``raylc ARGS`` run in ``cwd``: the installed command in a subprocess, or
-    in-process (tests/cli_runner.py) when ``monkeypatch`` is given (faster)."""
-    if monkeypatch is None:
+def _raylc(cwd: Path, *args: str, in_process: bool = True) -> tuple[int, str]:
+    """(exit code, stderr) of ``raylc ARGS`` run in ``cwd``: in-process (tests/cli_runner.py), or the
+    installed command in a subprocess when ``in_process`` is false."""
+    if not in_process:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         proc = subprocess.run([RAYLC, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
         return proc.returncode, proc.stderr
@@ -170,22 +170,22 @@ def _one_line_exit_2(code: int, stderr: str) -> str:
 
 @pytest.mark.parametrize("task, in_process", [("../../../../x", False), ("../../escape", True), ("task=weird", True),
                                               ("a/b", True)])
-def test_run_refuses_a_documents_task_that_is_not_a_safe_name(tmp_path, monkeypatch, task, in_process):
+def test_run_refuses_a_documents_task_that_is_not_a_safe_name(tmp_path, task, in_process):
     cwd = _deep(tmp_path)
     job = _documents_job(cwd, task)
     before = _tree(tmp_path)
     err = _one_line_exit_2(*_raylc(cwd, "run", str(job), "--store", "store", "--run-id", "r",
-                                   monkeypatch=monkeypatch if in_process else None))
+                                   in_process=in_process))
     assert err.startswith(f"error: {job.parent / 'docs.jsonl'}: row 1 (id 'qa-1'): task ") and "is not a safe name" in err
     assert _tree(tmp_path) == before  # nothing written anywhere, not even the store
 
 
 @pytest.mark.parametrize("run_id", ["../x", "a/b", "..", ".hidden", "a\\b", "x:y"])
-def test_run_refuses_a_run_id_that_is_not_a_safe_name(tmp_path, monkeypatch, run_id):
+def test_run_refuses_a_run_id_that_is_not_a_safe_name(tmp_path, run_id):
     cwd = _deep(tmp_path)
     before = _tree(tmp_path)
     err = _one_line_exit_2(*_raylc(cwd, "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", "store",
-                                   "--run-id", run_id, monkeypatch=monkeypatch))
+                                   "--run-id", run_id))
     assert err.startswith("error: --run-id ") and "is not a safe name" in err
     assert _tree(tmp_path) == before
 
