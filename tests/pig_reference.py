@@ -79,8 +79,18 @@ def exact_cover_pmf(m: int, lam: int, k: int, L: int, C: int) -> Fraction:
 
 @lru_cache(maxsize=None)
 def exact_cover_pmf_vector(lam: int, k: int, L: int, C: int) -> np.ndarray:
-    """rho~(m) for m = 0..lam from :func:`exact_cover_pmf`, as float64 (for the simulator)."""
-    return np.array([float(exact_cover_pmf(m, lam, k, L, C)) for m in range(lam + 1)])
+    """rho~(m) for m = 0..lam, the closed form of :func:`exact_cover_pmf` (for the simulator),
+    float64. With b_j = binom(L - kj, C), its sum over i is the m-th finite difference
+    (-1)^m Delta^m b at j = lam - m, taken here from one difference table of exact integers."""
+    if k < 1 or k * lam > L or not 0 <= C <= L:
+        return np.zeros(lam + 1)
+    row = [_comb(L - k * j, C) for j in range(lam + 1)]  # Delta^0 b_j, j = 0..lam
+    sums = [row[lam]]
+    for m in range(1, lam + 1):
+        row = [row[j + 1] - row[j] for j in range(len(row) - 1)]  # Delta^m b_j, j = 0..lam - m
+        sums.append((-1) ** m * row[lam - m])
+    total = math.comb(L, C)
+    return np.array([float(Fraction(math.comb(lam, m) * sums[m], total)) for m in range(lam + 1)])
 
 
 def paper_printed_cover_pmf(m: int, lam: int, k: int, L: int, C: int) -> Fraction:

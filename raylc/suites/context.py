@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 
 from raylc.io.store import StoreError, StoreUnavailable, read_input
-from raylc.text.tokenize import Tokenizer
+from raylc.text.tokenize import Tokenizer, count_texts
 
 __all__ = [
     "LABEL",
@@ -49,7 +49,6 @@ __all__ = [
     "DocumentPool",
     "PoolError",
     "build_context",
-    "count_tokens",
     "load_distractors",
     "load_sources",
     "pool_from_frame",
@@ -70,9 +69,9 @@ class ContextTooLong(PoolError):
     """The required documents (with labels and needles) alone exceed the target length."""
 
 
-def count_tokens(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
-    """Token counts of ``texts`` (int64), one tokenizer call per text."""
-    return np.fromiter((tokenizer.count(t) for t in texts), dtype=np.int64, count=len(texts))
+def _counts(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """Token counts of ``texts`` (int64) by :func:`raylc.text.tokenize.count_texts`."""
+    return np.asarray(count_texts(pl.Series(texts, dtype=pl.String), tokenizer), dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -114,7 +113,7 @@ class DocumentPool:
 def _framing_cost(tokenizer: Tokenizer, texts: Sequence[str], label: str, separator: str) -> np.ndarray:
     prefix = separator + label.format(i=1)
     heads = [t[:_HEAD_CHARS] for t in texts]
-    return count_tokens(tokenizer, [prefix + h for h in heads]) - count_tokens(tokenizer, heads)
+    return _counts(tokenizer, [prefix + h for h in heads]) - _counts(tokenizer, heads)
 
 
 _LABEL_EXTRA: dict[tuple[str, str, str], list[int]] = {}
@@ -206,7 +205,7 @@ def pool_from_frame(raw: pl.DataFrame, tokenizer: Tokenizer, *, source: str = "p
         raise ValueError(f"unknown pool kind {kind!r}")
     if frame.is_empty():
         raise PoolError(f"{source}: no documents")
-    return DocumentPool(source, tokenizer, frame, count_tokens(tokenizer, frame["text"].to_list()), skipped)
+    return DocumentPool(source, tokenizer, frame, _counts(tokenizer, frame["text"].to_list()), skipped)
 
 
 def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
@@ -372,7 +371,7 @@ def build_context(
     req = [t.strip() for t in required]
     n_req = len(req)
     req_n = (np.asarray(required_tokens, dtype=np.int64) if required_tokens is not None
-             else count_tokens(tok, req))
+             else _counts(tok, req))
     req_cost = req_n + _framing_cost(tok, req, label, separator) if n_req else np.empty(0, np.int64)
 
     cost = pool.tokens + pool.framing(label, separator)

@@ -49,10 +49,10 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
-from raylc.suites.context import count_tokens, load_distractors
+from raylc.suites.context import load_distractors
 from raylc.suites.registry import register_suite
 from raylc.suites.samples import SAMPLE_SCHEMA, LengthSuite, check_samples
-from raylc.text.tokenize import Tokenizer, get_tokenizer
+from raylc.text.tokenize import Tokenizer, count_texts, get_tokenizer
 
 HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
 
@@ -193,7 +193,7 @@ class _Stream:
         if not new:
             raise HelmetRecallError("the haystack ran out of units")
         self.units.extend(new)
-        costs = count_tokens(self.tok, [self.sep + u for u in new])
+        costs = count_texts(pl.Series([self.sep + u for u in new], dtype=pl.String), self.tok)
         self.cum = np.concatenate([self.cum, self.cum[-1] + np.cumsum(costs)])
 
     def fit(self, start: int, tokens: int) -> int:

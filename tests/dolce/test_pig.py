@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pig_reference import (
     brute_cover_pmf_table,
     exact_cover_pmf,
+    exact_cover_pmf_vector,
     exact_density,
     exact_mode,
     paper_printed_cover_pmf,
@@ -82,6 +83,17 @@ def test_corrected_closed_form_is_exact_and_paper_print_is_not():
     printed = sum(paper_printed_cover_pmf(m, 2, 1, 4, 2) for m in range(3))
     assert printed == Fraction(11, 3)
     assert sum(exact_cover_pmf(m, 2, 1, 4, 2) for m in range(3)) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(lam=st.integers(0, 12), k=st.integers(0, 4), extra=st.integers(0, 30), c=st.floats(0, 1))
+@example(lam=40, k=3, extra=500, c=0.4)
+def test_the_simulators_pmf_vector_is_the_closed_form(lam, k, extra, c):
+    """pig_reference's hoisted vector equals :func:`exact_cover_pmf` per m, also for invalid k."""
+    L = max(k, 1) * lam + extra
+    C = round(c * L)
+    want = np.array([float(exact_cover_pmf(m, lam, k, L, C)) for m in range(lam + 1)])
+    np.testing.assert_array_equal(exact_cover_pmf_vector(lam, k, L, C), want)
 
 
 @pytest.mark.parametrize(
