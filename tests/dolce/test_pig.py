@@ -226,6 +226,26 @@ def test_lse_method_takes_the_signed_sum_even_where_a_positive_form_exists():
     assert abs(float(pig_cover_pmf(20, 1000, 2, 10**6, 1000, method="lse")) / exact - 1) > 1
 
 
+def test_lse_maps_a_signed_sum_that_cancels_below_zero_to_probability_zero():
+    """lam = 10, k = 2, L = 1020, C = 10: the alternating sum at m = 7 and 9 cancels to a non-positive
+    value in floating point; "lse" gives rho~ = 0 there (its docstring), "auto" the exact value."""
+    for m in (7, 9):
+        assert pig_cover_logpmf(m, 10, 2, 1020, 10, method="lse") == -np.inf
+        assert pig_cover_pmf(m, 10, 2, 1020, 10, method="lse") == 0.0
+        exact = float(exact_cover_pmf(m, 10, 2, 1020, 10))
+        assert exact > 0 and float(pig_cover_pmf(m, 10, 2, 1020, 10)) == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("m,lam,k,L,C", [(1, 1, 2, 5, 4), (1, 3, 3, 9, 1), (1, 4, 3, 12, 1), (5, 5, 2, 12, 11)])
+def test_a_certain_cover_has_probability_exactly_one(method, m, lam, k, L, C):
+    """Certain events (any 4 of 5 units hold one of 2 members; C = 1 where every unit holds a member)
+    whose computed log rho~ rounds up to ~2e-16 are clipped at log 1 = 0, so rho~ is exactly 1."""
+    assert exact_cover_pmf(m, lam, k, L, C) == 1
+    assert pig_cover_logpmf(m, lam, k, L, C, method=method) == 0.0
+    assert pig_cover_pmf(m, lam, k, L, C, method=method) == 1.0
+
+
 def test_scalar_arguments_give_python_floats():
     """Scalars in, a float out (a 0-d array is not a float); any array argument gives an array."""
     assert isinstance(pig_cover_logpmf(1, 2, 1, 10, 4), float)
