@@ -30,6 +30,8 @@ _MASK = (1 << 63) - 1
 #: texts of printable ASCII and \t \n \v \f \r, where Rust's regex (Polars) and Python's ``re``
 #: agree on ``\s``, ``\w`` and ``\d`` (elsewhere they do not, e.g. U+001F is ``\s`` only in Python)
 _SAFE_RE = r"^[\t\n\x0b\x0c\r\x20-\x7e]*$"
+#: from this many characters ``count`` goes through Polars (~0.5 ms per call; 5x faster than ``re`` at 500K)
+_POLARS_FROM = 32_768
 
 
 @runtime_checkable
@@ -43,6 +45,10 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def count(self, text: str) -> int: ...
+
+
+def _count_re(text: str) -> int:
+    return _PIECE_RE.subn("", text)[1]  # the number of pieces, without building their list
 
 
 class DefaultTokenizer:
@@ -77,7 +83,9 @@ class DefaultTokenizer:
             raise ValueError(f"unknown token id {exc.args[0]}: decode only ids this tokenizer encoded") from None
 
     def count(self, text: str) -> int:
-        return _PIECE_RE.subn("", text)[1]  # the number of pieces, without building their list
+        if len(text) >= _POLARS_FROM:
+            return int(self.count_many(pl.Series([text], dtype=pl.String))[0])
+        return _count_re(text)
 
     def count_many(self, texts: pl.Series) -> np.ndarray:
         """``count`` of each text; ASCII texts counted by Polars' regex engine at once (same pieces)."""
@@ -85,7 +93,7 @@ class DefaultTokenizer:
         safe = texts.str.contains(_SAFE_RE)
         counts = texts.str.count_matches(_PIECE_RE.pattern).cast(pl.Int64).to_numpy().copy()
         for i in np.flatnonzero(~safe.to_numpy()):
-            counts[i] = self.count(texts[int(i)])
+            counts[i] = _count_re(texts[int(i)])
         return counts
 
     def __repr__(self) -> str:

@@ -135,41 +135,99 @@ def _one_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_stale_ray_address_closed_port_fails_fast(tmp_path):
+class Launched:
+    """A process started at once in a thread of its own; :meth:`result` waits for it and gives
+    (seconds from its start to its end, the completed process)."""
+
+    def __init__(self, args: list[str], **kwargs) -> None:
+        self._out: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(args,), kwargs=kwargs, daemon=True)
+        self._thread.start()
+
+    def _run(self, args: list[str], **kwargs) -> None:
+        t0 = time.monotonic()
+        try:
+            self._out["proc"] = subprocess.run(args, capture_output=True, text=True, timeout=120, **kwargs)
+        except BaseException as exc:  # re-raised in the test that reads the result
+            self._out["error"] = exc
+        self._out["took"] = time.monotonic() - t0
+
+    def result(self) -> tuple[float, subprocess.CompletedProcess]:
+        self._thread.join(150)
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["took"], self._out["proc"]
+
+
+def _submit(wd: Path, address: str, timeout_s: float) -> Launched:
+    """`raylc submit` of a small job in its own working directory (a tiny upload)."""
+    wd.mkdir()
+    (wd / "job.yaml").write_text(SMALL + f"ray: {{connect_timeout_s: {timeout_s}}}\n")
+    return Launched([*RAYLC, "submit", "job.yaml", "--address", address, "--working-dir", str(wd)], cwd=wd, env=_env())
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    """The module's one-process scenarios, all started at once: each mostly waits (a time limit,
+    a refused connection's grace), so together they take about as long as the longest alone.
+    name -> (Launched, what its test needs to know)."""
+    silent, hang, status = SilentPort(), FakeJobsAPI("hang"), FakeJobsAPI("status")
+    root = tmp_path_factory.mktemp("timeouts")
+    runs: dict[str, tuple[Launched, dict]] = {}
+
+    def run(name: str, extra: str, ctx: dict, **env: str) -> None:
+        (root / name).mkdir()
+        store = root / name / "store"
+        launched = Launched([*RAYLC, "run", str(_job(root / name, extra)), "--store", str(store)], env=_env(**env))
+        runs[name] = (launched, {"store": store, **ctx})
+
+    closed = _closed_port()
+    run("stale", "", {"port": closed}, RAY_ADDRESS=f"127.0.0.1:{closed}")
+    address = f"127.0.0.1:{silent.port}"
+    run("silent-environment", "ray: {connect_timeout_s: 2}\n", {"address": address}, RAY_ADDRESS=address)
+    # ray.address wins over RAY_ADDRESS
+    run("silent-job file", f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n", {"address": address},
+        RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+    runs["submit-silent"] = (_submit(root / "submit-silent", f"http://{address}", 2), {"address": f"http://{address}"})
+    runs["submit-hang"] = (_submit(root / "submit-hang", hang.address, 2), {"address": hang.address})
+    runs["submit-status"] = (_submit(root / "submit-status", status.address, 2), {"address": status.address, "api": status})
+    try:
+        yield runs
+    finally:
+        for launched, _ in runs.values():
+            launched._thread.join(150)
+        silent.close()
+        hang.close()
+        status.close()
+
+
+def test_stale_ray_address_closed_port_fails_fast(scenarios):
     """RAY_ADDRESS naming a dead cluster (closed port), default limit: one line, exit 1, before
     anything is written (it used to write build and sample, then print GCS warnings forever)."""
-    port = _closed_port()
-    store = tmp_path / "store"
-    t0 = time.monotonic()
-    proc = subprocess.run([*RAYLC, "run", str(_job(tmp_path)), "--store", str(store)], capture_output=True, text=True,
-                          timeout=120, env=_env(RAY_ADDRESS=f"127.0.0.1:{port}"))
-    took = time.monotonic() - t0
+    launched, ctx = scenarios["stale"]
+    took, proc = launched.result()
     assert proc.returncode == 1
-    assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{port} (from the environment) refused the connection "
+    assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the connection "
                                f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
     assert took < 30, took
-    assert not store.exists()
+    assert not ctx["store"].exists()
 
 
 @pytest.mark.parametrize("where", ["environment", "job file"])
-def test_silent_cluster_fails_within_the_job_files_limit(tmp_path, silent, where):
-    store = tmp_path / "store"
-    address = f"127.0.0.1:{silent.port}"
+def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
+    launched, ctx = scenarios[f"silent-{where}"]
+    address = ctx["address"]
     if where == "environment":
-        job, env = _job(tmp_path, "ray: {connect_timeout_s: 2}\n"), _env(RAY_ADDRESS=address)
         expected = (f"error: RAY_ADDRESS={address} (from the environment) did not answer within 2 s (no reply); "
                     f"unset RAY_ADDRESS to start a local Ray")
-    else:  # ray.address wins over RAY_ADDRESS
-        job, env = _job(tmp_path, f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n"), _env(RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+    else:
         expected = (f"error: ray.address {address} (from the job file) did not answer within 2 s (no reply); "
                     f"fix ray.address, or remove it to start a local Ray")
-    t0 = time.monotonic()
-    proc = subprocess.run([*RAYLC, "run", str(job), "--store", str(store)], capture_output=True, text=True, timeout=120, env=env)
-    took = time.monotonic() - t0
+    took, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == expected
     assert 2 <= took < 40, took  # the 2 s limit, not the 60 s default (start-up takes 5-20 s on a loaded machine)
-    assert not store.exists()
+    assert not ctx["store"].exists()
 
 
 @pytest.mark.slow
@@ -198,52 +256,38 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
     assert _one_line(proc).startswith(f"error: http://127.0.0.1:{silent.port}: did not answer within 60 s")
 
 
-def _submit(tmp_path: Path, address: str, timeout_s: float) -> tuple[float, subprocess.CompletedProcess]:
-    """`raylc submit` of a small job in its own working directory (a tiny upload)."""
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    (wd / "job.yaml").write_text(SMALL + f"ray: {{connect_timeout_s: {timeout_s}}}\n")
-    t0 = time.monotonic()
-    proc = subprocess.run([*RAYLC, "submit", "job.yaml", "--address", address, "--working-dir", str(wd)],
-                          cwd=wd, capture_output=True, text=True, timeout=120, env=_env())
-    return time.monotonic() - t0, proc
-
-
-def test_submit_silent_port_within_job_files_limit(tmp_path, silent):
-    took, proc = _submit(tmp_path, f"http://127.0.0.1:{silent.port}", 2)
+def test_submit_silent_port_within_job_files_limit(scenarios):
+    launched, ctx = scenarios["submit-silent"]
+    took, proc = launched.result()
     assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
-    assert _one_line(proc) == (f"error: http://127.0.0.1:{silent.port}: did not answer within 2 s to GET /api/version "
+    assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to GET /api/version "
                                f"(ray.connect_timeout_s); is it the Ray dashboard address (http://HEAD:8265)?")
 
 
-def test_submit_jobs_api_that_stops_answering(tmp_path):
+def test_submit_jobs_api_that_stops_answering(scenarios):
     """The version check answers, the next request (the client's own version check or the
     upload) never does: the client's requests are bounded too."""
-    api = FakeJobsAPI("hang")
-    try:
-        took, proc = _submit(tmp_path, api.address, 2)
-    finally:
-        api.close()
+    launched, ctx = scenarios["submit-hang"]
+    took, proc = launched.result()
     assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
-    assert _one_line(proc) == f"error: {api.address}: did not answer within 2 s to the Jobs API while submitting (ray.connect_timeout_s)"
+    assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to the Jobs API while submitting "
+                               f"(ray.connect_timeout_s)")
 
 
-def test_submit_log_following_is_bounded(tmp_path):
+def test_submit_log_following_is_bounded(scenarios):
     """Submitted; the log stream never answers and the status answers once (RUNNING), then
     never: the following ends with one line instead of waiting forever."""
-    api = FakeJobsAPI("status")
-    try:
-        took, proc = _submit(tmp_path, api.address, 2)
-    finally:
-        api.close()
+    launched, ctx = scenarios["submit-status"]
+    took, proc = launched.result()
+    address = ctx["address"]
     assert proc.returncode == 1 and took < 30, (took, proc.stderr)
     assert proc.stdout.strip() == "submitted raysubmit_t"
     assert "Traceback" not in proc.stderr
     *ray_info, last = proc.stderr.strip().splitlines()  # Ray's own INFO line: the package exists already
     assert all("INFO dashboard_sdk.py" in line for line in ray_info), proc.stderr
-    assert last == (f"error: {api.address}: stopped answering (no reply within 2 s asking for the status of "
-                               f"raysubmit_t); the job may still run: `ray job status raysubmit_t --address {api.address}`")
-    assert api.status_calls == 2
+    assert last == (f"error: {address}: stopped answering (no reply within 2 s asking for the status of "
+                    f"raysubmit_t); the job may still run: `ray job status raysubmit_t --address {address}`")
+    assert ctx["api"].status_calls == 2
 
 
 @pytest.mark.ray
