@@ -170,7 +170,7 @@ def test_take_every_keeps_every_length_and_the_partial_last_stride(full_enumerat
 
 
 #: problems per task of the planted enumeration: a bounded sample in CI, the quickstart's 100 with RAYLC_SLOW=1
-N_PLANTED = 100 if os.environ.get("RAYLC_SLOW") == "1" else 25
+N_PLANTED = 100 if os.environ.get("RAYLC_SLOW") == "1" else 12
 
 
 @pytest.fixture(scope="module")
