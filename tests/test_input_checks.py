@@ -20,7 +20,7 @@ from raylc.suites.context import PoolError, pool_from_frame
 from raylc.suites.documents import DocumentsError, DocumentsSuite, build_documents
 from raylc.suites.longbench100 import LongBench100Suite, build_longbench100
 from raylc.suites.samples import SampleTableError, check_samples
-from raylc.sweep.longscore import longscore
+from raylc.sweep.longscore import length_slopes, longscore, longscore_group, pair_slopes, validate_scores
 from raylc.text.tokenize import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +122,56 @@ def test_longscore_accepts_percent_and_skips_null_scores():
                     base_lengths=(4096,))
     summ = {r["model"]: r for r in res["summary"].iter_rows(named=True)}
     assert summ["m"]["avg_lc"] == pytest.approx(-25.0) and summ["n"]["avg_lc"] == pytest.approx(-20.0)
+
+
+def test_validate_scores_types_its_columns_and_skips_nan_scores():
+    """The returned table is typed (names as text, whole float lengths as Int64, scores as Float64), a NaN
+    score is no score, and 100 is inside the range."""
+    ints = pl.DataFrame({"model": [1, 1, 2, 2], "task": [7] * 4, "length": [4096.0, 8192.0] * 2, "score": [100, 60, 50, 40]})
+    got = validate_scores(ints, (4096,))
+    assert got.schema == pl.Schema({"model": pl.String, "task": pl.String, "length": pl.Int64, "score": pl.Float64})
+    assert got.rows() == [("1", "7", 4096, 100.0), ("1", "7", 8192, 60.0), ("2", "7", 4096, 50.0), ("2", "7", 8192, 40.0)]
+    nan = _scores(score=[0.8, float("nan"), 0.5, 0.4], sample_id=[1, 2, 3, 4])
+    assert validate_scores(nan, (4096,))["sample_id"].to_list() == [1, 3, 4]
+
+
+def test_validate_scores_messages_name_the_offending_row():
+    """Exact one-line messages: the second of two equal (model, task, length, sample_id) rows, a (model, task)
+    whose every score is null although the model has another task, n_boot = 1 without sample_id, and every
+    length a base length with two base lengths."""
+    dup = _scores(model=["m"] * 4, length=[4096, 8192, 8192, 16384], sample_id=["a", "b", "b", "c"])
+    with pytest.raises(ValueError) as err:
+        validate_scores(dup, (4096,))
+    assert str(err.value) == ("column 'sample_id': a (model, task, length, sample_id) appears twice; e.g. row 3: "
+                              "{model='m', task='t', length=8192, score=0.5, sample_id='b'}")
+    null_task = _scores(task=["a", "a", "b", "b"], model=["m"] * 4, score=[None, None, 0.5, 0.4])
+    with pytest.raises(ValueError) as err:
+        validate_scores(null_task, (4096,))
+    assert str(err.value) == ("column 'score': every score of this (model, task) is null (no S_l at any length); "
+                              "e.g. row 1: {model='m', task='a', length=4096, score=None}")
+    with pytest.raises(ValueError, match=r"^column 'sample_id': bootstrap CIs \(--n-boot\) need sample-level"):
+        validate_scores(_scores(), (4096,), n_boot=1)
+    with pytest.raises(ValueError) as err:
+        validate_scores(_scores(), (4096, 8192))
+    assert str(err.value).startswith("column 'length': every length is a base length (4096, 8192): LongScore needs")
+
+
+def test_score_tables_of_the_correlation_functions_are_checked_and_typed():
+    """length_slopes, pair_slopes and longscore_group (through _check_scores): a missing column is one
+    ValueError; integer names and whole float lengths are typed like validate_scores'; a NaN score is no score."""
+    with pytest.raises(ValueError, match=r"^scores is missing columns \['score'\]$"):
+        length_slopes(_scores().drop("score"))
+    ints = pl.DataFrame({"model": [1, 1, 2, 2], "task": [7] * 4, "length": [4096.0, 8192.0] * 2,
+                         "score": [0.8, 0.6, 0.5, 0.4]})
+    got = length_slopes(ints)
+    assert got.select("model", "task", "min_length").rows() == [("1", "7", 4096), ("2", "7", 4096)]
+    assert got.schema["model"] == pl.String and got.schema["min_length"] == got.schema["max_length"] == pl.Int64
+    assert longscore_group(ints.filter(pl.col("model") == 1), (4096,))["lc"].to_list() == pytest.approx([0.0, -25.0])
+    nan = ints.with_columns(score=pl.Series([0.8, 0.6, 0.5, float("nan")]))
+    slopes = length_slopes(nan)["slope_log2"].to_list()  # model 2 keeps one length: no slope (null, not NaN)
+    assert slopes[0] == pytest.approx(-0.2) and slopes[1] is None
+    pairs = pair_slopes(ints, by="length")
+    assert pairs.schema["a"] == pl.Int64 and sorted(set(pairs["a"].to_list())) == [4096, 8192]
 
 
 # ------------------------------------------------------------------------------ observations
