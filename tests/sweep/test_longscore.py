@@ -830,3 +830,181 @@ def test_task_correlation_averages_samples_first_and_refuses_an_absent_group():
     assert corr.rows() == [(8192, "p", "q", pytest.approx(0.5), 3)]  # p = (1, 2, 3), q = (2, 1, 3): 1 - 12 / 24
     with pytest.raises(ValueError, match=r"^no scores at length = 4096$"):
         task_correlation(scores, at=4096)
+
+
+# ---------------------------------------- found by the mutation run over sweep/longscore.py (issue 19), batch 1
+
+
+def test_validate_scores_defaults_and_the_lengths_it_accepts():
+    """Defaults n_boot=0 (no sample_id needed) and base_given=False (a table without base lengths is refused);
+    whole float lengths and length 1 are accepted (as Int64)."""
+    plain = _one([4096, 8192], [0.5, 0.4])
+    assert_frame_equal(validate_scores(plain, (4096,)), validate_scores(plain, (4096,), n_boot=0, base_given=False))
+    no_base = _one([8192, 16384], [0.5, 0.4])
+    with pytest.raises(ValueError) as err:
+        validate_scores(no_base, (4096,))
+    assert str(err.value) == ("column 'length': no score at the base lengths 4096, so Base (Eq. 1) is undefined for "
+                              "every model: set the base lengths to lengths of the table; e.g. row 1: "
+                              "{model='m', task='t', length=8192, score=0.5}")
+    assert validate_scores(no_base, (4096,), base_given=True)["length"].to_list() == [8192, 16384]
+    floats = validate_scores(_one([4096.0, 8192.0], [0.5, 0.4]), (4096,))
+    assert floats["length"].dtype == pl.Int64 and floats["length"].to_list() == [4096, 8192]
+    assert validate_scores(_one([1, 2], [0.5, 0.4]), (1,))["length"].to_list() == [1, 2]
+
+
+_REFUSED = {
+    "null model": (_one([4096, 8192], [0.5, 0.4]).with_columns(model=pl.Series(["m", None])),
+                   "column 'model' has nulls; e.g. row 2: {model=None, task='t', length=8192, score=0.4}"),
+    "fractional length": (_one([4096.0, 8192.5], [0.5, 0.4]), "column 'length': must hold whole numbers of tokens; "
+                          "e.g. row 2: {model='m', task='t', length=8192.5, score=0.4}"),
+    "zero length": (_one([4096, 0], [0.5, 0.4]),
+                    "column 'length': must be >= 1; e.g. row 2: {model='m', task='t', length=0, score=0.4}"),
+    "empty text score column": (_one([4096, 8192], pl.Series([None, None], dtype=pl.String)),
+                                "column 'score': every score of this (model, task) is null (no S_l at any length); "
+                                "e.g. row 1: {model='m', task='t', length=4096, score=None}"),
+    "newline in a column name": (_one([4096, 8192], [0.5, -0.1], **{"note\nx": ["a", "b"]}),
+                                 "column 'score': outside [0, 100] (fractions in [0, 1] or percentages); e.g. row 2: "
+                                 "{model='m', task='t', length=8192, score=-0.1, note x='b'}"),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED))
+def test_validate_scores_refusals_exactly(case):
+    """The exact one-line message: the column, the rule, and the row (numbered from 1) as read; an all-null text
+    column (an empty CSV column) counts as null scores, and a newline in a column name becomes a space."""
+    frame, message = _REFUSED[case]
+    with pytest.raises(ValueError) as err:
+        validate_scores(frame, (4096,))
+    assert str(err.value) == message
+
+
+def test_longscore_group_default_seed_and_a_single_resample():
+    """seed defaults to 0; n_boot=1 gives the one replicate's LC as both CI ends, and without sample_id is refused
+    like any n_boot > 0."""
+    cols = [[0.5, 1.0, 0.25], [0.5, 0.0, 1.0]]
+    ids = [f"{L}-{i}" for L in (4096, 8192) for i in range(3)]
+    frame = _one([4096] * 3 + [8192] * 3, cols[0] + cols[1], sample_id=ids)
+    default = longscore_group(frame, (4096,), n_boot=20)
+    assert_frame_equal(default, longscore_group(frame, (4096,), n_boot=20, seed=0))
+    assert not default["lc_lo"].equals(longscore_group(frame, (4096,), n_boot=20, seed=1)["lc_lo"])
+    one = longscore_group(frame, (4096,), n_boot=1, seed=5)
+    s = _resampled_means(cols, 1, 5, "m", "t", paired=False)[0]
+    lc = [100 * (v - s[0]) / s[0] for v in s]
+    assert one["lc_lo"].to_list() == pytest.approx(lc) and one["lc_hi"].to_list() == pytest.approx(lc)
+    assert one["boot_score"].to_list() == [[pytest.approx(v)] for v in s]
+    with pytest.raises(ValueError) as err:
+        longscore_group(frame.drop("sample_id"), (4096,), n_boot=1)
+    assert str(err.value) == "bootstrap CIs need sample-level scores (a sample_id column)"
+
+
+def test_longscore_group_bootstrap_without_a_positive_base():
+    """No base length: the replicate Base is null (not NaN), so the CI is null, never NaN. Base 0 (with a base
+    length missing too): both notes, joined by '; ', and no resample note on top of the Base one."""
+    frame = _one([8192, 8192, 16384], [0.5, 1.0, 0.0], sample_id=["a", "b", "c"])
+    out = longscore_group(frame, (4096,), n_boot=3)
+    assert out.select("length", "base", "lc", "lc_lo", "lc_hi", "boot_base").rows() == [
+        (8192, None, None, None, None, [None] * 3), (16384, None, None, None, None, [None] * 3)]
+    zero = _one([4096, 4096, 8192], [0.0, 0.0, 0.5], sample_id=["a", "b", "c"])
+    notes = "Base from [4096] only (missing base lengths [6144]); Base = 0 <= 0: LongScore undefined"
+    assert longscore_group(zero.drop("sample_id"), (4096, 6144))["warning"].to_list() == [notes] * 2
+    out = longscore_group(zero, (4096,), n_boot=5)
+    assert out.select("base", "lc", "lc_lo", "warning").rows() == [(0.0, None, None, notes.split("; ")[1])] * 2
+
+
+def test_longscore_default_seed_and_ci_reach_every_group():
+    """longscore's seed defaults to 0, and its ci reaches the per-length intervals of each group."""
+    frame = _samples(8).filter(pl.col("length").is_in([4096, 8192]))
+    default = longscore(frame, (4096,), n_boot=20)
+    for name in ("per_length", "summary"):
+        assert_frame_equal(default[name], longscore(frame, (4096,), n_boot=20, seed=0)[name])
+    seed1 = longscore(frame, (4096,), n_boot=20, seed=1)
+    assert not default["summary"]["avg_lc_lo"].equals(seed1["summary"]["avg_lc_lo"])
+    a_t1 = (pl.col("model") == "A") & (pl.col("task") == "t1")
+    got = longscore(frame, (4096,), n_boot=20, ci=0.5)["per_length"].filter(a_t1)
+    group = longscore_group(frame.filter(a_t1), (4096,), n_boot=20, ci=0.5)
+    assert got["lc_lo"].to_list() == group["lc_lo"].to_list() and got["lc_hi"].to_list() == group["lc_hi"].to_list()
+    assert got["lc_lo"][1] != longscore_group(frame.filter(a_t1), (4096,), n_boot=20)["lc_lo"][1]  # not ci=0.95
+
+
+def test_longscore_hands_the_mapper_sorted_frames_and_its_arguments():
+    """One frame per (model, task), in (model, task) order, each sorted by length, and the documented args
+    (base_lengths, None, n_boot, seed, ci), whatever the input order."""
+    calls = []
+
+    def recording(fn, frames, *args):
+        calls.append(([(f["model"][0], f["task"][0], f["length"].to_list()) for f in frames], args))
+        return [fn(f, *args) for f in frames]
+
+    rows = [(m, t, L, 0.5) for L in (16384, 8192, 4096) for t in "cba" for m in "zyx"]
+    scores = pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row")
+    longscore(scores, [4096], seed=3, ci=0.8, mapper=recording)
+    assert calls == [([(m, t, [4096, 8192, 16384]) for m in "xyz" for t in "abc"], ((4096,), None, 0, 3, 0.8))]
+
+
+def test_longscore_matches_a_given_base_per_model_and_task():
+    """A base frame with a task column sets Base per (model, task); models it does not list keep Eq. 1; a
+    (model, task) listed twice is refused; a 'base' column of the scores themselves is ignored."""
+    n = _one([4096, 8192], [20.0, 10.0], model="n")
+    scores = pl.concat([_one([4096, 8192], [50.0, 40.0], task="a"), _one([4096, 8192], [50.0, 40.0], task="b"), n])
+    base = pl.DataFrame({"model": ["m", "m"], "task": ["a", "b"], "base": [80.0, 25.0]})
+    summ = longscore(scores, (4096,), base=base, overall=False)["summary"]
+    assert summ.select("model", "task", "base", "avg_lc").rows() == [
+        ("m", "a", 80.0, -50.0), ("m", "b", 25.0, 60.0), ("n", "t", 20.0, -50.0)]
+    with pytest.raises(ValueError) as err:
+        longscore(scores, (4096,), base=pl.concat([base, base.head(1)]))
+    assert str(err.value) == "base lists a (model, task) more than once"
+    own = longscore(scores.with_columns(base=pl.lit(99.0)), (4096,), overall=False)["summary"]
+    assert own.select("model", "task", "base", "avg_lc").rows() == [
+        ("m", "a", 50.0, -20.0), ("m", "b", 50.0, -20.0), ("n", "t", 20.0, -50.0)]
+
+
+def test_longscore_overall_true_adds_the_task_average_for_one_task_too():
+    """overall=True: task-averaged rows also for a model with one task (None: only with >= 2 tasks)."""
+    scores = _one([4096, 8192], [50.0, 40.0])
+    per = longscore(scores, (4096,), overall=True)["per_length"]
+    assert per.select("task", "length", "base", "score", "lc").rows() == [
+        (OVERALL, 4096, 50.0, 50.0, 0.0), (OVERALL, 8192, 50.0, 40.0, -20.0),
+        ("t", 4096, 50.0, 50.0, 0.0), ("t", 8192, 50.0, 40.0, -20.0)]
+    assert longscore(scores, (4096,))["per_length"]["task"].to_list() == ["t", "t"]
+
+
+def test_longscore_ranks_models_within_each_task_and_length():
+    """rank_score and rank_lc compare models at one task and length, not across tasks."""
+    scores = pl.concat([_one([4096, 8192], [50.0, 40.0], task="a"), _one([4096, 8192], [40.0, 36.0], "n", "a"),
+                        _one([4096, 8192], [20.0, 10.0], task="b"), _one([4096, 8192], [10.0, 9.0], "n", "b")])
+    per = longscore(scores, (4096,), overall=False)["per_length"].filter(pl.col("length") == 8192)
+    assert per.select("task", "model", "lc", "rank_score", "rank_lc").rows() == [
+        ("a", "m", -20.0, 1, 2), ("a", "n", -10.0, 2, 1), ("b", "m", -50.0, 1, 2), ("b", "n", -10.0, 2, 1)]
+
+
+def test_longscore_warning_points_at_the_caller():
+    """The UserWarning about rows with warnings is attributed to the line that called longscore."""
+    scores = pl.concat([_one([4096, 8192], [50.0, 40.0]), _one([4096], [30.0], task="u")])
+    with pytest.warns(UserWarning) as record:
+        longscore(scores, (4096,), overall=False)
+    assert [(w.category, w.filename) for w in record] == [(UserWarning, __file__)]
+
+
+def test_correlations_list_groups_in_order_and_are_typed_when_empty():
+    """by="length": one block per task in task order (also when the first model lacks the first task at the
+    shortest length); five groups of one task give five rows without an orientation warning; no scores give
+    empty, typed frames."""
+    rows = [("m1", "b", 4096, 1.0), ("m1", "a", 8192, 2.0), ("m1", "b", 8192, 3.0),
+            ("m2", "a", 4096, 2.0), ("m2", "b", 4096, 2.0), ("m2", "a", 8192, 1.0), ("m2", "b", 8192, 1.0)]
+    scores = pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row")
+    assert task_correlation(scores, by="length")["task"].to_list() == ["a"] * 4 + ["b"] * 4
+    assert pair_slopes(scores, by="length")["task"].to_list() == ["a"] * 4 + ["b"] * 4
+    lengths = [512, 1024, 2048, 4096, 8192, 16384]
+    six = pl.DataFrame([(m, "p", L, v) for L in lengths for m, v in (("m1", 1.0), ("m2", 2.0))],
+                       schema=["model", "task", "length", "score"], orient="row")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # polars warns when it infers the orientation of rows
+        corr = task_correlation(six.filter(pl.col("length") > 512))  # 5 rows of 5 columns
+        fits = pair_slopes(six)  # 6 rows of 6 columns
+    assert corr.rows() == [(L, "p", "p", None, 2) for L in lengths[1:]]
+    assert fits.rows() == [(L, "p", "p", pytest.approx(1.0), pytest.approx(0.0, abs=1e-12), 2) for L in lengths]
+    empty = scores.clear()
+    assert dict(task_correlation(empty).schema) == {"length": pl.Int64, "a": pl.String, "b": pl.String,
+                                                    "rho": pl.Float64, "n": pl.Int64}
+    assert dict(pair_slopes(empty, by="length").schema) == {"task": pl.String, "a": pl.Int64, "b": pl.Int64,
+                                                            "slope": pl.Float64, "intercept": pl.Float64, "n": pl.Int64}
