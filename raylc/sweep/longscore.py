@@ -538,7 +538,7 @@ def _matrices(scores: pl.DataFrame, by: str, at: Any, value: str):
         index = ["_g", "model"]
     names = sorted(cells[by].unique().to_list())
     wide = cells.with_columns(pl.col(by).cast(pl.String)).pivot(on=by, index=index, values=value)
-    for (g,), part in wide.group_by("_g", maintain_order=True):
+    for (g,), part in wide.sort("_g", maintain_order=True).group_by("_g", maintain_order=True):  # groups ascending
         cols = [str(n) for n in names]
         for c in cols:
             if c not in part.columns:

@@ -1008,3 +1008,12 @@ def test_correlations_list_groups_in_order_and_are_typed_when_empty():
                                                     "rho": pl.Float64, "n": pl.Int64}
     assert dict(pair_slopes(empty, by="length").schema) == {"task": pl.String, "a": pl.Int64, "b": pl.Int64,
                                                             "slope": pl.Float64, "intercept": pl.Float64, "n": pl.Int64}
+
+
+def test_correlation_groups_come_in_ascending_order():
+    """The groups of task_correlation / pair_slopes (here lengths, by="task") are in ascending order even
+    where the first model lacks the shortest length (they used to follow first appearance: 16384, 8192)."""
+    scores = pl.DataFrame({"model": ["m1", "m1", "m2", "m2", "m2", "m2"], "task": ["a", "b", "a", "b", "a", "b"],
+                           "length": [16384, 16384, 8192, 8192, 16384, 16384], "score": [0.5, 0.4, 0.6, 0.5, 0.3, 0.2]})
+    for table in (task_correlation(scores, by="task"), pair_slopes(scores, by="task")):
+        assert table["length"].unique(maintain_order=True).to_list() == [8192, 16384]
