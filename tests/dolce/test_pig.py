@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -244,6 +245,59 @@ def test_a_certain_cover_has_probability_exactly_one(method, m, lam, k, L, C):
     assert exact_cover_pmf(m, lam, k, L, C) == 1
     assert pig_cover_logpmf(m, lam, k, L, C, method=method) == 0.0
     assert pig_cover_pmf(m, lam, k, L, C, method=method) == 1.0
+
+
+@pytest.mark.parametrize("m,lam,k,L,C", [(600, 600, 3, 1800, 1013), (1700, 1700, 3, 5100, 4148),
+                                         (2400, 2400, 3, 7200, 4021), (60, 61, 200, 12200, 6000),
+                                         (30, 31, 1000, 31000, 15000)])
+def test_cauchy_integral_at_large_m_and_large_k_against_exact_integers(m, lam, k, L, C):
+    """Rows the auto method sends to the Cauchy integral: m in the thousands (phi0 keeps exp() in range;
+    values down to 1e-293) and k in the hundreds (the point count follows the variance of a group of k)."""
+    assert float(pig_cover_pmf(m, lam, k, L, C)) == pytest.approx(float(exact_cover_pmf(m, lam, k, L, C)), rel=1e-9)
+
+
+def test_fourier_method_where_the_generating_function_overflows():
+    """method="fourier" at Re log G > 709 (k = 1000, the whole context but one unit observed): exactly 1."""
+    assert float(pig_cover_pmf(1, 1, 1000, 1000, 999, method="fourier")) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_bin_density_in_small_chunks_equals_one_pass(monkeypatch):
+    """pig_bin_density sums its (entry, m) terms in pieces of about _CHUNK (2^21); with pieces of 4 terms
+    every boundary occurs (entries wider than a piece, many pieces) and the result is the one-pass result."""
+    import raylc.dolce.pig as pig
+
+    rng = np.random.default_rng(3)
+    lam = rng.integers(0, 13, 40)
+    k = rng.integers(1, 4, 40)
+    L = k * lam + rng.integers(0, 20, 40)
+    args = (rng.integers(0, N_BINS, 40), lam, k, L, (rng.random(40) * L).astype(int))
+    want = pig_bin_density(*args)
+    monkeypatch.setattr(pig, "_CHUNK", 4)
+    np.testing.assert_array_equal(pig_bin_density(*args), want)
+
+
+def test_noise_resets_to_uniform_when_its_prior_underflows():
+    """One problem the oracle explains exactly (C = 3 all 1, C = 6 all 0): P_i(N) decays geometrically and
+    is exactly 0 after about 1,100 EM steps; P(y|N) then has no mass to estimate from and is uniform."""
+    st = CellStats.from_scores(np.array(["a"] * 20), np.array([10] * 20), np.array([3] * 10 + [6] * 10),
+                               np.array([1.0] * 10 + [0.0] * 10))
+    fit = PIGFit(n_steps=1100).fit_stats(st)
+    assert fit.prior_oracle_[0] == 1.0
+    np.testing.assert_array_equal(fit.noise_, np.full(3, 1.0 / 3.0))
+
+
+def test_public_calls_emit_no_runtime_warning():
+    """Divisions, logs and overflows in unselected np.where branches stay silent (np.errstate): the mode
+    search, the Cauchy integral and an EM fit with a padded empty cell and a cell without 0 / IDK mass."""
+    rng = np.random.default_rng(1)
+    problem = np.array(["a"] * 40 + ["b"] * 20)
+    s = np.concatenate([np.round(rng.uniform(0, 0.6, 20), 1), np.ones(20), np.round(rng.uniform(0.2, 0.8, 20), 1)])
+    stats = CellStats.from_scores(problem, np.array([20] * 40 + [12] * 20), np.array([4] * 20 + [10] * 20 + [6] * 20), s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pig_pmf_mode(20, 10, 300, 50)
+        pig_cover_pmf(np.arange(6), 5, 3, 300, 50)
+        PIGFit().fit_stats(stats)
 
 
 def test_scalar_arguments_give_python_floats():
