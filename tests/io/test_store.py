@@ -216,3 +216,25 @@ def test_a_json_list_file_with_leading_blank_lines_is_a_list(tmp_path):
 
     records = json_records("x.json", b"\n  \n[{\"a\": 1}, {\"a\": 2}]")
     assert [r for _, r in records] == [{"a": 1}, {"a": 2}]
+
+
+def test_json_lines_errors_name_the_file_and_line(tmp_path):
+    """Polars names no line; read_input's second pass does, with the file: a syntax error and a line that
+    is not an object."""
+    (tmp_path / "a.jsonl").write_text('{"x": 1}\n{"x": 2,,}\n')
+    (tmp_path / "b.jsonl").write_text('{"x": 1}\n[1, 2]\n')
+    with pytest.raises(StoreError) as err:
+        read_input(str(tmp_path / "a.jsonl"))
+    assert str(err.value) == (f"{tmp_path / 'a.jsonl'}: line 2: invalid JSON at column 9: "
+                              "Expecting property name enclosed in double quotes")
+    with pytest.raises(StoreError) as err:
+        read_input(str(tmp_path / "b.jsonl"))
+    assert str(err.value) == f"{tmp_path / 'b.jsonl'}: line 2: expected a JSON object, got list"
+
+
+def test_read_text_storage_error_names_the_location(tmp_path):
+    """An OSError while reading (here: the name is a folder) is one line naming the location."""
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(StoreError) as err:
+        Store(str(tmp_path)).read_text("sub")
+    assert str(err.value).startswith(f"{tmp_path / 'sub'}: storage error: ")

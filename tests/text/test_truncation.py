@@ -220,3 +220,26 @@ def test_messages_name_the_max_tokens_and_where_it_came_from():
     with pytest.raises(ValueError) as err:
         fit_to_window(HEAD, "", TAIL, tok, 100, 1, "left")  # type: ignore[arg-type]
     assert str(err.value) == "unknown truncation policy 'left' (allowed: middle, end, start, refuse)"
+
+
+class _SeamTokenizer:
+    """One token per character, plus one for each "ba": a middle cut of "b..ba..a" keeps its "ba" seam,
+    so the first candidate is one token over the window (as BPE merges can make it)."""
+
+    name = "seam"
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(map(chr, ids))
+
+    def count(self, text: str) -> int:
+        return len(text) + text.count("ba")
+
+
+def test_a_cut_one_token_over_the_window_is_shrunk_again():
+    """keep = 12 of 20 counts 13 > 12 (the seam); one more token goes: 11 kept, exactly 12 tokens."""
+    tok = _SeamTokenizer()
+    prompt, cut = fit_to_window("", "b" * 10 + "a" * 10, "", tok, max_model_len=12, max_tokens=0)
+    assert (prompt, cut) == ("b" * 5 + "a" * 6, 9) and tok.count(prompt) == 12
