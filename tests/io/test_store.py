@@ -238,3 +238,12 @@ def test_read_text_storage_error_names_the_location(tmp_path):
     with pytest.raises(StoreError) as err:
         Store(str(tmp_path)).read_text("sub")
     assert str(err.value).startswith(f"{tmp_path / 'sub'}: storage error: ")
+
+
+def test_a_parquet_folder_reads_with_or_without_a_trailing_slash(tmp_path):
+    """read_input strips only trailing slashes: a folder of Parquet parts named "tableX" reads as itself."""
+    folder = tmp_path / "tableX"
+    folder.mkdir()
+    pl.DataFrame({"a": [1, 2]}).write_parquet(folder / "part-0.parquet")
+    for uri in (str(folder), f"{folder}/"):
+        assert read_input(uri)["a"].to_list() == [1, 2]
