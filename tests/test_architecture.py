@@ -171,3 +171,16 @@ def test_every_lazy_export_resolves(package):
         assert getattr(module, name) is not None, name
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         module.nope
+
+
+def test_every_break_of_the_promise_benchmark_still_applies():
+    """tests/benchmarks/break_promises.py breaks each README promise by one text substitution; a module
+    rewritten since would leave its break unapplied (and the promise unchecked) until the benchmark runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("break_promises", ROOT / "tests" / "benchmarks" / "break_promises.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name, module, text, _, tests in bench.BREAKS:
+        assert (ROOT / module).read_text().count(text) == 1, f"{name}: {text!r} is not once in {module}"
+        assert all((ROOT / t.split("::")[0]).exists() for t in tests), name
