@@ -81,8 +81,8 @@ class SimulatedBackend(Backend):
         tok = get_tokenizer(None)
         texts = [prompt_text(p) for p in prompts]
         answers = [self.answer(p) for p in texts]
-        n_prompt = count_texts(pl.Series(texts, dtype=pl.String), tok)
-        n_answer = count_texts(pl.Series(answers, dtype=pl.String), tok)
+        n_prompt = count_texts(texts, tok)
+        n_answer = count_texts(answers, tok)
         # no model, no latency: None keeps repeated runs' tables identical
         return [generation(text, prompt_tokens=int(n), generated_tokens=int(m), finish_reason="stop", latency_s=None)
                 for text, n, m in zip(answers, n_prompt, n_answer)]

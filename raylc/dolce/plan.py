@@ -141,7 +141,7 @@ def prompt_pieces(problems: pl.DataFrame, tokenizer: Tokenizer) -> PromptPieces:
         tail=count_texts(parts["tail"], tokenizer),
         empty=count_texts(empty, tokenizer),
         head_group=head_group,
-        empty_shared=np.maximum(count_texts(pl.Series([common[g] for g in head_group], dtype=pl.String), tokenizer) - 1, 0),
+        empty_shared=np.maximum(count_texts([common[g] for g in head_group], tokenizer) - 1, 0),
         offset=np.concatenate([[0], np.cumsum(n_units)[:-1]]).astype(np.int64) if len(n_units) else n_units,
         first=count_texts(flat.select(t=pl.concat_str("head", "unit"))["t"], tokenizer) - np.repeat(head, n_units),
         cum=np.concatenate([[0], np.cumsum(count_texts(flat.select(t=pl.concat_str("sep", "unit"))["t"], tokenizer))]),

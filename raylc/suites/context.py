@@ -69,11 +69,6 @@ class ContextTooLong(PoolError):
     """The required documents (with labels and needles) alone exceed the target length."""
 
 
-def _counts(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
-    """Token counts of ``texts`` (int64) by :func:`raylc.text.tokenize.count_texts`."""
-    return np.asarray(count_texts(pl.Series(texts, dtype=pl.String), tokenizer), dtype=np.int64)
-
-
 # --------------------------------------------------------------------------------------------- #
 # pools
 # --------------------------------------------------------------------------------------------- #
@@ -113,7 +108,7 @@ class DocumentPool:
 def _framing_cost(tokenizer: Tokenizer, texts: Sequence[str], label: str, separator: str) -> np.ndarray:
     prefix = separator + label.format(i=1)
     heads = [t[:_HEAD_CHARS] for t in texts]
-    return _counts(tokenizer, [prefix + h for h in heads]) - _counts(tokenizer, heads)
+    return count_texts([prefix + h for h in heads], tokenizer) - count_texts(heads, tokenizer)
 
 
 _LABEL_EXTRA: dict[tuple[str, str, str], list[int]] = {}
@@ -205,7 +200,7 @@ def pool_from_frame(raw: pl.DataFrame, tokenizer: Tokenizer, *, source: str = "p
         raise ValueError(f"unknown pool kind {kind!r}")
     if frame.is_empty():
         raise PoolError(f"{source}: no documents")
-    return DocumentPool(source, tokenizer, frame, _counts(tokenizer, frame["text"].to_list()), skipped)
+    return DocumentPool(source, tokenizer, frame, count_texts(frame["text"], tokenizer), skipped)
 
 
 def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
@@ -371,7 +366,7 @@ def build_context(
     req = [t.strip() for t in required]
     n_req = len(req)
     req_n = (np.asarray(required_tokens, dtype=np.int64) if required_tokens is not None
-             else _counts(tok, req))
+             else count_texts(req, tok))
     req_cost = req_n + _framing_cost(tok, req, label, separator) if n_req else np.empty(0, np.int64)
 
     cost = pool.tokens + pool.framing(label, separator)

@@ -193,7 +193,7 @@ class _Stream:
         if not new:
             raise HelmetRecallError("the haystack ran out of units")
         self.units.extend(new)
-        costs = count_texts(pl.Series([self.sep + u for u in new], dtype=pl.String), self.tok)
+        costs = count_texts([self.sep + u for u in new], self.tok)
         self.cum = np.concatenate([self.cum, self.cum[-1] + np.cumsum(costs)])
 
     def fit(self, start: int, tokens: int) -> int:

@@ -20,7 +20,7 @@ import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import polars as pl
@@ -160,8 +160,10 @@ def get_tokenizer(spec: str | None = None) -> Tokenizer:
     return _cached(spec or "default")
 
 
-def count_texts(texts: pl.Series, tok: Tokenizer) -> np.ndarray:
-    """Token count of each text, tokenizing each distinct text once."""
+def count_texts(texts: pl.Series | Sequence[str], tok: Tokenizer) -> np.ndarray:
+    """Token count (int64) of each text, tokenizing each distinct text once."""
+    if not isinstance(texts, pl.Series):
+        texts = pl.Series(texts, dtype=pl.String)
     if isinstance(tok, DefaultTokenizer):
         return tok.count_many(texts)
     uniq = texts.unique()

@@ -152,8 +152,11 @@ class Launched:
             self._out["error"] = exc
         self._out["took"] = time.monotonic() - t0
 
-    def result(self) -> tuple[float, subprocess.CompletedProcess]:
+    def wait(self) -> None:
         self._thread.join(150)
+
+    def result(self) -> tuple[float, subprocess.CompletedProcess]:
+        self.wait()
         if "error" in self._out:
             raise self._out["error"]
         return self._out["took"], self._out["proc"]
@@ -195,7 +198,7 @@ def scenarios(tmp_path_factory):
         yield runs
     finally:
         for launched, _ in runs.values():
-            launched._thread.join(150)
+            launched.wait()
         silent.close()
         hang.close()
         status.close()
