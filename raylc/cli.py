@@ -145,7 +145,7 @@ def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
     rows = []
     for stage, state in st["stages"].items():
         counts = st["rows"].get(stage) or {}
-        detail = ", ".join(f"{k}={v:,}" for k, v in counts.items())
+        detail = ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in counts.items())
         if stage == "infer" and st["infer"] and state != "done" and st["infer"].get("planned") is not None:
             p = st["infer"]
             share = p["stored"] / p["planned"] if p["planned"] else 1.0
@@ -494,20 +494,22 @@ def check(
     gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0, help="GPU memory in GiB (default: from probe.accelerator_type)."),
     settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
-    """Check a vLLM job against its model before any GPU time: length limit, tensor parallelism, KV cache, prompt lengths."""
+    """Check a job before a run: a vLLM probe against its model (length limit, tensor parallelism, KV cache, prompt
+    lengths); an OpenAI-compatible one against its server (endpoint answers, model served, window, prompt lengths)."""
     from raylc.backends.preflight import preflight
     from raylc.evaluate import evaluation_for
 
     try:
         job = load_job(job_file, parse_overrides(settings))
-        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job))
-    except JobSpecError as exc:  # a bad job file, or what vLLM would refuse (PreflightError)
+        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job),
+                            endpoints=True)
+    except JobSpecError as exc:  # a bad job file, what vLLM would refuse, an endpoint down (PreflightError)
         _fail(str(exc))
     except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
         _fail(str(exc), 1)
     if not reports:
         backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge") if getattr(job, s) is not None}))
-        typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm probes)")
+        typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm and openai probes)")
         return
     for report in reports:
         for line in report.lines():

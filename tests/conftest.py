@@ -17,6 +17,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["RAY_TMPDIR"] = str(RAY_ROOT)
 
 DOUBLES = str(Path(__file__).resolve().parent / "doubles")
+# tests/real needs vLLM's CPU build and a real model: `make test-real` (RAYLC_REAL=1) runs it
+collect_ignore_glob = [] if os.environ.get("RAYLC_REAL") == "1" else ["real/*"]
 
 
 def _free_port() -> int:

@@ -4,7 +4,14 @@
 requests go to ``{base_url}/chat/completions`` (mode ``chat``: the prompt is one user
 message) or ``{base_url}/completions`` (mode ``completions``). Per actor, a thread pool of
 ``concurrency`` workers sends the requests; each is retried on HTTP 408/429/5xx, timeouts
-and connection errors up to ``max_retries`` times. Before retry ``n`` (1, 2, ...) it sleeps
+and connection errors while retries remain (attempt ``n <= max_retries``) **or** while both the
+request and the endpoint's current outage are younger than ``retry_budget_s`` (default 300 s,
+longer than a vLLM server takes to restart). The outage is timed per backend (worker) from the
+first failure after its last reply, so a restart is waited out, while an endpoint that stays
+down costs each later request ``max_retries`` retries only. A request thus gives up after at
+most ``retry_budget_s`` + one sleep (<= 75 s) + ``timeout_s``, or after its ``max_retries``
+retries if those take longer; its error says so ("...; gave up after 7 attempts over 301 s
+(probe.max_retries 5, probe.retry_budget_s 300)"). Before retry ``n`` (1, 2, ...) it sleeps
 ``b = min(60, backoff_s * 2**(n-1)) * U(0.5, 1)``; when the reply has a ``Retry-After``
 header (seconds or an HTTP date, capped at 60 s) it sleeps ``max(retry_after, b) * U(1, 1.25)``
 instead: never less than the server asked, and spread over a quarter of it so that workers
@@ -27,9 +34,11 @@ refused with HTTP 401/403, or another 4xx whose body speaks of an API key, authe
 authorization (LiteLLM answers a bad key with HTTP 400), is reported as "HTTP 400 (invalid
 API key?): check the key in $VAR" naming the variable, never the key.
 
-``check_endpoint`` (run by the driver before any request) lists ``{base_url}/models`` and
-refuses a ``model`` it does not list, unless a listed name is a wildcard matching it (LiteLLM's
-``local/*``) or ``probe.check_model`` is false; the endpoint itself is checked either way.
+``check_endpoint`` (run by the driver before any request, and by ``raylc check``) lists
+``{base_url}/models`` once and refuses a ``model`` it does not list, unless a listed name is a
+wildcard matching it (LiteLLM's ``local/*``) or ``probe.check_model`` is false; the endpoint
+itself is checked either way. It returns the listed names and the model's window when the
+server reports one (vLLM's ``/v1/models`` entries carry ``max_model_len``).
 
 Usage check: the first time the server's ``prompt_tokens`` for a prompt and raylc's own count
 (``tokenizer``, the one truncation uses) differ by more than ``usage_check_factor`` times and by
@@ -61,6 +70,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from raylc.backends.base import (
@@ -89,6 +99,24 @@ USAGE_SLACK_TOKENS = 64
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 #: an error body that says the key is the problem, whatever the status
 _AUTH_RE = re.compile(r"api[ _-]?key|authenticat|unauthori[sz]|credential|bearer", re.IGNORECASE)
+
+
+class EndpointRefused(BackendUnavailable):
+    """:meth:`OpenAIBackend.check_endpoint`'s refusal; ``key`` is the probe field at fault
+    (``base_url``, ``model`` or ``api_key_env``)."""
+
+    def __init__(self, message: str, key: str):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """What ``GET /models`` told: the names listed (None: no ``/models`` route) and the context
+    window the server reports for ``model`` (vLLM's ``max_model_len``; None if it does not)."""
+
+    models: Optional[tuple[str, ...]]
+    max_model_len: Optional[int]
 
 
 class _Retry(Exception):
@@ -170,6 +198,8 @@ class OpenAIBackend(Backend):
         self._lock = threading.Lock()
         #: the first (server's, raylc's) prompt token counts that failed the usage check, if any
         self.usage_mismatch: Optional[tuple[int, int]] = None
+        #: ``time.monotonic()`` of the first retryable failure since the last reply (None: no outage)
+        self._failing_since: Optional[float] = None
         host = urllib.parse.urlsplit(self.base_url).hostname or ""
         handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
         self._opener = urllib.request.build_opener(*handlers)
@@ -252,9 +282,10 @@ class OpenAIBackend(Backend):
             body["seed"] = s.seed
         return json.dumps(body).encode()
 
-    def _check_usage(self, reported: int, ours: int) -> None:
-        """Warn once (per backend instance) when the server's prompt token count is off ours
-        by more than ``usage_check_factor`` times and :data:`USAGE_SLACK_TOKENS` tokens."""
+    def _check_usage(self, reported: int, ours: int, endpoint: str) -> None:
+        """Warn once (per backend instance) when the server's prompt token count (for a request
+        sent to ``endpoint``) is off ours by more than ``usage_check_factor`` times and
+        :data:`USAGE_SLACK_TOKENS` tokens."""
         factor = self.probe.usage_check_factor
         hi, lo = max(reported, ours), min(reported, ours)
         if factor is None or hi - lo <= USAGE_SLACK_TOKENS or hi <= factor * max(lo, 1):
@@ -264,7 +295,7 @@ class OpenAIBackend(Backend):
                 return
             self.usage_mismatch = (reported, ours)
         print(
-            f"warning: {self.endpoint} reported {reported} prompt tokens for a prompt of {ours} tokens by raylc's count "
+            f"warning: {endpoint} reported {reported} prompt tokens for a prompt of {ours} tokens by raylc's count "
             f"(tokenizer {self.probe.tokenizer or 'default'}), more than probe.usage_check_factor = {factor:g}x apart: "
             "the prompt_tokens stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; "
             "reported once per worker)",
@@ -291,7 +322,7 @@ class OpenAIBackend(Backend):
         if reported is None or (self.probe.usage_check_factor is not None and self.usage_mismatch is None):
             ours = self._tokenizer.count(prompt)
             if reported is not None:
-                self._check_usage(reported, ours)
+                self._check_usage(reported, ours, endpoint)
         finish, error = choice.get("finish_reason"), None
         if not (text or "").strip():
             if self.probe.empty_ok:
@@ -313,32 +344,61 @@ class OpenAIBackend(Backend):
         )
 
     def _request(self, index: int, prompt: str, cut: int, max_tokens: int, chat: Optional[bool] = None) -> Generation:
+        p = self.probe
         rng = random.Random(f"{self.seed}:{index}")
         body, endpoint = self._body(prompt, max_tokens, chat), self._endpoint(chat)
         t0 = time.perf_counter()
-        attempts, last = 0, ""
+        attempts, last, gave_up = 0, "", False
         while True:
             attempts += 1
             try:
-                data = self._send(endpoint, body, self.probe.timeout_s)
+                data = self._send(endpoint, body, p.timeout_s)
             except _Fatal as exc:
+                self._outage(False)
                 last = str(exc)
                 break
             except _Retry as exc:
                 last = str(exc)
-                if attempts > self.probe.max_retries:
+                if not self._retry(attempts, time.perf_counter() - t0):
+                    gave_up = True
                     break
-                delay = min(MAX_SLEEP_S, self.probe.backoff_s * 2 ** (attempts - 1)) * rng.uniform(0.5, 1.0)
+                delay = min(MAX_SLEEP_S, p.backoff_s * 2 ** min(attempts - 1, 30)) * rng.uniform(0.5, 1.0)
                 if exc.retry_after is not None:  # never earlier than asked, and not all workers at once
                     delay = max(delay, min(MAX_SLEEP_S, exc.retry_after)) * rng.uniform(1.0, RETRY_AFTER_SPREAD)
                 time.sleep(delay)
             else:
+                self._outage(False)
                 return self._parse(data, prompt, time.perf_counter() - t0, cut, chat)
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        elapsed = time.perf_counter() - t0
+        if gave_up and (attempts > 1 or p.retry_budget_s > 0):
+            last += (f"; gave up after {attempts} attempt{'s' if attempts > 1 else ''} over "
+                     f"{elapsed:.{1 if elapsed < 100 else 0}f} s "
+                     f"(probe.max_retries {p.max_retries}, probe.retry_budget_s {p.retry_budget_s:g})")
+        elif attempts > 1:
+            last += f" after {attempts} attempts"
         return generation(
-            prompt_tokens=self._tokenizer.count(prompt), latency_s=time.perf_counter() - t0,
-            error=self._scrub(f"{endpoint}: {last}{tries}"), truncated_tokens=cut,
+            prompt_tokens=self._tokenizer.count(prompt), latency_s=elapsed,
+            error=self._scrub(f"{endpoint}: {last}"), truncated_tokens=cut,
         )
+
+    def _outage(self, failed: bool) -> float:
+        """Seconds the endpoint has been failing (0 after a reply, which ends the outage)."""
+        now = time.monotonic()
+        with self._lock:
+            if not failed:
+                self._failing_since = None
+                return 0.0
+            if self._failing_since is None:
+                self._failing_since = now
+            return now - self._failing_since
+
+    def _retry(self, attempts: int, elapsed: float) -> bool:
+        """Whether a request that failed (retryably) on attempt ``attempts``, ``elapsed`` s after it
+        started, is retried: while retries remain, or while both it and the outage are younger
+        than ``retry_budget_s`` (module docstring)."""
+        outage = self._outage(True)
+        budget = self.probe.retry_budget_s
+        return attempts <= self.probe.max_retries or (elapsed < budget and outage < budget)
 
     # --- public ---------------------------------------------------------------------------
 
@@ -371,25 +431,30 @@ class OpenAIBackend(Backend):
                     results[i] = r
         return results  # type: ignore[return-value]
 
-    def check_endpoint(self) -> None:
-        """Raise a one-line :class:`BackendUnavailable` naming the endpoint if it cannot serve ``model``."""
+    def check_endpoint(self, section: str = "probe") -> EndpointInfo:
+        """Raise a one-line :class:`EndpointRefused` naming the endpoint if it cannot serve ``model``
+        (one ``GET /models``, at most ``min(timeout_s, 10)`` s); else what ``/models`` told."""
         url = self.base_url
         try:
             data = self._send(f"{url}/models", None, min(self.probe.timeout_s, 10.0))
         except _Auth as exc:
-            raise BackendUnavailable(f"OpenAI endpoint {url} rejected the request: {exc}") from None
+            raise EndpointRefused(f"OpenAI endpoint {url} rejected the request: {exc}", "api_key_env") from None
         except (_Retry, _Fatal) as exc:
             msg = str(exc)
             if msg.startswith("HTTP 404"):
-                return  # no /models route: reachable, cannot list models
-            raise BackendUnavailable(f"OpenAI endpoint {url} is unavailable: {msg}") from None
-        if not self.probe.check_model:
-            return
-        models = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+                return EndpointInfo(None, None)  # no /models route: reachable, cannot list models
+            raise EndpointRefused(f"OpenAI endpoint {url} is unavailable: {msg}", "base_url") from None
+        listing = data.get("data") if isinstance(data, dict) else None
+        entries = [m for m in listing if isinstance(m, dict)] if isinstance(listing, list) else []
         model = self.probe.model
-        listed = [str(m) for m in models if m is not None]
+        listed = [str(m.get("id")) for m in entries if m.get("id") is not None]
+        window = next((_count(m.get("max_model_len")) for m in entries if m.get("id") == model), None)
+        info = EndpointInfo(tuple(listed), window or None)
+        if not self.probe.check_model:
+            return info
         if listed and not any(m == model or ("*" in m and fnmatch.fnmatchcase(model, m)) for m in listed):
-            raise BackendUnavailable(
+            raise EndpointRefused(
                 f"OpenAI endpoint {url} does not serve model {model!r} (serves: {', '.join(listed[:10])}); "
-                "set probe.check_model: false if it routes names it does not list"
+                f"set {section}.check_model: false if it routes names it does not list", "model"
             )
+        return info

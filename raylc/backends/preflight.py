@@ -40,6 +40,11 @@ transformers import, no Ray.
    GPU are an upper bound and a refusal is certain.
 6. **Prompts** (:func:`prompt_fit`): the job's planned requests counted with
    :mod:`raylc.dolce.plan`'s token counting, against ``max_model_len``.
+7. **OpenAI-compatible endpoints** (:func:`check_openai`, ``raylc check`` only): one
+   ``GET {base_url}/models`` within ``min(timeout_s, 10)`` s (``OpenAIBackend.check_endpoint``):
+   the endpoint must answer and list ``model`` (unless ``check_model`` is false). The window is
+   ``max_model_len``, else the one the server reports (vLLM's ``/v1/models`` entries carry
+   ``max_model_len``); a ``max_model_len`` above the server's is refused. Prompts as in 6.
 
 What is not modelled: model-specific convertors and config classes (their defaults for keys
 missing from config.json, attribute aliases other than ``rope_scaling``), quantized weights,
@@ -61,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raylc.spec import Job, JobSpecError, VLLMProbe
+from raylc.spec import Job, JobSpecError, OpenAIProbe, VLLMProbe
 
 VLLM_VERSION = "0.33.0"
 HUB_TIMEOUT_S = 10.0
@@ -189,6 +194,21 @@ def resolve_hf_config(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = 
     else:
         tried.append("the Hub not asked (raylc check asks it)")
     return None, "; ".join(tried)
+
+
+def with_class_defaults(config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``config`` with the keys it omits taken from its transformers config class's defaults
+    (vLLM reads attributes of that class, not the file), and whether they could be: without
+    transformers, or for a ``model_type`` it does not know, the file alone."""
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        return config, False
+    try:
+        defaults = AutoConfig.for_model(str(config.get("model_type"))).to_dict()
+    except Exception:  # an unknown model_type (custom code)
+        return config, False
+    return {**{k: v for k, v in defaults.items() if not k.startswith("_")}, **config}, True
 
 
 # ---- overrides ----------------------------------------------------------------------------------
@@ -383,6 +403,9 @@ class Report:
     prompts: Optional[PromptFit] = None
     warnings: list[str] = field(default_factory=list)
     skipped: Optional[str] = None
+    device: str = "gpu"
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    engine_args_source: str = ""
 
     def lines(self) -> list[str]:
         """The report ``raylc check`` prints."""
@@ -404,7 +427,13 @@ class Report:
             f"{self.kv_bytes_per_seq / GIB:.2f} GiB per {self.max_model_len}-token sequence",
             f"weights per GPU: ~{self.weight_bytes_per_gpu / GIB:.1f} GiB ({self.parameters / 1e9:.2f}B parameters, unquantized)",
         ]
-        if self.gpu_memory_gib is None or self.sequences_per_gpu is None:
+        if self.engine_args:
+            out.append(f"{s}.engine_args: {', '.join(f'{k}={v!r}' for k, v in self.engine_args.items())} "
+                       f"(known to {self.engine_args_source} EngineArgs)")
+        if self.device == "cpu":
+            out.append(f"{s}.device: cpu (vLLM's CPU build): KV cache for <= {self.sequences_per_gpu} sequences of "
+                       f"{self.max_model_len} tokens in {s}.cpu_kv_cache_gib of RAM")
+        elif self.gpu_memory_gib is None or self.sequences_per_gpu is None:
             out.append(f"sequences per GPU: unknown (set {s}.accelerator_type or pass --gpu-memory-gib)")
         else:
             room = self.gpu_memory_utilization * self.gpu_memory_gib - self.weight_bytes_per_gpu / GIB
@@ -525,10 +554,20 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
             raise PreflightError(message)
         return Report(section=section, model=probe.model, config_source="", max_model_len=probe.max_model_len,
                       skipped=message, warnings=[f"{section} not checked before start-up: {message}"])
+    from raylc.backends.vllm_engine import check_engine_args, engine_arg_names
+
+    try:
+        check_engine_args(probe, section)
+    except ValueError as exc:
+        raise PreflightError(str(exc)) from None
+    config, defaults = with_class_defaults(config)
+    where += "; keys it omits from its transformers config class" if defaults else ""
     loaded = apply_hf_overrides(config, probe.hf_overrides)
     text = text_config(loaded)
     report = Report(section=section, model=probe.model, config_source=where, max_model_len=probe.max_model_len,
-                    tensor_parallel_size=probe.tensor_parallel_size, gpu_memory_utilization=probe.gpu_memory_utilization)
+                    tensor_parallel_size=probe.tensor_parallel_size, gpu_memory_utilization=probe.gpu_memory_utilization,
+                    device=probe.device, engine_args=dict(probe.engine_args),
+                    engine_args_source=engine_arg_names()[1] if probe.engine_args else "")
     report.rope_types = tuple(str(rp.get("rope_type")) for rp in rope_parameters(text))
     original = rope_parameters(text_config(apply_hf_overrides(config, {})))
     replaced = [k for k, v in probe.hf_overrides.items() if isinstance(v, dict) and _alias(k) == "rope_parameters"]
@@ -592,7 +631,11 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
     if warning:
         report.warnings.append(warning)
     report.gpu_memory_gib, report.gpu_name = gib, name
-    if gib is not None:
+    if probe.device == "cpu":  # the KV cache is cpu_kv_cache_gib of RAM (kv_cache_memory_bytes), weights apart
+        room = probe.cpu_kv_cache_gib * GIB
+        short = (f"of KV cache but {section}.cpu_kv_cache_gib is {probe.cpu_kv_cache_gib:g}, so vLLM cannot start; "
+                 f"raise {section}.cpu_kv_cache_gib or lower {section}.max_model_len to <= {{fits}}")
+    elif gib is not None:
         room = probe.gpu_memory_utilization * gib * GIB - report.weight_bytes_per_gpu
         where_gpu = f"{name or 'a'} {gib:g} GiB GPU"
         if room <= 0:
@@ -600,15 +643,17 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
                 f"{section}.tensor_parallel_size {tp}: ~{report.weight_bytes_per_gpu / GIB:.1f} GiB of weights per GPU "
                 f"do not fit in gpu_memory_utilization {probe.gpu_memory_utilization:g} x {where_gpu}; "
                 f"raise {section}.tensor_parallel_size or use a larger GPU")
-        report.sequences_per_gpu = int(room // report.kv_bytes_per_seq) if report.kv_bytes_per_seq else None
-        if report.sequences_per_gpu == 0:
-            fits = int(room // report.kv_bytes_per_token) // BLOCK_SIZE * BLOCK_SIZE
-            raise PreflightError(
-                f"{section}.max_model_len {probe.max_model_len}: one sequence needs {report.kv_bytes_per_seq / GIB:.2f} GiB "
-                f"of KV cache per GPU but at most {room / GIB:.2f} GiB is left on a {where_gpu} "
-                f"(gpu_memory_utilization {probe.gpu_memory_utilization:g}, weights ~{report.weight_bytes_per_gpu / GIB:.1f} GiB), "
-                f"so vLLM cannot start (vllm/v1/core/kv_cache_planning.py:78); lower {section}.max_model_len to <= {fits}, "
-                f"raise {section}.tensor_parallel_size or use a larger GPU")
+        short = (f"of KV cache per GPU but at most {room / GIB:.2f} GiB is left on a {where_gpu} "
+                 f"(gpu_memory_utilization {probe.gpu_memory_utilization:g}, weights ~{report.weight_bytes_per_gpu / GIB:.1f} GiB), "
+                 f"so vLLM cannot start (vllm/v1/core/kv_cache_planning.py:78); lower {section}.max_model_len to <= {{fits}}, "
+                 f"raise {section}.tensor_parallel_size or use a larger GPU")
+    else:
+        return report
+    report.sequences_per_gpu = int(room // report.kv_bytes_per_seq) if report.kv_bytes_per_seq else None
+    if report.sequences_per_gpu == 0:
+        fits = int(room // report.kv_bytes_per_token) // BLOCK_SIZE * BLOCK_SIZE
+        raise PreflightError(f"{section}.max_model_len {probe.max_model_len}: one sequence needs "
+                             f"{report.kv_bytes_per_seq / GIB:.2f} GiB " + short.format(fits=fits))
     return report
 
 
@@ -628,14 +673,14 @@ def _tokenizer(spec: Optional[str]):
         return get_tokenizer(None), "default", f"tokenizer {spec} is not available here ({first})"
 
 
-def prompt_fit(job: Job, evaluation: Any) -> PromptFit:
+def prompt_fit(job: Job, evaluation: Any, max_len: Optional[int] = None) -> PromptFit:
     """Count the job's planned requests (``evaluation.request_lengths``: the plan's counting,
-    uncapped) against the probe's ``max_model_len``. A tokenizer that cannot load here is
-    replaced by the offline default (an estimate, said in ``note``); a length suite is built
-    with at most :data:`SAMPLE_CAP` samples per task and length and the counts scaled up."""
+    uncapped) against ``max_len`` (default: the probe's ``max_model_len``). A tokenizer that
+    cannot load here is replaced by the offline default (an estimate, said in ``note``); a length
+    suite is built with at most :data:`SAMPLE_CAP` samples per task and length and the counts scaled up."""
     import numpy as np
 
-    max_len = job.probe.max_model_len
+    max_len = job.probe.max_model_len if max_len is None else max_len
     notes: list[str] = []
     tok, spec, why = _tokenizer(evaluation.tokenizer_spec(job))
     if why:
@@ -653,14 +698,123 @@ def prompt_fit(job: Job, evaluation: Any) -> PromptFit:
                      cut=round(cut * scale), estimated=bool(notes), note="; ".join(notes))
 
 
+# ---- OpenAI-compatible endpoints ----------------------------------------------------------------
+
+@dataclass
+class EndpointReport:
+    """What :func:`check_openai` found for one OpenAI-compatible section (``probe`` or ``judge``):
+    the names ``/models`` lists (None: no such route) and the windows, the probe's and the server's."""
+
+    section: str
+    base_url: str
+    model: str
+    models: Optional[tuple[str, ...]]
+    check_model: bool
+    max_model_len: Optional[int]
+    served_max_len: Optional[int]
+    truncation: str = "middle"
+    prompts: Optional[PromptFit] = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def window(self) -> Optional[int]:
+        return self.max_model_len or self.served_max_len
+
+    def lines(self) -> list[str]:
+        """The report ``raylc check`` prints."""
+        s, m, served = self.section, self.max_model_len, self.served_max_len
+        if self.models is None:
+            listed = "not checked: the endpoint has no /models route"
+        elif not self.check_model:
+            listed = f"not checked: {s}.check_model is false"
+        elif not self.models:
+            listed = "not checked: /models lists no model"
+        else:
+            listed = "listed by /models" if self.model in self.models else "routed by a wildcard of /models"
+        out = [f"{s}.base_url: {self.base_url} (answered GET /models)", f"{s}.model: {self.model} ({listed})"]
+        if m is not None:
+            out.append(f"{s}.max_model_len: {m} (server's window: "
+                       f"{served if served is not None else 'not reported'}; prompts are fitted client-side)")
+        elif served is not None:
+            out.append(f"{s}.max_model_len: unset; server's window: {served} (max_model_len in /models; prompts are "
+                       "sent whole)")
+        else:
+            out.append(f"{s}.max_model_len: unset; the server reports no window"
+                       + (" (prompt lengths not checked)" if s == "probe" else ""))
+        p = self.prompts
+        if p is not None:
+            limit = f"{s}.max_model_len {m}" if m is not None else f"the server's window {served}"
+            fate = ("the server will refuse them" if m is None else f"refused ({s}.truncation: refuse)"
+                    if self.truncation == "refuse" else "truncation cuts their context")
+            fit = "fits" if not p.cut else f"{p.cut:,} of {p.requests:,} requests above it: {fate}"
+            out.append(f"longest prompt: {p.longest_prompt:,} tokens + {p.longest_max_tokens} max_tokens "
+                       f"{'<=' if not p.cut else 'vs'} {limit}: {fit} "
+                       f"({p.requests:,} requests, tokenizer {p.tokenizer}{', estimate' if p.estimated else ''}; "
+                       "chat template tokens not counted)")
+            if p.note:
+                out.append(f"prompts: {p.note}")
+        return out
+
+
+def check_openai(job: Job, section: str = "probe", *, source: Optional[Union[str, Path]] = None,
+                 prompts: Any = None) -> EndpointReport:
+    """Check ``job``'s OpenAI-compatible ``section`` against its server (module docstring, item 7).
+    Raises :class:`PreflightError` (one line: the job file, the field, the reason) when the
+    endpoint does not answer, does not serve the model or has a smaller window."""
+    from raylc.backends.base import BackendUnavailable
+    from raylc.backends.openai_http import EndpointRefused, OpenAIBackend
+
+    probe = getattr(job, section)
+    where = f"{source}: " if source is not None else ""
+    if probe.api_key_env and not os.environ.get(probe.api_key_env):
+        raise PreflightError(f"{where}{section}.api_key_env: environment variable {probe.api_key_env} is not set")
+    try:  # listing /models needs no tokenizer (an hf: one would load here)
+        info = OpenAIBackend(probe.model_copy(update={"tokenizer": None}), seed=job.seed).check_endpoint(section)
+    except EndpointRefused as exc:
+        raise PreflightError(f"{where}{section}.{exc.key}: {exc}") from None
+    except BackendUnavailable as exc:
+        raise PreflightError(f"{where}{section}: {exc}") from None
+    served = info.max_model_len
+    if probe.max_model_len is not None and served is not None and probe.max_model_len > served:
+        raise PreflightError(
+            f"{where}{section}.max_model_len {probe.max_model_len} is above the {served}-token window the server at "
+            f"{probe.base_url} reports for {probe.model} (max_model_len in /models), so it would refuse the longest "
+            f"prompts; lower {section}.max_model_len to <= {served}")
+    report = EndpointReport(section=section, base_url=probe.base_url, model=probe.model, models=info.models,
+                            check_model=probe.check_model, max_model_len=probe.max_model_len, served_max_len=served,
+                            truncation=probe.truncation)
+    if prompts and section == "probe" and report.window is not None:
+        try:
+            report.prompts = prompt_fit(job, prompts, report.window)
+        except Exception as exc:  # data not reachable here, a suite error: say so, do not fail
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            report.warnings.append(f"prompt lengths not checked: {first}")
+        else:
+            cut = report.prompts.cut
+            if cut and probe.max_model_len is None:
+                report.warnings.append(
+                    f"{cut:,} requests do not fit the server's window of {served} tokens and {section}.max_model_len is "
+                    f"unset, so they are sent whole and refused (error rows); set {section}.max_model_len: {served} "
+                    "to truncate them")
+            elif cut and probe.truncation == "refuse":
+                report.warnings.append(f"{cut:,} requests do not fit and {section}.truncation is 'refuse': they will "
+                                       "be recorded as errors")
+    return report
+
+
 def preflight(job: Job, *, source: Optional[Union[str, Path]] = None, gpu_memory_gib: Optional[float] = None,
-              hub: bool = True, prompts: Any = None, require_config: bool = True) -> list[Report]:
+              hub: bool = True, prompts: Any = None, require_config: bool = True,
+              endpoints: bool = False) -> list[Union[Report, EndpointReport]]:
     """Check every vLLM section of ``job`` (``probe``, then ``judge``); an empty list when there is
     none. ``source`` is the job file (messages, relative ``hf_config``); ``prompts`` (the suite's
-    evaluation, :func:`raylc.evaluate.evaluation_for`) adds :func:`prompt_fit` for the probe (a failure there is a note, never a refusal)."""
-    reports = []
+    evaluation, :func:`raylc.evaluate.evaluation_for`) adds :func:`prompt_fit` for the probe (a failure there is a note, never a refusal).
+    With ``endpoints`` (``raylc check``) OpenAI-compatible sections are checked too (:func:`check_openai`)."""
+    reports: list[Union[Report, EndpointReport]] = []
     for section in ("probe", "judge"):
         probe = getattr(job, section)
+        if endpoints and isinstance(probe, OpenAIProbe):
+            reports.append(check_openai(job, section, source=source, prompts=prompts))
+            continue
         if not isinstance(probe, VLLMProbe):
             continue
         try:

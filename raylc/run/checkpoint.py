@@ -158,29 +158,45 @@ class ShardWriter:
 
 
 TOKEN_COLUMNS = ("prompt_tokens", "generated_tokens", "cached_tokens", "truncated_tokens")
+#: counts a backend may not report (null): unknown, not 0, unless some row reports them
+#: (vLLM's OpenAI server sends no cached_tokens without --enable-prompt-tokens-details)
+REPORTED_COLUMNS = ("cached_tokens",)
 
 
-def accounting(completions: pl.DataFrame, reused: int) -> dict[str, int]:
-    """Requests, tokens and errors of the stage, for the manifest and the end-of-stage table."""
+def _total(column: pl.Series) -> Optional[int]:
+    """The sum of a token column over successful rows; None (unknown) for a :data:`REPORTED_COLUMNS`
+    column that none of them reports (no rows: 0)."""
+    if column.name in REPORTED_COLUMNS and column.len() and column.null_count() == column.len():
+        return None
+    return int(column.sum() or 0)
+
+
+def accounting(completions: pl.DataFrame, reused: int) -> dict[str, Optional[int]]:
+    """Requests, tokens and errors of the stage, for the manifest and the end-of-stage table;
+    ``cached_tokens`` sums the successful rows that report it, None when there are some and none does."""
     ok = completions.filter(pl.col("error").is_null())
     return {
         "requests": completions.height,
         "reused": reused,
         "errors": completions.height - ok.height,
-        **{c: int(ok[c].fill_null(0).sum() or 0) for c in TOKEN_COLUMNS},
+        **{c: _total(ok[c]) for c in TOKEN_COLUMNS},
     }
 
 
-def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str, int], Optional[str]]:
+def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
     """:func:`accounting` of the stored completions, computed shard by shard (memory holds an
     8-byte key per request, not the completions), and the error of one request that never
     succeeded (None when none failed). Falls back to :func:`load_completions` if a success was
     stored twice."""
     totals: Counter[str] = Counter()
+    told: dict[str, bool] = {}  # a REPORTED_COLUMNS column: whether a success reported it (absent: no success)
     ok_keys, failed = [], []
     for shard in iter_shards(store, run_id, ["request_id", "error", *TOKEN_COLUMNS]):
         ok = shard.filter(pl.col("error").is_null())
-        totals.update(accounting(ok, 0))
+        part = accounting(ok, 0)
+        for c in REPORTED_COLUMNS if ok.height else ():
+            told[c] = told.get(c, False) or part[c] is not None
+        totals.update({k: v for k, v in part.items() if v is not None})
         ok_keys.append(request_keys(ok["request_id"]))
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
     done = _sorted_unique(ok_keys)
@@ -192,5 +208,5 @@ def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str,
               else pl.DataFrame(schema={"request_id": pl.String, "error": pl.String}))
     errors = errors.filter(~is_completed(errors["request_id"], done))
     rows = {"requests": done.size + errors.height, "reused": reused, "errors": errors.height,
-            **{c: totals[c] for c in TOKEN_COLUMNS}}
+            **{c: None if told.get(c) is False else totals[c] for c in TOKEN_COLUMNS}}
     return rows, (errors["error"][0] if errors.height else None)

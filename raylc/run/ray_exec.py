@@ -29,11 +29,12 @@ def ensure_ray(job: Job) -> None:
 
 
 def check_gpus(job: Job, log: Callable[[str], None]) -> None:
-    """vLLM engines need ``tensor_parallel_size`` GPUs each. A local Ray started here can never
-    gain GPUs, so that is an error; a cluster may still scale GPU workers up, so a warning."""
+    """vLLM engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu``
+    engines need none). A local Ray started here can never gain GPUs, so that is an error; a
+    cluster may still scale GPU workers up, so a warning."""
     import ray
 
-    if job.probe.backend != "vllm":
+    if job.probe.backend != "vllm" or job.probe.device == "cpu":
         return
     have = ray.cluster_resources().get("GPU", 0)
     need = job.probe.tensor_parallel_size
@@ -41,7 +42,8 @@ def check_gpus(job: Job, log: Callable[[str], None]) -> None:
         return
     msg = f"probe.backend vllm needs {need} GPU(s) per replica; the Ray cluster has {have:g} GPU(s) now"
     if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
-        raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster)")
+        raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster, "
+                                 "or set probe.device: cpu with vLLM's CPU build)")
     log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")
 
 
@@ -361,16 +363,21 @@ class TextEngineActor(PrepareActor):
 
 
 class EngineActor:
-    """GPU actor of the engine stage: one vLLM engine, built here and shut down with the pool;
-    an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on it. A dead
-    engine ends the process (``os._exit``) so that Ray restarts the actor, up to
-    ``probe.max_engine_restarts`` times, and retries its batches."""
+    """GPU (or CPU) actor of the engine stage: one vLLM engine, built here and shut down with
+    the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
+    it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor, up to
+    ``probe.max_engine_restarts`` times, and retries its batches. The engine is shut down
+    when Ray Data lets the actor go (``__ray_shutdown__`` drops the UDF: ``__del__``), and at
+    the latest when the worker's interpreter exits (``atexit``, before its modules are torn down)."""
 
     def __init__(self, job: Job):
+        import atexit
+
         from raylc.backends.vllm_engine import VLLMEngine
 
         self.job = job
         self.engine = VLLMEngine(job.probe)
+        atexit.register(self.engine.shutdown)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         from raylc.backends.vllm_engine import EngineDead
@@ -428,13 +435,14 @@ def stream_requests(source: RequestSource, job: Job) -> Iterator[pl.DataFrame]:
             compute=ray.data.ActorPoolStrategy(size=probe.prepare_actors), num_cpus=job.ray.actor_num_cpus,
         )
         k = probe.max_concurrent_batches
+        opts = actor_options(probe, verbose())  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
         with warnings.catch_warnings():  # max_restarts has no named parameter in Ray 2.60 yet
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ds.map_batches(
                 bound(EngineActor, job=job), batch_size=job.ray.batch_size, batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
                                                    max_tasks_in_flight_per_actor=2 * k),
-                num_cpus=job.ray.actor_num_cpus, max_restarts=probe.max_engine_restarts, **actor_options(probe),
+                num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), max_restarts=probe.max_engine_restarts, **opts,
             )
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield pl.from_arrow(batch)  # type: ignore[misc]

@@ -432,7 +432,8 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     seconds = round(time.perf_counter() - t0, 3)
     run.manifest["stages"][name] = {"status": "done", "rows": rows, "seconds": seconds}
     run.save()
-    run.log(f"[{name}] {', '.join(f'{k}={v}' for k, v in rows.items())} ({seconds:.1f} s)")
+    counts = ", ".join(f"{k}={'unknown' if v is None else v}" for k, v in rows.items())
+    run.log(f"[{name}] {counts} ({seconds:.1f} s)")
     return True
 
 
@@ -571,7 +572,7 @@ def stage_table(manifest: dict[str, Any]) -> str:
     for col in ("stage", "status", "seconds", "counts"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
     for stage, state in manifest.get("stages", {}).items():
-        counts = ", ".join(f"{k}={v:,}" for k, v in (state.get("rows") or {}).items())
+        counts = ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in (state.get("rows") or {}).items())
         table.add_row(stage, state.get("status", "?"), f"{state.get('seconds', 0):.1f}", counts)
     buf = io.StringIO()
     Console(file=buf, width=120).print(table)

@@ -2,8 +2,10 @@
 
 import json
 import pickle
+import re
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -35,8 +37,24 @@ def planted():
 
 
 def probe(url, **kw):
-    base = {"backend": "openai", "base_url": url, "model": "simulated", "backoff_s": 0.001, "timeout_s": 5.0}
+    base = {"backend": "openai", "base_url": url, "model": "simulated", "backoff_s": 0.001, "timeout_s": 5.0,
+            "retry_budget_s": 0.0}  # max_retries alone, unless a test gives a budget
     return OpenAIProbe(**{**base, **kw})
+
+
+def gave_up(attempts: int, retries: int, budget: float = 0) -> str:
+    """A regex of the note ending a request's error after its retries: attempts, seconds, the two limits."""
+    return (rf"; gave up after {attempts} attempts over \d+(\.\d)? s "
+            rf"\(probe\.max_retries {retries}, probe\.retry_budget_s {budget:g}\)")
+
+
+def matches(error: str, expected: str) -> bool:
+    """``error == expected``, where a trailing " after N attempts" in ``expected`` stands for the
+    give-up note of N attempts (``max_retries`` N - 1, no budget)."""
+    m = re.fullmatch(r"(.*) after (\d+) attempts", expected, re.S)
+    if m is None:
+        return error == expected
+    return re.fullmatch(re.escape(m[1]) + gave_up(int(m[2]), int(m[2]) - 1), error) is not None
 
 
 def free_port() -> int:
@@ -77,7 +95,7 @@ def test_failure_after_retries_is_a_row_with_an_error(planted):
     assert server.stats["requests"] == 4 * 3
     for r in results:
         assert r["completion"] is None and r["finish_reason"] is None
-        assert r["error"] == f"{server.base_url}/chat/completions: HTTP 503 (injected failure) after 3 attempts"
+        assert matches(r["error"], f"{server.base_url}/chat/completions: HTTP 503 (injected failure) after 3 attempts")
 
 
 def test_client_errors_are_not_retried(planted):
@@ -98,7 +116,7 @@ def test_server_down_gives_backend_unavailable_naming_the_endpoint(planted):
     assert msg.startswith(f"OpenAI endpoint {url} is unavailable: connection error") and "\n" not in msg
     (r,) = backend.generate(prompts[:1])
     assert r["completion"] is None and r["error"].startswith(f"{url}/chat/completions: connection error")
-    assert r["error"].endswith("after 2 attempts")
+    assert re.search(gave_up(2, 1) + "$", r["error"])
 
 
 def test_check_endpoint_checks_the_model(planted):
@@ -395,7 +413,7 @@ def test_retry_after_keeps_seeded_jitter(planted, monkeypatch):
         with SimulatedOpenAIServer(sim, fail_rate=1.0, fail_status=429, retry_after=2) as server:
             results = OpenAIBackend(probe(server.base_url, backoff_s=0.1, max_retries=3, concurrency=1),
                                     seed=7).generate(prompts[:6])
-        assert all(r["error"].endswith("HTTP 429 (injected failure) after 4 attempts") for r in results)
+        assert all(re.search(r"HTTP 429 \(injected failure\)" + gave_up(4, 3) + "$", r["error"]) for r in results)
         runs.append(sorted(s for v in sleeps.values() for s in v))
     assert runs[0] == runs[1] and len(runs[0]) == 6 * 3  # deterministic per seed
     assert all(2.0 <= s <= 2.0 * openai_http.RETRY_AFTER_SPREAD for s in runs[0])  # never before Retry-After
@@ -590,7 +608,7 @@ def test_exact_error_texts(planted):
     for server_kw, probe_kw, error in cases:
         with SimulatedOpenAIServer(sim, **server_kw) as server:
             (r,) = OpenAIBackend(probe(server.base_url, **probe_kw)).generate(prompts[:1])
-        assert r["error"] == f"{server.base_url}/chat/completions: {error}", (server_kw, r["error"])
+        assert matches(r["error"], f"{server.base_url}/chat/completions: {error}"), (server_kw, r["error"])
         assert r["completion"] is None and r["prompt_tokens"] == DefaultTokenizer().count(prompts[0])
         assert r["truncated_tokens"] == 0 and 0 <= r["latency_s"] < 30
 
@@ -598,7 +616,7 @@ def test_exact_error_texts(planted):
 def test_connection_errors_and_connect_timeouts_are_retried():
     url = f"http://127.0.0.1:{free_port()}/v1"
     (r,) = OpenAIBackend(probe(url, max_retries=1)).generate(["p"])
-    assert r["error"] == f"{url}/chat/completions: connection error (Connection refused) after 2 attempts"
+    assert matches(r["error"], f"{url}/chat/completions: connection error (Connection refused) after 2 attempts")
 
     class Opener:  # a connect timeout (a remote host that does not answer): URLError(timeout)
         calls = 0
@@ -610,7 +628,7 @@ def test_connection_errors_and_connect_timeouts_are_retried():
     backend = OpenAIBackend(probe(url, max_retries=2, timeout_s=1.5))
     backend._opener = Opener()  # type: ignore[assignment]
     (r,) = backend.generate(["p"])
-    assert r["error"] == f"{url}/chat/completions: timed out after 1.5 s after 3 attempts" and Opener.calls == 3
+    assert matches(r["error"], f"{url}/chat/completions: timed out after 1.5 s after 3 attempts") and Opener.calls == 3
 
 
 def test_error_rows_keep_the_truncation(planted):
@@ -796,7 +814,7 @@ def test_failures_raised_inside_urllib_read_as_documented():
         backend = OpenAIBackend(probe(url, backoff_s=0.0, **probe_kw))
         backend._opener = Opener()  # type: ignore[assignment]
         (r,) = backend.generate(["p"])
-        assert r["error"] == f"{url}/chat/completions: {error}", (failure, r["error"])
+        assert matches(r["error"], f"{url}/chat/completions: {error}"), (failure, r["error"])
         assert Opener.calls == (2 if "after 2 attempts" in error else 1), failure
 
 
@@ -815,3 +833,102 @@ def test_latency_is_the_time_of_the_request_and_workers_are_named(planted):
     with SimulatedOpenAIServer(sim, fail_rate=1.0, stall_rate=1.0, stall_s=0.02) as server:
         (failed,) = OpenAIBackend(probe(server.base_url, max_retries=0)).generate(prompts[:1])
     assert failed["error"].endswith("HTTP 503 (injected failure)") and 0.02 <= failed["latency_s"] < 30
+
+
+# --- retry budget, usage warning endpoint, the served window (issue #28, item 7) ---------------
+
+
+def test_retries_outlast_a_server_restart_within_retry_budget_s(planted):
+    """A server that goes away and comes back on the same port 0.5 s later (vLLM takes ~30 s): with
+    max_retries 1 the requests would give up at once; retry_budget_s keeps them retrying."""
+    sim, prompts = planted
+    port = free_port()
+    first = SimulatedOpenAIServer(sim, port=port).start()
+    backend = OpenAIBackend(probe(first.base_url, max_retries=1, backoff_s=0.05, retry_budget_s=20.0, concurrency=4))
+    assert backend.generate(prompts[:1])[0]["error"] is None
+    first.stop()
+    second = SimulatedOpenAIServer(sim, port=port)
+    timer = threading.Timer(0.5, second.start)
+    timer.start()
+    try:
+        results = backend.generate(prompts[1:5])
+    finally:
+        timer.join()
+        second.stop()
+    assert [r["error"] for r in results] == [None] * 4
+    assert [r["completion"] for r in results] == [sim.answer(p) for p in prompts[1:5]]
+    assert all(r["latency_s"] >= 0.4 for r in results)  # they did wait for the restart
+
+
+def test_retry_budget_gives_up_naming_it_and_a_long_outage_costs_later_requests_max_retries():
+    """The rule: retried while attempts remain, or while the request and the outage are younger than
+    retry_budget_s. On an endpoint that stays down the first request retries for the budget, the next
+    ones (the outage already older than it) only max_retries times; every wait is bounded."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    backend = OpenAIBackend(probe(url, max_retries=1, backoff_s=0.05, retry_budget_s=0.6, concurrency=1))
+    t0 = time.monotonic()
+    first, *later = backend.generate(["p", "q", "r"])
+    assert time.monotonic() - t0 < 4.0
+    head = re.escape(f"{url}/chat/completions: connection error (Connection refused)")
+    m = re.fullmatch(head + r"; gave up after (\d+) attempts over (\d+\.\d) s "
+                     r"\(probe\.max_retries 1, probe\.retry_budget_s 0\.6\)", first["error"])
+    assert m and int(m[1]) > 2 and 0.6 <= float(m[2]) < 2.0, first["error"]
+    assert 0.6 <= first["latency_s"] < 2.0
+    for r in later:
+        assert re.fullmatch(head + gave_up(2, 1, 0.6), r["error"]), r["error"]
+    backend.probe = backend.probe.model_copy(update={"max_retries": 0})  # no retry at all: still says why
+    (r,) = backend.generate(["s"])
+    assert re.fullmatch(head + r"; gave up after 1 attempt over \d\.\d s \(probe\.max_retries 0, probe\.retry_budget_s 0\.6\)",
+                        r["error"]), r["error"]
+    # a reply ends the outage: the budget applies afresh
+    assert backend._outage(False) == 0.0 and backend._failing_since is None
+
+
+def test_retry_budget_is_operational_and_bounded():
+    from raylc.spec import probe_settings
+
+    a, b = OpenAIProbe(**{**probe("http://h/v1").model_dump(), "retry_budget_s": 300.0}), probe("http://h/v1")
+    assert "retry_budget_s" in OpenAIProbe.OPERATIONAL and probe_settings(a) == probe_settings(b)
+    assert OpenAIProbe(backend="openai", base_url="http://h/v1", model="m").retry_budget_s == 300.0
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            probe("http://h/v1", retry_budget_s=bad)
+
+
+def test_usage_warning_names_the_endpoint_the_request_went_to(planted, capsys):
+    """In chat mode a raw request goes to /completions: the usage warning names /completions."""
+    sim, _ = planted
+    long = TEMPLATE.format(context=" ".join(["filler"] * 3000), question="What is the code of vault V-9?")
+    with SimulatedOpenAIServer(sim, usage_scale=0.003) as server:
+        backend = OpenAIBackend(probe(server.base_url, mode="chat"))
+        (r,) = backend.generate([long], raw=[True])
+        assert server.routes == ["/v1/completions"] and r["error"] is None
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and warning[0].startswith(f"warning: {server.base_url}/completions reported "), warning
+
+
+def test_check_endpoint_returns_the_listed_models_and_the_served_window(planted):
+    sim, _ = planted
+    with SimulatedOpenAIServer(sim, listed_models=["simulated", "other"]) as server:
+        info = OpenAIBackend(probe(server.base_url)).check_endpoint()
+        assert (info.models, info.max_model_len) == (("simulated", "other"), None)
+        assert OpenAIBackend(probe(server.base_url.replace("/v1", "/v2"))).check_endpoint().models is None  # no route
+    backend = OpenAIBackend(probe("http://127.0.0.1:9/v1"))
+    vllm_models = {"object": "list", "data": [  # vLLM's /v1/models: each entry carries max_model_len
+        {"id": "other", "object": "model", "max_model_len": 4096},
+        {"id": "simulated", "object": "model", "owned_by": "vllm", "max_model_len": 32768}]}
+    backend._send = lambda url, body, timeout: vllm_models  # type: ignore[assignment]
+    assert backend.check_endpoint().max_model_len == 32768
+    for bad in (None, 0, -5, "32768", True):
+        vllm_models["data"][1]["max_model_len"] = bad
+        assert backend.check_endpoint().max_model_len is None, bad
+    for reply in ({"data": None}, {"data": {"id": "x"}}, {"data": "simulated"}):  # no list: nothing listed
+        backend._send = lambda url, body, timeout, reply=reply: reply  # type: ignore[assignment]
+        assert backend.check_endpoint() == openai_http.EndpointInfo((), None), reply
+    with SimulatedOpenAIServer(sim) as server:
+        with pytest.raises(BackendUnavailable, match=r"set judge\.check_model: false") as err:
+            OpenAIBackend(probe(server.base_url, model="llama")).check_endpoint("judge")
+    assert err.value.key == "model"  # type: ignore[attr-defined]
+    with pytest.raises(BackendUnavailable) as err:
+        OpenAIBackend(probe(f"http://127.0.0.1:{free_port()}/v1")).check_endpoint()
+    assert err.value.key == "base_url"  # type: ignore[attr-defined]

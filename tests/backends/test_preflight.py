@@ -498,3 +498,192 @@ def test_plan_warns_when_the_config_is_not_found_locally(tmp_path):
                           timeout=120, env=_env(HF_HUB_CACHE=str(tmp_path / "cache")), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith("warning: probe not checked before start-up: cannot find the config.json of probe.model")
+
+
+# ---- OpenAI-compatible endpoints ----------------------------------------------------------------
+
+class _VLLMModels(http.server.BaseHTTPRequestHandler):
+    """``vllm serve``'s ``GET /v1/models`` on 127.0.0.1: each entry carries the model's ``max_model_len``."""
+
+    window = 2048
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "simulated", "object": "model", "owned_by": "vllm",
+                                                       "root": "org/simulated", "max_model_len": self.window}]}).encode()
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def vllm_models():
+    """``(base_url, set_window)`` of a vLLM-like /v1/models endpoint."""
+    handler = type("Models", (_VLLMModels,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", lambda window: setattr(handler, "window", window)
+    server.shutdown()
+    server.server_close()
+
+
+def _openai_job(tmp_path, base_url, section="probe", name="openai.yaml", **probe) -> Path:
+    return _write(tmp_path / name, {
+        "name": "o", "suite": {"problems_per_task": 2, "max_units": 60}, "store": {"path": str(tmp_path / "store")},
+        section: {"backend": "openai", "base_url": base_url, "model": "simulated", "tokenizer": "default", **probe}})
+
+
+def _one_line_refusal(proc) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == "" and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr.strip()
+
+
+def test_cli_check_reports_an_openai_endpoint(tmp_path):
+    """`raylc check` of an OpenAI-compatible probe: the endpoint answers, lists the model, and the
+    planned prompts are counted against probe.max_model_len as in the vLLM report."""
+    from raylc.backends.testserver import SimulatedOpenAIServer
+
+    with SimulatedOpenAIServer() as server:
+        job = _openai_job(tmp_path, server.base_url, max_model_len=4096)
+        proc = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
+        unknown = raylc("check", _openai_job(tmp_path, server.base_url, name="bare.yaml"), env=IN_PROCESS_ENV, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    fit = prompt_fit(load_job(job), evaluation_for(load_job(job)), 4096)
+    assert proc.stdout.splitlines() == [
+        f"probe.base_url: {server.base_url} (answered GET /models)",
+        "probe.model: simulated (listed by /models)",
+        "probe.max_model_len: 4096 (server's window: not reported; prompts are fitted client-side)",
+        f"longest prompt: {fit.longest_prompt:,} tokens + 32 max_tokens <= probe.max_model_len 4096: fits "
+        f"({fit.requests:,} requests, tokenizer default; chat template tokens not counted)"]
+    assert unknown.returncode == 0 and unknown.stdout.splitlines()[2] == (
+        "probe.max_model_len: unset; the server reports no window (prompt lengths not checked)")
+    assert len(unknown.stdout.splitlines()) == 3
+    assert preflight(load_job(job)) == []  # run, plan and submit do not ask the server (the run checks it itself)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.yaml", "openai.yaml"]  # nothing written
+
+
+def test_cli_check_refuses_an_unreachable_endpoint_or_an_unserved_model_in_one_line(tmp_path):
+    from raylc.backends.testserver import SimulatedOpenAIServer
+
+    from raycluster import free_port
+
+    for bad in ("localhost:8000/v1", "http://[::1/v1", "http://127.0.0.1:99999/v1"):  # a job error, no traceback
+        job = _openai_job(tmp_path, bad, name="bad.yaml")
+        line = _one_line_refusal(raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path))
+        assert line.startswith(f"error: {job}: key 'probe.base_url': ") and "URL" in line, line
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    for section in ("probe", "judge"):
+        job = _openai_job(tmp_path, down, section=section)
+        line = _one_line_refusal(raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path))
+        assert line.startswith(f"error: {job}: {section}.base_url: OpenAI endpoint {down} is unavailable: "
+                               "connection error"), line
+    with SimulatedOpenAIServer(stall_models_s=3.0) as server:  # an endpoint that does not answer: a time limit
+        t0 = time.monotonic()
+        line = _one_line_refusal(raylc("check", _openai_job(tmp_path, server.base_url, timeout_s=0.5),
+                                       env=IN_PROCESS_ENV, cwd=tmp_path))
+        assert time.monotonic() - t0 < 2.5 and line.endswith("is unavailable: timed out after 0.5 s"), line
+    with SimulatedOpenAIServer() as server:
+        job = _openai_job(tmp_path, server.base_url, model="llama")
+        line = _one_line_refusal(raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path))
+        assert line == (f"error: {job}: probe.model: OpenAI endpoint {server.base_url} does not serve model 'llama' "
+                        "(serves: simulated); set probe.check_model: false if it routes names it does not list")
+        unchecked = raylc("check", _openai_job(tmp_path, server.base_url, model="llama", check_model=False),
+                          env=IN_PROCESS_ENV, cwd=tmp_path)
+        assert unchecked.returncode == 0 and "probe.model: llama (not checked: probe.check_model is false)" in unchecked.stdout
+        job = _openai_job(tmp_path, server.base_url, api_key_env="RAYLC_NO_SUCH_KEY_VAR")
+        line = _one_line_refusal(raylc("check", job, env={**IN_PROCESS_ENV, "RAYLC_NO_SUCH_KEY_VAR": None}, cwd=tmp_path))
+        assert line == f"error: {job}: probe.api_key_env: environment variable RAYLC_NO_SUCH_KEY_VAR is not set"
+
+
+def test_cli_check_uses_the_window_the_server_reports(tmp_path, vllm_models):
+    """vLLM's /v1/models gives the model's max_model_len: a larger probe.max_model_len is refused; an unset
+    one takes the server's window for the prompt count, and prompts above it are a warning (sent whole)."""
+    url, set_window = vllm_models
+    job = _openai_job(tmp_path, url, max_model_len=4096)
+    assert _one_line_refusal(raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)) == (
+        f"error: {job}: probe.max_model_len 4096 is above the 2048-token window the server at {url} reports for "
+        "simulated (max_model_len in /models), so it would refuse the longest prompts; lower probe.max_model_len "
+        "to <= 2048")
+    proc = raylc("check", _openai_job(tmp_path, url, max_model_len=1024), env=IN_PROCESS_ENV, cwd=tmp_path)
+    assert proc.returncode == 0 and ("probe.max_model_len: 1024 (server's window: 2048; prompts are fitted "
+                                     "client-side)") in proc.stdout.splitlines()
+    job = _openai_job(tmp_path, url)
+    proc = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert lines[2] == ("probe.max_model_len: unset; server's window: 2048 (max_model_len in /models; prompts are "
+                        "sent whole)")
+    assert "+ 32 max_tokens <= the server's window 2048: fits" in lines[3]
+    set_window(300)
+    proc = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
+    fit = prompt_fit(load_job(job), evaluation_for(load_job(job)), 300)
+    assert proc.returncode == 0 and fit.cut > 0
+    assert (f"vs the server's window 300: {fit.cut:,} of {fit.requests:,} requests above it: the server will refuse "
+            "them") in proc.stdout
+    assert proc.stderr == (f"warning: {fit.cut:,} requests do not fit the server's window of 300 tokens and "
+                           "probe.max_model_len is unset, so they are sent whole and refused (error rows); set "
+                           "probe.max_model_len: 300 to truncate them\n")
+
+
+# ---- engine arguments, sampling settings and CPU engines (issue 28) -----------------------------
+
+def test_check_refuses_an_unknown_engine_argument_and_an_invalid_sampling_setting_in_one_line(tmp_path):
+    """Without vLLM installed, engine arguments are checked against vLLM 0.33.0's EngineArgs
+    fields; sampling settings vLLM's SamplingParams refuses are refused when the job loads."""
+    job = _write(tmp_path / "j.yaml", {"name": "t", "suite": {"problems_per_task": 2, "max_units": 60}, "probe": {
+        "backend": "vllm", "model": "org/model", "hf_config": str(_write(tmp_path / "c.json", QWEN)),
+        "max_model_len": 32768, "device": "cpu", "engine_args": {"enforce_eager": True}}})
+    ok = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "probe.engine_args: enforce_eager=True (known to vLLM 0.33.0's (not installed here) EngineArgs)" in ok.stdout
+    cases = {
+        "probe.engine_args.enforce_eagr=true": f"error: {job}: probe.engine_args.enforce_eagr is not a vLLM engine "
+        "argument (not among vLLM 0.33.0's (not installed here) EngineArgs fields; did you mean 'enforce_eager'?)",
+        "probe.engine_args.max_model_len=9": f"error: {job}: key 'probe.engine_args': Value error, "
+        "engine_args.max_model_len is set by raylc: use probe.max_model_len",
+        "probe.sampling.temperature=3": f"error: {job}: key 'probe.sampling.temperature': Input should be less "
+        "than or equal to 2",
+        "probe.sampling.temperature=.nan": f"error: {job}: key 'probe.sampling.temperature': Input should be a finite number",
+        "probe.sampling.stop=['']": f"error: {job}: key 'probe.sampling.stop.0': String should have at least 1 character",
+    }
+    for setting, line in cases.items():
+        proc = raylc("check", job, "--set", setting, env=IN_PROCESS_ENV, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (setting, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(line), (setting, proc.stderr)
+
+
+def test_cpu_engine_report_and_kv_cache_refusal():
+    r = check_probe(_probe(max_model_len=32768, device="cpu", cpu_kv_cache_gib=4), config=QWEN)
+    per_seq = 2 * 28 * 4 * 128 * 2 * 32768  # bytes/token x tokens (bf16 KV)
+    assert r.sequences_per_gpu == 4 * 2**30 // per_seq == 2
+    assert any(line.startswith("probe.device: cpu (vLLM's CPU build): KV cache for <= 2 sequences") for line in r.lines())
+    with pytest.raises(PreflightError, match=r"probe.cpu_kv_cache_gib is 1, so vLLM cannot start; raise "
+                                             r"probe.cpu_kv_cache_gib or lower probe.max_model_len to <= 18720"):
+        check_probe(_probe(max_model_len=32768, device="cpu", cpu_kv_cache_gib=1), config=QWEN)
+    assert 1 * 2**30 // 57344 // 16 * 16 == 18720
+
+
+def test_config_keys_the_file_omits_come_from_the_transformers_class(monkeypatch):
+    from raylc.backends.preflight import with_class_defaults
+
+    class Config:  # a stand-in for transformers.AutoConfig
+        @staticmethod
+        def for_model(model_type):
+            if model_type != "llama":
+                raise ValueError(model_type)
+            return type("C", (), {"to_dict": lambda self: {"rope_theta": 10000.0, "num_key_value_heads": None,
+                                                           "_private": 1, "max_position_embeddings": 2048}})()
+
+    monkeypatch.setitem(sys.modules, "transformers", type(sys)("transformers"))
+    sys.modules["transformers"].AutoConfig = Config
+    filled, ok = with_class_defaults({"model_type": "llama", "max_position_embeddings": 8192})
+    assert ok and filled == {"rope_theta": 10000.0, "num_key_value_heads": None, "max_position_embeddings": 8192,
+                             "model_type": "llama"}  # the file wins; private keys are left out
+    assert with_class_defaults({"model_type": "custom"}) == ({"model_type": "custom"}, False)
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert with_class_defaults({"model_type": "llama"}) == ({"model_type": "llama"}, False)

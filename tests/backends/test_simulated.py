@@ -28,7 +28,15 @@ VLLM_ENGINE_ARGS = {
     "model", "tokenizer", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "max_num_batched_tokens", "dtype", "hf_overrides", "distributed_executor_backend",
     "disable_log_stats", "max_num_seqs",
+    "kv_cache_memory_bytes", "enforce_eager", "block_size",  # l.615, l.648, l.597
 }
+
+
+def test_pinned_engine_arg_names_hold_the_names_raylc_uses():
+    from raylc.backends.vllm_fields import ENGINE_ARGS_0_33
+
+    assert VLLM_ENGINE_ARGS <= ENGINE_ARGS_0_33 and len(ENGINE_ARGS_0_33) == 260
+    assert "kv_cache_memory_byte" not in ENGINE_ARGS_0_33 and "device" not in ENGINE_ARGS_0_33
 # vllm/sampling_params.py  SamplingParams (l.271-): temperature (l.308), top_p (l.315), seed (l.325),
 #     stop (l.327), max_tokens (l.337).
 VLLM_SAMPLING_PARAMS = {"temperature", "top_p", "max_tokens", "stop", "seed"}
@@ -77,7 +85,8 @@ def test_make_backend_builds_text_backends_and_vllm_needs_vllm(planted, monkeypa
     monkeypatch.setitem(sys.modules, "vllm", None)  # "not installed"
     with pytest.raises(BackendUnavailable) as err:
         VLLMEngine(VLLMProbe(backend="vllm", model="m"))
-    assert str(err.value) == INSTALL_HINT == "vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine"
+    assert str(err.value) == INSTALL_HINT == ("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine, "
+                                              "or vLLM's CPU build for probe.device: cpu (README, 'Real model on CPU')")
     ojob = Job(name="o", probe={"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
     assert type(make_backend(ojob, problems)).__name__ == "OpenAIBackend"
 
@@ -104,7 +113,17 @@ def test_engine_kwargs_use_exact_vllm_names():
     assert "tokenizer" not in minimal and "max_num_batched_tokens" not in minimal and "hf_overrides" not in minimal
     assert minimal["max_model_len"] == 131072 and minimal["tensor_parallel_size"] == 1
     assert minimal["distributed_executor_backend"] == "uni"
-    assert actor_options(probe) == {"num_gpus": 2} and actor_options(VLLMProbe(backend="vllm", model="m")) == {"num_gpus": 1}
+    assert actor_options(probe, verbose=True) == {"num_gpus": 2}
+    quiet = {"runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "ERROR"}}}  # vLLM's info lines off the console
+    assert actor_options(VLLMProbe(backend="vllm", model="m")) == {"num_gpus": 1, **quiet}
+    cpu = VLLMProbe(backend="vllm", model="m", device="cpu", engine_num_cpus=1.5, cpu_kv_cache_gib=3,
+                    env={"VLLM_LOGGING_LEVEL": "INFO", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+                    engine_args={"enforce_eager": True, "block_size": 64}, accelerator_type="H100")
+    assert actor_options(cpu) == {"num_cpus": 1.5, "runtime_env": {"env_vars": {
+        "VLLM_LOGGING_LEVEL": "INFO", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}}}  # no GPU, no accelerator type
+    kw = engine_kwargs(cpu)
+    assert kw["kv_cache_memory_bytes"] == 3 * 2**30 and kw["enforce_eager"] is True and kw["block_size"] == 64
+    assert set(kw) <= VLLM_ENGINE_ARGS and "kv_cache_memory_bytes" not in minimal
     assert engine_kwargs(VLLMProbe(backend="vllm", model="m", max_num_seqs=64))["max_num_seqs"] == 64
 
 

@@ -8,6 +8,7 @@ import asyncio
 import glob
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -501,7 +502,7 @@ def test_async_concurrency_is_capped_by_max_num_seqs(vllm, tmp_path):
 # --------------------------------------------------------------------------- faults and stats
 
 
-def test_engine_death_and_startup_failure(vllm, tmp_path):
+def test_engine_death(vllm, tmp_path):
     from vllm.v1.engine.exceptions import EngineDeadError
 
     path = model(tmp_path, double={"prefill_tokens_per_s": 1e6, "decode_step_s": 0.002, "die_after_requests": 3})
@@ -520,18 +521,236 @@ def test_engine_death_and_startup_failure(vllm, tmp_path):
         llm.generate([vllm.TokensPrompt(prompt_token_ids=ids_of(30, start=500 + i)) for i in range(6)], sp,
                      use_tqdm=False)
 
-    bad = model(tmp_path, "bad", double={"fail_on_init": "CUDA out of memory. Tried to allocate 2.00 GiB"})
-    for build in (lambda: vllm.LLM(model=bad, max_model_len=1024),
-                  lambda: vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=bad, max_model_len=1024))):
+
+# --------------------------------------------------------------------------- the engine core process
+
+STARTUP_FAILED = ("Engine core initialization failed. See root cause above. "
+                  "Failed core proc(s): {'EngineCore': 1}")
+# vLLM's log prefix (logger.py _FORMAT; logging_utils/formatter.py NewLineFormatter)
+LOG_PREFIX = re.compile(r"^\(EngineCore pid=(\d+)\) ERROR \d\d-\d\d \d\d:\d\d:\d\d \[core\.py:\d+\] ")
+KV_REASON = (
+    "ValueError: To serve at least one request with the model's max seq len (2048), (0.11 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (0.05 GiB). Based on the available memory, "
+    "the estimated maximum model length is 1000. Try increasing `gpu_memory_utilization` (which also controls "
+    "CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+
+
+def core_process(engine):
+    """The engine core process, where vLLM keeps it: ``engine_core.resources.engine_manager``."""
+    procs = engine.engine_core.resources.engine_manager.processes
+    assert len(procs) == 1 and procs[0].name == "EngineCore"
+    return procs[0]
+
+
+def gone(pid):
+    """The process has exited (a zombie nobody reaped counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def check_core_log(out, err, last_line, message="EngineCore failed to start."):
+    """What vLLM's engine core process prints when it fails: its logger's lines (stdout by default,
+    every line prefixed, joined by CR LF), then multiprocessing's "Process EngineCore:" and the
+    traceback on stderr. Returns the core's pid."""
+    lines = [ln.rstrip("\r") for ln in out.splitlines()]
+    start = next(i for i, ln in enumerate(lines) if ln.endswith("] " + message))
+    m = LOG_PREFIX.match(lines[start])
+    assert m, lines[start]
+    pid = int(m.group(1))
+    assert pid != os.getpid()
+    prefix = lines[start][: m.end()]
+    logged = []
+    for ln in lines[start:]:
+        if not ln.startswith(prefix):
+            break
+        logged.append(ln[len(prefix):])
+    assert logged[1] == "Traceback (most recent call last):"
+    assert logged[2].startswith("  File ") and "in run_engine_core" in logged[2]
+    assert logged[-1] == last_line
+    assert "\r\n" in out  # NewLineFormatter joins the lines with CR LF
+    err_lines = err.splitlines()
+    i = err_lines.index("Process EngineCore:")
+    assert err_lines[i + 1] == "Traceback (most recent call last):"
+    assert err_lines[i + 2].startswith("  File ")
+    end = next(j for j in range(i + 2, len(err_lines)) if not err_lines[j].startswith(" "))
+    assert err_lines[end] == last_line
+    return pid
+
+
+def test_startup_failure_raises_vllms_error_and_the_core_prints_the_reason(vllm, tmp_path, capfd):
+    reason = "CUDA out of memory. Tried to allocate 2.00 GiB"
+    bad = model(tmp_path, "bad", double={"fail_on_init": reason})
+    builds = (lambda: vllm.LLM(model=bad, max_model_len=1024),
+              lambda: vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=bad, max_model_len=1024)))
+    for build in builds:
+        capfd.readouterr()
         with pytest.raises(RuntimeError) as err:
             build()
-        lines = str(err.value).splitlines()
-        assert "CUDA out of memory" in lines[0]
-        assert lines[-1] == ("Engine core initialization failed. See root cause above. "
-                             "Failed core proc(s): {'EngineCore': 1}")
+        assert str(err.value) == STARTUP_FAILED  # as vLLM: the reason is not in the message
+        out, err_text = capfd.readouterr()
+        check_core_log(out, err_text, f"RuntimeError: {reason}")
+
+    # "Type: message" picks the exception type
+    oom = model(tmp_path, "oom", double={"fail_on_init": "torch.OutOfMemoryError: CUDA out of memory."})
+    with pytest.raises(RuntimeError, match="^Engine core initialization failed"):
+        vllm.LLM(model=oom, max_model_len=1024)
+    out, err_text = capfd.readouterr()
+    check_core_log(out, err_text, "torch.OutOfMemoryError: CUDA out of memory.")
+
+    # KV cache smaller than max_model_len: vLLM's ValueError, in the core process
     small_kv = model(tmp_path, "kv", double={"kv_cache_tokens": 1000})
-    with pytest.raises(RuntimeError, match=r"To serve at least one request with the model's max seq len \(2048\)"):
+    with pytest.raises(RuntimeError) as err:
         vllm.LLM(model=small_kv, max_model_len=2048)
+    assert str(err.value) == STARTUP_FAILED
+    out, err_text = capfd.readouterr()
+    check_core_log(out, err_text, KV_REASON)
+    assert KV_REASON not in str(err.value)
+
+
+def test_core_log_stream_follows_vllm_logging_stream(vllm, tmp_path, capfd, monkeypatch):
+    bad = model(tmp_path, "bad", double={"fail_on_init": "ValueError: no GPU"})
+    monkeypatch.setenv("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    capfd.readouterr()
+    with pytest.raises(RuntimeError, match="^Engine core initialization failed"):
+        vllm.LLM(model=bad, max_model_len=1024)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert LOG_PREFIX.match(err.splitlines()[0]) and err.splitlines()[0].endswith("EngineCore failed to start.")
+    assert err.count("ValueError: no GPU") == 2 and "Process EngineCore:" in err
+
+
+_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from doubles import vllm_double
+with vllm_double() as vllm:
+    try:
+        vllm.LLM(model={model!r}, max_model_len=2048)
+    except RuntimeError as e:
+        print("RAISED", e, flush=True)
+    llm = vllm.LLM(model={good!r}, max_model_len=2048)
+    print("CORE", llm.llm_engine.engine_core.resources.engine_manager.processes[0].pid, flush=True)
+    import os
+    os._exit(0)  # no shutdown, no finalizers: the core process sees its control pipe close
+"""
+
+
+def test_core_process_writes_to_inherited_fds_and_never_outlives_its_frontend(tmp_path):
+    """Outside pytest's capture: the core process writes to the frontend's own fd 1 / fd 2 (here
+    pipes), and a frontend that exits abruptly (``os._exit``) leaves no process behind."""
+    import subprocess
+    import sys
+
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    script = _SCRIPT.format(tests=tests_dir, model=model(tmp_path, "kv", double={"kv_cache_tokens": 1000}),
+                            good=model(tmp_path))
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    out, err = res.stdout.decode(), res.stderr.decode()  # bytes: keep the CR LF
+    assert res.returncode == 0, err
+    assert f"RAISED {STARTUP_FAILED}" in out
+    check_core_log(out, err, KV_REASON)
+    core_pid = int(out.split("CORE ")[1].split()[0])
+    assert wait_for(lambda: gone(core_pid))
+    assert err.count("Process EngineCore:") == 1  # the good engine's core stopped quietly
+
+
+def test_killing_the_core_process_kills_the_engine(vllm, tmp_path):
+    import signal
+
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    path = model(tmp_path, double={"prefill_tokens_per_s": 1e6, "decode_step_s": 0.01})
+    engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=path, max_model_len=2048))
+    proc = core_process(engine)
+    assert proc.pid != os.getpid() and proc.is_alive() and proc.exitcode is None and not engine.errored
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens=1000, ignore_eos=True)
+
+    async def main():
+        jobs = [asyncio.ensure_future(collect(engine, ids_of(30, start=800 + i), sp, f"k{i}")) for i in range(3)]
+        await asyncio.sleep(0.2)
+        assert not any(j.done() for j in jobs)
+        os.kill(proc.pid, signal.SIGKILL)
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    t0 = time.monotonic()
+    res = asyncio.run(main())
+    assert time.monotonic() - t0 < 5
+    assert all(isinstance(r, EngineDeadError) for r in res), res
+    assert engine.errored and proc.exitcode == -signal.SIGKILL
+    assert isinstance(run_async(engine, [(ids_of(10), sp)])[0], EngineDeadError)  # later requests too
+    engine.shutdown()
+
+    llm = vllm.LLM(model=path, max_model_len=2048)
+    proc = core_process(llm.llm_engine)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert wait_for(lambda: llm.llm_engine.engine_core.dead)
+    with pytest.raises(EngineDeadError):
+        llm.generate(vllm.TokensPrompt(prompt_token_ids=ids_of(10)), vllm.SamplingParams(max_tokens=2), use_tqdm=False)
+
+
+async def collect(engine, ids, sp, rid):
+    final = None
+    async for out in engine.generate({"prompt_token_ids": ids}, sp, request_id=rid):
+        final = out
+    return final
+
+
+def test_engine_death_stops_the_core_process_as_vllms_does(vllm, tmp_path, capfd):
+    path = model(tmp_path, double={"prefill_tokens_per_s": 1e6, "decode_step_s": 0.002, "die_after_requests": 1})
+    llm = vllm.LLM(model=path, max_model_len=2048)
+    proc = core_process(llm.llm_engine)
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    capfd.readouterr()
+    with pytest.raises(EngineDeadError):
+        llm.generate([vllm.TokensPrompt(prompt_token_ids=ids_of(20, start=i)) for i in range(3)],
+                     vllm.SamplingParams(max_tokens=4), use_tqdm=False)
+    assert wait_for(lambda: proc.exitcode is not None)
+    assert proc.exitcode == 1
+    out, err = capfd.readouterr()
+    check_core_log(out, err, "RuntimeError: vLLM double: die_after_requests=1 reached",
+                   message="EngineCore encountered a fatal error.")
+
+
+def test_shutdown_stops_the_core_process_quietly(vllm, tmp_path, capfd):
+    import gc
+
+    path = model(tmp_path)
+    capfd.readouterr()
+    t0 = time.monotonic()
+    engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=path, max_model_len=2048))
+    llm = vllm.LLM(model=path, max_model_len=2048)
+    assert time.monotonic() - t0 < 5  # a core process starts in well under a second
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens=4)
+    assert run_async(engine, [(ids_of(20), sp)])[0].finished
+    assert llm.generate(vllm.TokensPrompt(prompt_token_ids=ids_of(20)), sp, use_tqdm=False)[0].finished
+    procs = [core_process(engine), core_process(llm.llm_engine)]
+    pids = [p.pid for p in procs]
+    assert len(set(pids + [os.getpid()])) == 3 and all(p.is_alive() for p in procs)
+
+    engine.shutdown()
+    assert procs[0].exitcode == 0 and gone(pids[0]) and engine.errored
+    del llm  # no LLM.shutdown() in vLLM 0.33: collecting the LLM stops its engine
+    gc.collect()
+    assert wait_for(lambda: procs[1].exitcode is not None) and procs[1].exitcode == 0 and gone(pids[1])
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
 
 
 def test_stats_file(vllm, tmp_path):
@@ -554,6 +773,7 @@ def test_stats_file(vllm, tmp_path):
     assert s["cached_tokens"] == sum(r.num_cached_tokens for r in res) > 0
     assert 0.02 < s["busy_s"] <= wall + 0.05
     assert s["first_request_t"] <= s["last_finish_t"] and s["peak_rss_bytes"] > 10 * 2**20
+    assert s["pid"] == os.getpid() and s["core_pid"] == core_process(engine).pid != os.getpid()
     engine.shutdown()
     s = json.loads(Path(files[stats.index(s)]).read_text())
     assert s["state"] == "shutdown"

@@ -7,6 +7,12 @@
 
     with vllm_double() as vllm:          # this process imports the double as ``vllm``
         llm = vllm.LLM(model=str(make_model_dir(tmp_path / "m")))
+
+As in vLLM, building an engine starts an engine core child process ("EngineCore"), which writes to
+the fds 1 and 2 it inherits; a start-up failure is printed there and raises only "Engine core
+initialization failed. See root cause above. ..." (``vllm/v1/engine/core.py``). Its pid:
+``llm.llm_engine.engine_core.resources.engine_manager.processes[0].pid`` (``AsyncLLM``:
+``engine.engine_core.resources...``).
 """
 
 from __future__ import annotations

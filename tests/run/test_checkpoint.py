@@ -377,3 +377,37 @@ def test_shard_writer_flushes_exactly_at_max_seconds(tmp_path, monkeypatch):
     clock.t += 1.0  # 10.0 s exactly
     w.add(_rows(["b"], [None]))
     assert len(_shard_names(tmp_path)) == 1
+
+
+def test_cached_tokens_nobody_reported_are_unknown_not_zero(tmp_path):
+    """vLLM's OpenAI server sends ``prompt_tokens_details: null`` unless started with
+    --enable-prompt-tokens-details: successes that report no cached tokens leave the total unknown
+    (None in the manifest, "unknown" wherever it is shown), never 0; reported values are summed."""
+    from cli_runner import raylc
+
+    from raylc.io.page import run_facts
+    from raylc.run.skeleton import MANIFEST, stage_table
+
+    assert checkpoint.accounting(_rows(["a", "b"], [None, None]), 0)["cached_tokens"] is None
+    assert checkpoint.accounting(_rows(["a", "b", "c"], [None, None, "x"], cached=[None, 6, 9]), 0)["cached_tokens"] == 6
+    assert checkpoint.accounting(_rows(["a"], [None], cached=[0]), 0)["cached_tokens"] == 0  # a reported 0 is 0
+    assert checkpoint.accounting(_rows(["a"], ["x"], cached=[9]), 0)["cached_tokens"] == 0  # no success: nothing cached
+    store = Store(str(tmp_path))
+    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    w.add(_rows(["f"], ["boom"]))  # a shard of failures only (0 successes) ...
+    w.add(_rows(["a", "b"], [None, None]))  # ... and one of successes that report nothing
+    rows, _ = checkpoint.stored_accounting(store, "r", reused=0)
+    assert rows["cached_tokens"] is None and rows == checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)
+    unknown = dict(rows)
+    w.add(_rows(["c"], [None], cached=[7]))
+    rows, _ = checkpoint.stored_accounting(store, "r", reused=0)
+    assert rows["cached_tokens"] == 7 == checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)["cached_tokens"]
+
+    manifest = {"run_id": "r", "job": {"name": "j", "probe": {"backend": "openai", "model": "m"}},
+                "stages": {"infer": {"status": "done", "seconds": 1.0, "rows": unknown}}}
+    assert "cached_tokens=unknown" in stage_table(manifest)
+    assert "cached_tokens=unknown" in "".join(run_facts(manifest))
+    store.write_json(manifest, "r", MANIFEST)
+    proc = raylc("status", tmp_path / "r", env={"COLUMNS": "300"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cached_tokens=unknown" in proc.stdout

@@ -27,6 +27,19 @@ Step time = (prefill tokens scheduled) / prefill_tokens_per_s + decode_step_s (i
 decodes) + step_overhead_s, times time_scale. "Busy" time is wall time during which at least one
 request is waiting or running in the core.
 
+The engine core process: as in vLLM, building an engine starts an engine core child process
+("EngineCore", ``vllm/v1/engine/core.py``, started by ``vllm/v1/engine/utils.py``'s
+``CoreEngineProcManager``), which does the start-up work (``init_s``) and checks (``fail_on_init``,
+``kv_cache_tokens`` < ``max_model_len``) and, when they fail, prints vLLM's log lines and traceback
+and exits with code 1; the frontend then raises vLLM's ``RuntimeError("Engine core initialization
+failed. See root cause above. Failed core proc(s): {'EngineCore': 1}")``. The scheduling below runs
+in a thread of the frontend process, but the engine lives only as long as that process: if it exits
+(e.g. SIGKILL) the engine is dead (``EngineDeadError``, ``errored``); when the engine dies
+(``die_after_requests``) the process logs "EngineCore encountered a fatal error." and exits with
+code 1; ``shutdown()`` stops it quietly. Its pid:
+``engine_core.resources.engine_manager.processes[0].pid`` (the real attribute path), or
+``engine_core.core_pid``.
+
 Timestamps: ``queued_ts`` at add, ``scheduled_ts`` at first scheduling, ``first_token_ts`` /
 ``last_token_ts`` at the end of the step that produced the token -- all ``time.monotonic()`` as
 in the real engine core (``v1/engine/__init__.py:185-200,280-297``).
@@ -45,11 +58,14 @@ import time
 from collections import OrderedDict, deque
 from typing import Any, Optional
 
+from vllm.v1.engine.core_client import BackgroundResources
 from vllm.v1.engine.exceptions import EngineDeadError
+from vllm.v1.engine.utils import CoreEngineProcManager, wait_for_engine_startup
 
 from .model import VllmConfig
 
 logger = logging.getLogger("vllm.v1.engine.core")
+client_logger = logging.getLogger("vllm.v1.engine.core_client")
 
 WAITING, RUNNING, FINISHED, ABORTED = range(4)
 _engine_counter = itertools.count()
@@ -107,24 +123,6 @@ class CoreRequest:
         self.blocks_inserted = 0
 
 
-class EngineCoreStartupError(RuntimeError):
-    pass
-
-
-def startup_failure(reason: str) -> RuntimeError:
-    """What the frontend raises when the engine core process fails during start-up
-    (``v1/engine/utils.py:1473-1481``; the process name is "EngineCore" without data parallelism,
-    ``:289``). The real message only says "See root cause above" (the cause is logged by the core
-    process, ``v1/engine/core.py:1584``); the double puts that logged line first so the reason is
-    in the message, and keeps the real sentence as the last line."""
-    logger.error("EngineCore failed to start.\n%s", reason)
-    return RuntimeError(
-        f"EngineCore failed to start: {reason}\n"
-        "Engine core initialization failed. See root cause above. "
-        "Failed core proc(s): {'EngineCore': 1}"
-    )
-
-
 class EngineCore:
     """One simulated engine core (one "GPU" engine); thread-safe."""
 
@@ -141,13 +139,16 @@ class EngineCore:
         self.max_model_len = vcfg.model_config.max_model_len
         self.scale = s.time_scale
 
-        # --- start-up (the real one loads weights, profiles memory, captures CUDA graphs)
-        if s.init_s > 0:
-            time.sleep(s.init_s * self.scale)
-        if s.fail_on_init:
-            raise startup_failure(str(s.fail_on_init))
-        if s.kv_cache_tokens is not None and s.kv_cache_tokens < self.max_model_len:
-            raise startup_failure(self._kv_too_small_reason(vcfg, s.kv_cache_tokens))
+        # --- start-up: the engine core process (vllm/v1/engine/core.py) sleeps init_s, runs the
+        # start-up checks and reports ready, or prints why it failed and exits; then
+        # wait_for_engine_startup raises vLLM's "Engine core initialization failed" RuntimeError
+        self.resources = BackgroundResources()
+        self.resources.engine_manager = CoreEngineProcManager(vcfg)
+        try:
+            wait_for_engine_startup(self.resources.engine_manager)
+        except BaseException:
+            self.resources()
+            raise
 
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -177,40 +178,26 @@ class EngineCore:
         self.started_t = time.time()
 
         self._stats_path = None
+        try:
+            if s.stats_dir:
+                os.makedirs(s.stats_dir, exist_ok=True)
+                suffix = "" if self.index == 0 else f"-{self.index}"
+                self._stats_path = os.path.join(s.stats_dir, f"stats-{os.getpid()}{suffix}.json")
+                self.write_stats()
+        except BaseException:
+            self.resources()
+            raise
         if s.stats_dir:
-            os.makedirs(s.stats_dir, exist_ok=True)
-            suffix = "" if self.index == 0 else f"-{self.index}"
-            self._stats_path = os.path.join(s.stats_dir, f"stats-{os.getpid()}{suffix}.json")
-            self.write_stats()
             self._stats_thread = threading.Thread(target=self._stats_loop, name="EngineCoreStats", daemon=True)
             self._stats_thread.start()
 
         self._thread = threading.Thread(target=self._loop, name=f"EngineCore-{self.index}", daemon=True)
         self._thread.start()
-
-    @staticmethod
-    def _kv_too_small_reason(vcfg: VllmConfig, kv_tokens: int) -> str:
-        # v1/core/kv_cache_planning.py:50-87 (message), utils/mem_utils.py:30 (format_gib)
-        hf = vcfg.model_config.hf_config_dict
-        heads = int(hf.get("num_attention_heads", 1))
-        head_dim = int(hf.get("head_dim") or int(hf.get("hidden_size", 128 * heads)) // heads)
-        per_token = 2 * int(hf.get("num_hidden_layers", 1)) * int(hf.get("num_key_value_heads", heads)) * head_dim * 2
-        per_token = max(1, per_token // max(1, vcfg.parallel_config.tensor_parallel_size))
-        gib = 1 << 30
-        needed = round(vcfg.model_config.max_model_len * per_token / gib, 2)
-        avail = round(kv_tokens * per_token / gib, 2)
-        return (
-            f"ValueError: To serve at least one request with the model's max seq len "
-            f"({vcfg.model_config.max_model_len}), ({needed} GiB KV "
-            f"cache is needed, which is larger than the available KV cache "
-            f"memory ({avail} GiB). Based on the available memory, "
-            f"the estimated maximum model length is {kv_tokens}. "
-            f"Try increasing `gpu_memory_utilization` (which also controls "
-            f"CPU memory on the CPU backend) or decreasing `max_model_len` "
-            f"when initializing the engine. "
-            f"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
-            f"for more details."
-        )
+        # the client's monitor of the core process (core_client.py, start_engine_core_monitor): when
+        # the process exits, the engine is dead
+        for proc in self.resources.engine_manager.processes:
+            proc.monitored = True
+        threading.Thread(target=self._monitor_engine_core, name="MPClientEngineMonitor", daemon=True).start()
 
     # ------------------------------------------------------------------ client side
     def add(self, req: CoreRequest) -> None:
@@ -255,6 +242,8 @@ class EngineCore:
             return True
 
     def shutdown(self, timeout: Optional[float] = 5.0) -> None:
+        """Stop the engine thread and the engine core process (quietly: end of file on its control
+        pipe; SIGKILL if it has not exited after ``timeout``)."""
         with self._cond:
             if self.closed:
                 return
@@ -263,8 +252,15 @@ class EngineCore:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        self.resources(timeout)
         self._fail(pending)
         self.write_stats()
+
+    @property
+    def core_pid(self) -> Optional[int]:
+        """Pid of the engine core process (also ``resources.engine_manager.processes[0].pid``)."""
+        manager = self.resources.engine_manager
+        return manager.processes[0].pid if manager is not None and manager.processes else None
 
     # ------------------------------------------------------------------ engine thread
     def _loop(self) -> None:
@@ -294,24 +290,42 @@ class EngineCore:
                     deliveries = self._apply(plan)
                 self._deliver(deliveries)
         except BaseException as exc:  # a bug in the double: die like a crashed engine core
-            logger.exception("EngineCore encountered a fatal error.")
+            logger.exception("vLLM double: the engine thread failed")
             self._die(f"{type(exc).__name__}: {exc}")
             return
         if self._should_die():
             self._die(f"die_after_requests={self.settings.die_after_requests} reached")
 
+    def _monitor_engine_core(self) -> None:
+        """The engine core process exited (killed, or ended by ``_die`` or ``shutdown``): unless
+        the engine is already dead or shut down, it is dead now (``core_client.py:800-823``)."""
+        manager = self.resources.engine_manager
+        manager.monitor_engine_liveness()
+        if self.dead or self.closed:
+            return
+        proc = manager.processes[0]
+        client_logger.warning("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup")
+        self._die(f"engine core process {proc.name} (pid {proc.pid}) exited with code {proc.exitcode}",
+                  tell_core=False)
+
     def _should_die(self) -> bool:
         n = self.settings.die_after_requests
         return n is not None and not self.dead and not self.closed and self.finished_count >= n
 
-    def _die(self, reason: str) -> None:
+    def _die(self, reason: str, tell_core: bool = True) -> None:
+        """The engine is dead: fail every request; the engine core process (unless it is the one
+        that went away) logs "EngineCore encountered a fatal error." with a traceback ending in
+        ``RuntimeError: vLLM double: <reason>`` and exits with code 1, as a crashed core does."""
         with self._cond:
             if self.dead or self.closed:
                 return
             self.dead = True
             self.death_reason = reason
             pending = self._drain_locked()
-        logger.error("EngineCore encountered a fatal error (vLLM double: %s).", reason)
+        self.resources.engine_dead = True
+        if tell_core:
+            for proc in self.resources.engine_manager.processes:
+                proc.send("die " + " / ".join(reason.splitlines()))
         self._fail(pending)
         self.write_stats()
 
@@ -471,7 +485,8 @@ class EngineCore:
             busy = self._busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
             state = "dead" if self.dead else "shutdown" if self.closed else "running"
             d = {
-                "pid": os.getpid(), "engine_index": self.index, "model": self.model, "state": state,
+                "pid": os.getpid(), "core_pid": self.core_pid, "engine_index": self.index, "model": self.model,
+                "state": state,
                 "death_reason": self.death_reason,
                 "busy_s": busy, "first_request_t": self.first_request_t, "last_finish_t": self.last_finish_t,
                 "started_t": self.started_t, "updated_t": time.time(),

@@ -2,13 +2,16 @@
 
 They live in the model folder so that every process that builds an engine from that folder (Ray
 actors included) sees the same settings. Unknown keys are an error (typos would otherwise be
-silently ignored). All keys are optional:
+silently ignored). Start-up failures (``fail_on_init``, ``kv_cache_tokens``) happen in the engine
+core child process, which prints the reason (see ``vllm/v1/engine/core.py``); the caller gets only
+vLLM's "Engine core initialization failed. See root cause above. ...". All keys are optional:
 
     prefill_tokens_per_s   float  200000   prefill speed: uncached prompt tokens per second
     decode_step_s          float  0.001    one decode step for all running sequences
     step_overhead_s        float  0.0      fixed cost of every engine step
     time_scale             float  1.0      multiplies every simulated duration (step and init)
-    init_s                 float  0.0      simulated engine start-up time (weights, CUDA graphs)
+    init_s                 float  0.0      simulated engine start-up time (weights, CUDA graphs),
+                                           spent in the engine core process
     max_num_seqs           int    null     used when the engine args leave max_num_seqs None
                                            (instead of vLLM's default for the usage context)
     device_memory_gib      float  80       GPU memory tier for vLLM's batch defaults
@@ -16,7 +19,11 @@ silently ignored). All keys are optional:
     prefix_cache_blocks    int    65536    LRU bound of the prefix cache, in 16-token blocks
     kv_cache_tokens        int    null     KV capacity in tokens: requests wait while the running
                                            ones hold it; smaller than max_model_len fails start-up
-    fail_on_init           str    null     the engine core fails to start with this reason
+                                           (vLLM's ValueError "To serve at least one request ...")
+    fail_on_init           str    null     the engine core fails to start with this reason: the
+                                           exception is "Type: message"'s type when the text has
+                                           that form (e.g. "torch.OutOfMemoryError: CUDA out of
+                                           memory ..."), else RuntimeError(reason)
     die_after_requests     int    null     the engine core dies once this many requests finished
     stats_dir              str    null     folder for stats-<pid>.json (busy time, tokens, RSS)
     stats_interval_s       float  0.5      how often the stats file is rewritten

@@ -18,9 +18,16 @@ Mirrored behaviour:
 * Outputs go from the engine thread to the loop thread-safely (``call_soon_threadsafe``) into the
   output handler task, which hands them to per-request collectors that keep only the newest state
   when the consumer lags (``output_processor.py:53-103``).
-* ``errored`` (``:1384-1386``) is True once the engine core died, after ``shutdown()`` (which
-  marks the core dead, ``core_client.py:524-527``), or once the output handler task is done --
-  e.g. when the event loop that first used the engine has been closed by ``asyncio.run``.
+* The engine core runs in a child process (``vllm/v1/engine/core.py``; the scheduling itself in a
+  thread of this process, ``vllm/_double/core.py``). Construction raises vLLM's
+  ``RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s):
+  {'EngineCore': 1}")`` when it fails to start; the reason is only in what that process printed.
+  Its pid: ``engine.engine_core.resources.engine_manager.processes[0].pid``, as in vLLM
+  (``engine_core`` is the client there, ``core_client.py:616,686``; ``v1/engine/utils.py:273-288``).
+* ``errored`` (``:1384-1386``) is True once the engine core died (its process exited, e.g. killed,
+  or ``die_after_requests``), after ``shutdown()`` (which marks the core dead,
+  ``core_client.py:524-527``), or once the output handler task is done -- e.g. when the event
+  loop that first used the engine has been closed by ``asyncio.run``.
 * Deviation: ``shutdown()`` fails in-flight requests with ``EngineDeadError`` instead of leaving
   their consumers waiting.
 """

@@ -4,7 +4,8 @@
 8 random characters, ``v1/engine/input_processor.py:353-371``; ``llm_engine.py:229-317``);
 ``step()`` blocks until the engine core reports outputs and returns the ``RequestOutput`` objects
 it produced (for ``FINAL_ONLY`` requests only finished ones, ``output_processor.py:364-369``); a
-dead engine core makes ``step()`` raise ``EngineDeadError``.
+dead engine core makes ``step()`` raise ``EngineDeadError``. The engine core runs in a child
+process (see ``async_llm.py``); its pid is ``engine_core.resources.engine_manager.processes[0].pid``.
 """
 
 from __future__ import annotations

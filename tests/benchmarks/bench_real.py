@@ -1,0 +1,126 @@
+"""Throughput of raylc's vLLM pipeline against vLLM's own offline ``LLM.generate`` (``make bench-real``).
+
+Both run here, one after the other, on vLLM's CPU build with SmolLM2-135M-Instruct
+(``.models/SmolLM2-135M-Instruct``, or ``RAYLC_SMOLLM2``), the same engine arguments
+(``probe.engine_args`` plus what raylc sets: :func:`raylc.backends.vllm_engine.engine_kwargs`) and
+the same token prompts: ``--requests`` chat prompts built from the documents of
+``jobs/data/real/smollm2-qa.jsonl`` (each problem's first ``c`` paragraphs and its question,
+``c`` cycling over its paragraphs), tokenized with raylc's ``PromptTokenizer``.
+
+* **raylc**: ``ray_exec.stream_requests`` on an in-memory request table: Ray Data, a
+  ``PrepareActor`` (chat template, tokenize) and an ``EngineActor`` (``AsyncLLM``). Its
+  generation window is the stream's wall time minus that of a one-request stream (Ray Data's
+  start, the actor pool's and the engine's), plus that request's own latency.
+* **vLLM offline**: ``vllm.LLM(**engine kwargs)``, then one ``LLM.generate`` of every
+  ``TokensPrompt``: its window is the ``generate`` call alone.
+
+Prints the requests, generated tokens and window of each, the outputs that differ (the CPU
+build's greedy output may change with the batch's makeup), and last
+``throughput ratio (raylc / vLLM offline): X``. ``--vllm-defaults`` adds a second offline run
+with vLLM's own defaults (no ``enforce_eager``: the compiled CPU path, several minutes to start).
+No timed asserts.
+
+    make bench-real                                            # 780 requests
+    .venv-real/bin/python tests/benchmarks/bench_real.py --requests 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path(os.environ.get("RAYLC_SMOLLM2", ROOT / ".models" / "SmolLM2-135M-Instruct")).resolve()
+DATA = ROOT / "jobs" / "data" / "real" / "smollm2-qa.jsonl"
+
+
+def prompts(n: int) -> list[str]:
+    """``n`` chat prompts: a problem's first ``c`` paragraphs and its question."""
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    out: list[str] = []
+    c = 1
+    while len(out) < n:
+        for row in rows:
+            paras = row["context"].split("\n\n")
+            context = "\n\n".join(paras[: 1 + (c - 1) % len(paras)])
+            out.append(f"{context}\n\nAnswer the question from the text above in a few words.\n"
+                       f"Question: {row['question']}\nAnswer:")
+            if len(out) == n:
+                break
+        c += 1
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=780)
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--vllm-defaults", action="store_true")
+    args = ap.parse_args()
+
+    import polars as pl
+
+    from raylc.backends.vllm_engine import engine_kwargs
+    from raylc.run import ray_exec
+    from raylc.run.inference import PromptTokenizer
+    from raylc.spec import Job
+
+    job = Job(name="bench-real", probe={
+        "backend": "vllm", "model": str(MODEL), "max_model_len": 8192, "device": "cpu", "engine_num_cpus": 1,
+        "cpu_kv_cache_gib": 2, "engine_args": {"enforce_eager": True},
+        "sampling": {"temperature": 0.0, "max_tokens": args.max_tokens}}, ray={"batch_size": 64})
+    texts = prompts(args.requests)
+    frame = pl.DataFrame({"row": range(len(texts)), "head": "", "context": texts, "tail": ""})
+
+    ray_exec.init_ray(None)
+    t0 = time.perf_counter()
+    one = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame.head(1)), job)))
+    start = time.perf_counter() - t0 - float(one["latency_s"][0])
+    t0 = time.perf_counter()
+    ours = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job))).sort("row")
+    raylc_s = time.perf_counter() - t0 - start
+    import ray
+
+    ray.shutdown()
+    assert ours["error"].null_count() == ours.height, ours.filter(pl.col("error").is_not_null())["error"][0]
+
+    tok = PromptTokenizer.load(str(MODEL), True)
+    ids = [tok.prompt_ids(t) for t in texts]
+
+    def offline(kwargs: dict) -> tuple[list[str], int, float, float]:
+        import vllm
+
+        t = time.perf_counter()
+        llm = vllm.LLM(**kwargs)
+        started = time.perf_counter() - t
+        params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+        t = time.perf_counter()
+        outs = llm.generate([vllm.TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
+        gen_s = time.perf_counter() - t
+        llm.llm_engine.engine_core.shutdown()
+        return [o.outputs[0].text for o in outs], sum(len(o.outputs[0].token_ids) for o in outs), gen_s, started
+
+    kw = {k: v for k, v in engine_kwargs(job.probe).items() if k != "disable_log_stats"}
+    texts_off, tokens_off, offline_s, offline_start = offline(kw)
+    differ = sum(a != b for a, b in zip(ours["completion"].to_list(), texts_off))
+    print(f"workload: {len(texts)} requests, max_tokens {args.max_tokens}, engine arguments {kw}")
+    print(f"raylc:         {ours['generated_tokens'].sum():,} tokens generated in {raylc_s:.1f} s "
+          f"(stream start {start:.1f} s subtracted): {len(texts) / raylc_s:.2f} requests/s")
+    print(f"vLLM offline:  {tokens_off:,} tokens generated in {offline_s:.1f} s (engine start {offline_start:.1f} s "
+          f"apart): {len(texts) / offline_s:.2f} requests/s")
+    print(f"completions that differ: {differ} of {len(texts)}")
+    if args.vllm_defaults:
+        plain = {"model": str(MODEL), "max_model_len": 8192, "kv_cache_memory_bytes": kw["kv_cache_memory_bytes"]}
+        _, _, defaults_s, defaults_start = offline(plain)
+        print(f"vLLM offline at its defaults {plain}: {defaults_s:.1f} s (engine start {defaults_start:.1f} s apart); "
+              f"throughput ratio (raylc / vLLM offline at its defaults): {defaults_s / raylc_s:.3f}")
+    print(f"throughput ratio (raylc / vLLM offline): {offline_s / raylc_s:.3f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
