@@ -120,7 +120,9 @@ class VLLMProbe(_Strict):
     tensor_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1)
     max_num_seqs: Optional[int] = Field(default=None, ge=1)
-    max_concurrent_batches: int = Field(default=4, ge=1)
+    #: batches in flight per engine; null: enough for twice ``max_num_seqs`` requests (vLLM's
+    #: offline default when unset: 256 on CPU, 1,024 on an H100), so the engine stays full
+    max_concurrent_batches: Optional[int] = Field(default=None, ge=1)
     max_engine_restarts: int = Field(default=3, ge=0)
     prepare_actors: int = Field(default=1, ge=1)
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)

@@ -47,9 +47,11 @@ request instead of a full text per step (``sampling_params.py:386``); prompts go
 (``v1/engine/input_processor.py:404-428``).
 
 Start-up errors: the engine core is a spawned process (``v1/engine/utils.py:1434``) that
-logs its real reason to the fd 2 it inherits, while the caller gets only "Engine core
-initialization failed. See root cause above" (``:1473-1481``). :class:`StderrTail` passes fd 2
-through a pipe while the engine starts, so the reason is read back from there.
+prints its real reason to the fds it inherits, while the caller gets only "Engine core
+initialization failed. See root cause above" (``:1473-1481``). :class:`OutputTail` passes fds 1
+and 2 through a pipe while the engine starts (vLLM's logger writes to stdout, multiprocessing's
+traceback of the core to stderr), so the reason is read back from there; the rest of a failed
+start-up goes to a file instead of the console.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ import importlib
 import logging
 import os
 import re
+import socket
 import sys
 import threading
+import time
 import uuid
 import weakref
 from typing import Any, Optional, Sequence
@@ -81,12 +85,20 @@ class EngineDead(RuntimeError):
     """The engine core died; the actor must exit so that Ray restarts it (and retries the batch)."""
 
 
-def import_vllm() -> Any:
-    """The ``vllm`` module, or :class:`BackendUnavailable` with the install hint."""
+def import_vllm(quiet: bool = False) -> Any:
+    """The ``vllm`` module, or :class:`BackendUnavailable` with the install hint; ``quiet``:
+    its import-time warnings (e.g. the CPU build's "Disabling Triton") stay off the console,
+    unless ``VLLM_LOGGING_LEVEL`` is set."""
+    unset = quiet and "VLLM_LOGGING_LEVEL" not in os.environ
+    if unset:
+        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
     try:
         import vllm
     except ImportError:
         raise BackendUnavailable(INSTALL_HINT) from None
+    finally:
+        if unset:
+            os.environ.pop("VLLM_LOGGING_LEVEL", None)
     return vllm
 
 
@@ -149,7 +161,7 @@ def engine_arg_names(vllm: Any = None) -> tuple[frozenset[str], str]:
 
     if vllm is None:
         try:
-            vllm = import_vllm()
+            vllm = import_vllm(quiet=True)
         except BackendUnavailable:
             from raylc.backends.vllm_fields import ENGINE_ARGS_0_33
 
@@ -233,22 +245,37 @@ def reason_in(log: str) -> Optional[str]:
     return f"{kind}: {message}"
 
 
-class StderrTail:
-    """Fd 2 of this process through a pipe, forwarded unchanged to where it went before, with
-    its last ``keep`` bytes kept (:meth:`text`). Processes started meanwhile (vLLM's engine
-    core) inherit the pipe, so their output is kept too, for as long as they run;
-    :meth:`restore` gives this process its own fd 2 back."""
+class OutputTail:
+    """Fds 1 and 2 of this process through one pipe, with the last ``keep`` bytes kept
+    (:meth:`text`). Processes started meanwhile (vLLM's engine core and its workers) inherit the
+    pipe, so their output is kept too, for as long as they run. While ``hold`` (an engine
+    starting), the output is held back: :meth:`release` then writes it to the former fd 2 and
+    forwards what follows, or :meth:`divert` writes it to a file, so that a failed start-up
+    leaves one line on the console, not vLLM's tracebacks. :meth:`restore` gives this process
+    its own fds back."""
 
-    def __init__(self, keep: int = 1 << 16):
+    def __init__(self, keep: int = 1 << 16, hold: bool = True):
         self._keep, self._tail, self._lock = keep, bytearray(), threading.Lock()
+        self._held: Optional[bytearray] = bytearray() if hold else None
+        self._diverted = False
+        sys.stdout.flush()
         sys.stderr.flush()
-        self._saved = os.dup(2)
+        self._saved = {fd: os.dup(fd) for fd in (1, 2)}
         self._out = os.dup(2)  # the pump's own copy (restore closes _saved)
         read, write = os.pipe()
-        os.dup2(write, 2)
+        for fd in (1, 2):
+            os.dup2(write, fd)
         os.close(write)
         self._read = read
-        threading.Thread(target=self._pump, name="raylc-stderr-tail", daemon=True).start()
+        threading.Thread(target=self._pump, name="raylc-output-tail", daemon=True).start()
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._out, view):]
+            except OSError:
+                return
 
     def _pump(self) -> None:
         while True:
@@ -258,24 +285,44 @@ class StderrTail:
                 break
             if not chunk:
                 break
-            view = memoryview(chunk)
-            while view:
-                try:
-                    view = view[os.write(self._out, view):]
-                except OSError:
-                    break
             with self._lock:
                 self._tail += chunk
                 del self._tail[:-self._keep]
+                forward = self._held is None and not self._diverted
+                if self._held is not None:
+                    self._held += chunk
+            if forward:
+                self._write(chunk)
         os.close(self._read)
         os.close(self._out)
 
     def restore(self) -> None:
-        if self._saved >= 0:
-            sys.stderr.flush()
-            os.dup2(self._saved, 2)
-            os.close(self._saved)
-            self._saved = -1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in list(self._saved.items()):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved.clear()
+
+    def release(self) -> None:
+        """Write what was held back and forward what follows."""
+        with self._lock:
+            held, self._held = self._held, None
+        if held:
+            self._write(bytes(held))
+
+    def divert(self) -> Optional[str]:
+        """Write what was held back to a file (its path; None when there was nothing) and drop what follows."""
+        import tempfile
+
+        with self._lock:
+            held, self._held, self._diverted = self._held, None, True
+        if not held:
+            return None
+        fd, path = tempfile.mkstemp(prefix="raylc-vllm-start-", suffix=".log")
+        with os.fdopen(fd, "wb") as f:
+            f.write(bytes(held))
+        return path
 
     def text(self) -> str:
         with self._lock:
@@ -306,7 +353,7 @@ class VLLMEngine:
             check_engine_args(probe, vllm=vllm)
         except ValueError as exc:
             raise BackendUnavailable(f"vLLM engine for {probe.model} not started: {exc}") from None
-        self._tail = tail = StderrTail()
+        self._tail = tail = OutputTail()
         try:
             args = vllm.AsyncEngineArgs(**engine_kwargs(probe))
             self.engine = vllm.AsyncLLMEngine.from_engine_args(args, usage_context=self._usage_context())
@@ -314,9 +361,11 @@ class VLLMEngine:
             tail.restore()
             reason = reason_in(tail.text()) if "See root cause above" in str(exc) else None
             detail = _shorten(reason) if reason else one_line(exc)
-            raise BackendUnavailable(f"vLLM engine for {probe.model} failed to start: {detail}") from None
-        finally:
-            tail.restore()
+            log = tail.divert()
+            where = f" (vLLM's start-up log: {log} on {socket.gethostname()})" if log else ""
+            raise BackendUnavailable(f"vLLM engine for {probe.model} failed to start: {detail}{where}") from None
+        tail.restore()
+        tail.release()
         self._base = sampling_kwargs(probe.sampling)
         _quiet_deliberate_shutdown(self.engine)
         from vllm.sampling_params import RequestOutputKind
@@ -333,7 +382,13 @@ class VLLMEngine:
         return f"VLLMEngine(model={self.probe.model!r}, device={self.probe.device}, tp={self.probe.tensor_parallel_size})"
 
     def _died(self, exc: BaseException) -> "EngineDead":
-        reason = reason_in(self._tail.text())
+        """The death with the core's own reason, which its traceback may print a moment later (2 s at most)."""
+        if not hasattr(self, "_death_reason"):  # looked for once: every request in flight fails with it
+            deadline = time.monotonic() + 2.0
+            while (reason := reason_in(self._tail.text())) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self._death_reason = reason
+        reason = self._death_reason
         return EngineDead(one_line(exc) + (f" (engine core: {reason})" if reason else ""))
 
     async def _one(self, ids: list[int], limit: int) -> Generation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -12,6 +13,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import polars as pl
@@ -57,6 +59,12 @@ def root_cause(exc: BaseException) -> str:
     chain = [exc]
     while chain[-1].__cause__ is not None and chain[-1].__cause__ is not chain[-1]:
         chain.append(chain[-1].__cause__)  # type: ignore[arg-type]
+    # a task's own exception (RayTaskError.cause), not what Ray chained under it (an empty SystemException)
+    tasks = [e for e in chain if isinstance(getattr(e, "cause", None), BaseException) and type(e).__name__.startswith(
+        "RayTaskError")]
+    if tasks and not str(chain[-1]).strip():  # Ray Data appends its retry advice to the message: the first line
+        cause = tasks[-1].cause  # type: ignore[attr-defined]
+        return f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}".strip()
     for e in chain:
         if getattr(e, "_actor_init_failed", False):
             raised = [m for m in map(_RAISED.match, (ln.strip() for ln in str(e).splitlines())) if m]
@@ -228,12 +236,40 @@ def _quiet_ray_data() -> None:
             handler.addFilter(_NoErrorRecords())
 
 
+class _ImportPaths(list):
+    """A job's ``_py_driver_sys_path`` that leaves out folders holding another ``raylc``."""
+
+    def extend(self, paths: Any) -> None:
+        super().extend(p for p in paths if not _shadows_raylc(p))
+
+
+def _shadows_raylc(folder: str) -> bool:
+    import raylc
+
+    here = Path(folder) / "raylc" / "__init__.py"
+    return here.is_file() and here.resolve() != Path(raylc.__file__).resolve()
+
+
+def _job_config() -> dict[str, Any]:
+    """``ray.init(job_config=...)`` when the driver runs from a folder holding another ``raylc/``
+    checkout than the one imported: Ray puts the driver's working folder first on every worker's
+    import path (Ray 2.60, ``_private/worker.py:2716-2719``), where it would shadow raylc."""
+    if not _shadows_raylc(os.getcwd()):
+        return {}
+    from ray.job_config import JobConfig
+
+    config = JobConfig()
+    config._py_driver_sys_path = _ImportPaths(config._py_driver_sys_path)
+    return {"job_config": config}
+
+
 def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
           source: Optional[str]) -> None:
     import ray
 
     _quiet_core_worker(ray)
-    common: dict[str, Any] = {"logging_level": logging.INFO if verbose() else logging.ERROR, "configure_logging": True}
+    common: dict[str, Any] = {"logging_level": logging.INFO if verbose() else logging.ERROR, "configure_logging": True,
+                              **_job_config()}
     if address:
         if source is None and address == os.environ.get("RAY_ADDRESS"):
             source = "RAY_ADDRESS"
@@ -362,20 +398,40 @@ class TextEngineActor(PrepareActor):
         return generate_text(rows, backend).to_arrow()
 
 
+class EngineDeaths:
+    """How many times the engines of one stream died (a Ray actor, no CPU): the bound of
+    ``probe.max_engine_restarts``, kept by raylc itself since Ray 2.64 takes ``max_restarts``
+    out of ``map_batches`` (Ray 2.60 ``data/dataset.py:226-242``) and Ray Data's own default
+    restarts an actor without end."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def died(self) -> int:
+        self.count += 1
+        return self.count
+
+
+class EngineRestartsExceeded(RuntimeError):
+    """The stream's engines died more often than ``probe.max_engine_restarts`` allows."""
+
+
 class EngineActor:
     """GPU (or CPU) actor of the engine stage: one vLLM engine, built here and shut down with
     the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
-    it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor, up to
-    ``probe.max_engine_restarts`` times, and retries its batches. The engine is shut down
-    when Ray Data lets the actor go (``__ray_shutdown__`` drops the UDF: ``__del__``), and at
-    the latest when the worker's interpreter exits (``atexit``, before its modules are torn down)."""
+    it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
+    retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
+    times (``deaths``, an :class:`EngineDeaths` actor): then the batch fails with
+    :class:`EngineRestartsExceeded`. The engine is shut down when Ray Data lets the actor go
+    (``__ray_shutdown__`` drops the UDF: ``__del__``), and at the latest when the worker's
+    interpreter exits (``atexit``, before its modules are torn down)."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, deaths: Any = None):
         import atexit
 
         from raylc.backends.vllm_engine import VLLMEngine
 
-        self.job = job
+        self.job, self.deaths = job, deaths
         self.engine = VLLMEngine(job.probe)
         atexit.register(self.engine.shutdown)
 
@@ -386,15 +442,51 @@ class EngineActor:
         try:
             out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
         except EngineDead as exc:
+            allowed = self.job.probe.max_engine_restarts
+            died = await self._count_death()
+            if died > allowed:
+                raise EngineRestartsExceeded(
+                    f"the vLLM engine died {died} times, more than probe.max_engine_restarts = {allowed} allows "
+                    f"(last: {exc})") from None
             print(f"raylc: vLLM engine died ({exc}); exiting so that Ray restarts this actor", file=sys.stderr,
                   flush=True)
             os._exit(1)
         return out.to_arrow()
 
+    async def _count_death(self) -> int:
+        """This engine's death counted once in the stream's ledger, however many of its batches
+        saw it (60 s at most; without a ledger, as the first)."""
+        if getattr(self, "_death", None) is None:
+            self._death = asyncio.ensure_future(self._ask_ledger())
+        return await asyncio.shield(self._death)
+
+    async def _ask_ledger(self) -> int:
+        if self.deaths is None:
+            return 1
+        try:
+            return int(await asyncio.wait_for(self.deaths.died.remote(), 60))
+        except Exception:  # the ledger is gone or silent: restart rather than fail the run
+            return 1
+
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()
+
+
+#: vLLM 0.33.0's ``max_num_seqs`` when unset, for the offline ``LLM`` class (the usage context raylc
+#: builds with): 256 on CPU, 1,024 on an H100 (``engine/arg_utils.py:2925-2982``)
+DEFAULT_MAX_NUM_SEQS = {"cpu": 256, "gpu": 1024}
+
+
+def concurrent_batches(probe: Any, batch_size: int) -> int:
+    """Batches in flight per engine actor: ``probe.max_concurrent_batches``, or enough for twice
+    the engine's ``max_num_seqs`` requests. A batch's slots come back only when its slowest
+    request returns, so admission of exactly ``max_num_seqs`` would leave the engine below it."""
+    if probe.max_concurrent_batches is not None:
+        return int(probe.max_concurrent_batches)
+    seqs = probe.max_num_seqs or DEFAULT_MAX_NUM_SEQS[probe.device]
+    return max(2, -(-2 * seqs // max(batch_size, 1)))
 
 
 def bound(cls: type, **kwargs: Any) -> type:
@@ -434,16 +526,15 @@ def stream_requests(source: RequestSource, job: Job) -> Iterator[pl.DataFrame]:
             bound(PrepareActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=probe.prepare_actors), num_cpus=job.ray.actor_num_cpus,
         )
-        k = probe.max_concurrent_batches
+        k = concurrent_batches(probe, job.ray.batch_size)
         opts = actor_options(probe, verbose())  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
-        with warnings.catch_warnings():  # max_restarts has no named parameter in Ray 2.60 yet
-            warnings.simplefilter("ignore", DeprecationWarning)
-            ds = ds.map_batches(
-                bound(EngineActor, job=job), batch_size=job.ray.batch_size, batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
-                                                   max_tasks_in_flight_per_actor=2 * k),
-                num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), max_restarts=probe.max_engine_restarts, **opts,
-            )
+        deaths = ray.remote(num_cpus=0)(EngineDeaths).remote()
+        ds = ds.map_batches(
+            bound(EngineActor, job=job, deaths=deaths), batch_size=job.ray.batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
+                                               max_tasks_in_flight_per_actor=2 * k),
+            num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), **opts,
+        )
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield pl.from_arrow(batch)  # type: ignore[misc]
 

@@ -459,9 +459,6 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
     except Exception as exc:  # a failed actor pool: keep what finished, report the root cause
         writer.flush()
         cause = ray_exec.root_cause(exc)
-        if job.probe.backend == "vllm" and cause.startswith(("ActorDiedError", "RayActorError")):
-            cause += (f" (an engine actor died more often than probe.max_engine_restarts = "
-                      f"{job.probe.max_engine_restarts} allows; its log has vLLM's reason)")
         raise InferenceFailed(
             f"{job.probe.backend} inference failed: {cause} (finished requests are "
             f"kept; re-run with --run-id {run.run_id} to continue)"

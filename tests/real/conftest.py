@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = Path(os.environ.get("RAYLC_SMOLLM2", ROOT / ".models" / "SmolLM2-135M-Instruct")).resolve()
 DOLCE_JOB = ROOT / "jobs" / "real-dolce-smollm2.yaml"
 HELMET_JOB = ROOT / "jobs" / "real-helmet-smollm2.yaml"
-#: every raylc run here: the model folder wherever it is, one engine on one CPU, no restarts unless a test asks
-COMMON = (f"probe.model={MODEL}", f"probe.tokenizer={MODEL}")
+#: every raylc run here: the model folder wherever it is, in float32 (in bf16 the CPU build's greedy
+#: output changes with the batch's makeup: a resumed run, whose batches differ, would not compare equal)
+COMMON = (f"probe.model={MODEL}", f"probe.tokenizer=hf:{MODEL}", "probe.dtype=float32")
 
 
 @pytest.fixture(scope="session", autouse=True)

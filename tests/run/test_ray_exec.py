@@ -2,6 +2,7 @@
 (``tests/doubles``): prepare actors tokenize, an engine actor drives ``AsyncLLM``, shards resume."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -99,4 +100,51 @@ def test_engine_restarts_are_bounded(ray_session, tmp_path):
         evaluate(_job(model, tmp_path / "s", max_engine_restarts=1), "r", log=lambda m: None)
     message = str(err.value)
     assert time.monotonic() - t0 < 120 and "\n" not in message
-    assert "ActorDiedError" in message and "probe.max_engine_restarts = 1" in message
+    assert "EngineRestartsExceeded: the vLLM engine died 2 times, more than probe.max_engine_restarts = 1 allows" in message
+    assert "die_after_requests=5 reached" in message  # the core's own reason, from its traceback
+
+
+def test_a_folder_holding_another_raylc_is_kept_off_the_workers_import_path(tmp_path, monkeypatch):
+    """Ray puts the driver's working folder on every worker's import path; a folder holding
+    another raylc checkout (a different version) must not shadow the installed one there."""
+    import raylc
+    from raylc.run.ray_exec import _job_config
+
+    (tmp_path / "raylc").mkdir()
+    (tmp_path / "raylc" / "__init__.py").write_text("raise ImportError('the other checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    paths = _job_config()["job_config"]._py_driver_sys_path
+    paths.extend([str(tmp_path), "/elsewhere"])
+    assert paths == ["/elsewhere"]
+    monkeypatch.chdir(Path(raylc.__file__).parents[1])  # the imported checkout itself: kept
+    assert _job_config() == {}
+
+
+@pytest.mark.ray
+def test_workers_import_the_drivers_raylc_from_a_folder_holding_another(tmp_path):
+    import subprocess
+    import sys
+
+    import raylc
+
+    (tmp_path / "raylc").mkdir()
+    (tmp_path / "raylc" / "__init__.py").write_text("raise ImportError('the other checkout')\n")
+    code = ("import sys; sys.path.remove('') if '' in sys.path else None\n"
+            "import ray\nfrom raylc.run.ray_exec import init_ray\ninit_ray(None, 1)\n"
+            "print(ray.get(ray.remote(lambda: __import__('raylc').__file__).remote()))\nray.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == raylc.__file__
+
+
+def test_concurrent_batches_keep_twice_max_num_seqs_in_flight():
+    from raylc.run.ray_exec import concurrent_batches
+    from raylc.spec import VLLMProbe
+
+    probe = VLLMProbe(backend="vllm", model="m")
+    assert concurrent_batches(probe, 256) == 8 and concurrent_batches(probe, 64) == 32  # 2 x 1,024 (GPU)
+    cpu = probe.model_copy(update={"device": "cpu"})
+    assert concurrent_batches(cpu, 64) == 8 and concurrent_batches(cpu, 1000) == 2  # 2 x 256; at least 2
+    assert concurrent_batches(probe.model_copy(update={"max_num_seqs": 100}), 64) == 4  # ceil(200 / 64)
+    assert concurrent_batches(probe.model_copy(update={"max_concurrent_batches": 3}), 64) == 3
