@@ -57,6 +57,7 @@ start-up goes to a file instead of the console.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -67,7 +68,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from raylc.backends.base import BackendUnavailable, Generation, generation
 from raylc.spec import GenerationParams, VLLMProbe
@@ -85,21 +86,32 @@ class EngineDead(RuntimeError):
     """The engine core died; the actor must exit so that Ray restarts it (and retries the batch)."""
 
 
-def import_vllm(quiet: bool = False) -> Any:
-    """The ``vllm`` module, or :class:`BackendUnavailable` with the install hint; ``quiet``:
-    its import-time warnings (e.g. the CPU build's "Disabling Triton") stay off the console,
-    unless ``VLLM_LOGGING_LEVEL`` is set."""
-    unset = quiet and "VLLM_LOGGING_LEVEL" not in os.environ
-    if unset:
-        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+def import_vllm() -> Any:
+    """The ``vllm`` module, or :class:`BackendUnavailable` with the install hint."""
     try:
         import vllm
     except ImportError:
         raise BackendUnavailable(INSTALL_HINT) from None
-    finally:
-        if unset:
-            os.environ.pop("VLLM_LOGGING_LEVEL", None)
     return vllm
+
+
+@contextlib.contextmanager
+def _quiet_vllm() -> Iterator[None]:
+    """vLLM's modules loaded meanwhile log at error level only (their import-time warnings, e.g.
+    the CPU build's "Disabling Triton", stay off ``raylc check``'s console), unless
+    ``VLLM_LOGGING_LEVEL`` is set: vLLM configures its logger when ``vllm.logger`` first loads."""
+    if "VLLM_LOGGING_LEVEL" in os.environ:
+        yield
+        return
+    root = logging.getLogger("vllm")  # where vLLM's logger is not configured yet, Python's last resort prints
+    level = root.level
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        os.environ.pop("VLLM_LOGGING_LEVEL", None)
+        root.setLevel(level)
 
 
 def engine_kwargs(probe: VLLMProbe) -> dict[str, Any]:
@@ -159,14 +171,15 @@ def engine_arg_names(vllm: Any = None) -> tuple[frozenset[str], str]:
     pinned 0.33.0's (:mod:`raylc.backends.vllm_fields`)."""
     import dataclasses
 
-    if vllm is None:
-        try:
-            vllm = import_vllm(quiet=True)
-        except BackendUnavailable:
-            from raylc.backends.vllm_fields import ENGINE_ARGS_0_33
+    with _quiet_vllm():
+        if vllm is None:
+            try:
+                vllm = import_vllm()
+            except BackendUnavailable:
+                from raylc.backends.vllm_fields import ENGINE_ARGS_0_33
 
-            return ENGINE_ARGS_0_33, f"vLLM {VLLM_VERSION}'s (not installed here)"
-    args = vllm.AsyncEngineArgs
+                return ENGINE_ARGS_0_33, f"vLLM {VLLM_VERSION}'s (not installed here)"
+        args = vllm.AsyncEngineArgs
     names = frozenset(f.name for f in dataclasses.fields(args)) if dataclasses.is_dataclass(args) else frozenset()
     return names, f"the installed vLLM {getattr(vllm, '__version__', '?')}'s"
 
@@ -343,7 +356,8 @@ class VLLMEngine:
 
     def __init__(self, probe: VLLMProbe):
         self.probe = probe
-        vllm = import_vllm()
+        with _quiet_vllm():  # the CPU build's import-time "Disabling Triton" stays off the console
+            vllm = import_vllm()
         self._vllm = vllm
         self.engine = None
         warning = version_warning(vllm)

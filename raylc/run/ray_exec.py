@@ -417,7 +417,7 @@ class EngineRestartsExceeded(RuntimeError):
 
 
 class EngineActor:
-    """GPU (or CPU) actor of the engine stage: one vLLM engine, built here and shut down with
+    """GPU (or CPU) actor of the engine stage: one vLLM engine, built by its first batch and shut down with
     the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
     it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
     retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
@@ -427,20 +427,42 @@ class EngineActor:
     interpreter exits (``atexit``, before its modules are torn down)."""
 
     def __init__(self, job: Job, deaths: Any = None):
+        self.job, self.deaths = job, deaths
+        self.engine: Any = None
+        self._starting: Optional[asyncio.Future] = None
+
+    async def _engine(self) -> Any:
+        """The engine, built by the first batch (the others wait for it). Built in a task, not
+        in the constructor: a start-up failure is then the batch's error, which raylc prints as
+        one line, where a failed constructor has Ray print its traceback from the worker."""
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_future()
+            try:
+                self.engine = self._build()
+            except BaseException as exc:
+                self._starting.set_exception(exc)
+                self._starting.exception()  # retrieved: asyncio logs no "never retrieved" line
+            else:
+                self._starting.set_result(None)
+        await asyncio.shield(self._starting)
+        return self.engine
+
+    def _build(self) -> Any:
         import atexit
 
         from raylc.backends.vllm_engine import VLLMEngine
 
-        self.job, self.deaths = job, deaths
-        self.engine = VLLMEngine(job.probe)
-        atexit.register(self.engine.shutdown)
+        engine = VLLMEngine(self.job.probe)
+        atexit.register(engine.shutdown)
+        return engine
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         from raylc.backends.vllm_engine import EngineDead
         from raylc.run.inference import generate_tokens
 
+        engine = await self._engine()
         try:
-            out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
+            out = await generate_tokens(pl.from_arrow(batch), engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
         except EngineDead as exc:
             allowed = self.job.probe.max_engine_restarts
             died = await self._count_death()
