@@ -417,7 +417,8 @@ class EngineRestartsExceeded(RuntimeError):
 
 
 class EngineActor:
-    """GPU (or CPU) actor of the engine stage: one vLLM engine, built by its first batch and shut down with
+    """GPU (or CPU) actor of the engine stage: one vLLM engine, built here (a start-up failure is
+    raised by each batch) and shut down with
     the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
     it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
     retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
@@ -429,22 +430,15 @@ class EngineActor:
     def __init__(self, job: Job, deaths: Any = None):
         self.job, self.deaths = job, deaths
         self.engine: Any = None
-        self._starting: Optional[asyncio.Future] = None
+        self._failed: Optional[BaseException] = None
+        try:  # here, so that the engine starts while the prepare actors do
+            self.engine = self._build()
+        except Exception as exc:  # raised by the first batch: one line, where a failed constructor
+            self._failed = exc  # has Ray print its creation-task traceback from the worker
 
     async def _engine(self) -> Any:
-        """The engine, built by the first batch (the others wait for it). Built in a task, not
-        in the constructor: a start-up failure is then the batch's error, which raylc prints as
-        one line, where a failed constructor has Ray print its traceback from the worker."""
-        if self._starting is None:
-            self._starting = asyncio.get_running_loop().create_future()
-            try:
-                self.engine = self._build()
-            except BaseException as exc:
-                self._starting.set_exception(exc)
-                self._starting.exception()  # retrieved: asyncio logs no "never retrieved" line
-            else:
-                self._starting.set_result(None)
-        await asyncio.shield(self._starting)
+        if self._failed is not None:
+            raise self._failed
         return self.engine
 
     def _build(self) -> Any:
