@@ -11,7 +11,6 @@ import socket
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -418,8 +417,7 @@ class EngineRestartsExceeded(RuntimeError):
 
 class EngineActor:
     """GPU (or CPU) actor of the engine stage: one vLLM engine, built here (a start-up failure is
-    raised by each batch) and shut down with
-    the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
+    raised by each batch) and shut down with the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
     it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
     retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
     times (``deaths``, an :class:`EngineDeaths` actor): then the batch fails with
@@ -436,11 +434,6 @@ class EngineActor:
         except Exception as exc:  # raised by the first batch: one line, where a failed constructor
             self._failed = exc  # has Ray print its creation-task traceback from the worker
 
-    async def _engine(self) -> Any:
-        if self._failed is not None:
-            raise self._failed
-        return self.engine
-
     def _build(self) -> Any:
         import atexit
 
@@ -454,9 +447,10 @@ class EngineActor:
         from raylc.backends.vllm_engine import EngineDead
         from raylc.run.inference import generate_tokens
 
-        engine = await self._engine()
+        if self._failed is not None:
+            raise self._failed
         try:
-            out = await generate_tokens(pl.from_arrow(batch), engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
+            out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
         except EngineDead as exc:
             allowed = self.job.probe.max_engine_restarts
             died = await self._count_death()
