@@ -397,18 +397,39 @@ class TextEngineActor(PrepareActor):
         return generate_text(rows, backend).to_arrow()
 
 
-class EngineDeaths:
-    """How many times the engines of one stream died (a Ray actor, no CPU): the bound of
-    ``probe.max_engine_restarts``, kept by raylc itself since Ray 2.64 takes ``max_restarts``
+class EngineLedger:
+    """One stream's engine record (a Ray actor, no CPU). ``died`` counts engine deaths: the bound
+    of ``probe.max_engine_restarts``, kept by raylc itself since Ray 2.64 takes ``max_restarts``
     out of ``map_batches`` (Ray 2.60 ``data/dataset.py:226-242``) and Ray Data's own default
-    restarts an actor without end."""
+    restarts an actor without end. ``ready`` and ``batch`` record when engines were built and when
+    each batch entered and left an engine (wall clock), so that :meth:`summary` can tell the
+    engines' busy window from the stream's start-up (``bench_real``; ``--verbose``)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.ready_at: list[float] = []
+        self.first_in: Optional[float] = None
+        self.last_out: Optional[float] = None
+        self.requests = 0
+        self.batches = 0
 
     def died(self) -> int:
         self.count += 1
         return self.count
+
+    def ready(self, at: float) -> None:
+        self.ready_at.append(at)
+
+    def batch(self, entered: float, left: float, requests: int) -> None:
+        self.first_in = entered if self.first_in is None else min(self.first_in, entered)
+        self.last_out = left if self.last_out is None else max(self.last_out, left)
+        self.requests += requests
+        self.batches += 1
+
+    def summary(self) -> dict[str, Any]:
+        """Deaths, engine build times, first batch in, last batch out (``time.time()``), requests."""
+        return {"deaths": self.count, "ready_at": list(self.ready_at), "first_in": self.first_in,
+                "last_out": self.last_out, "requests": self.requests, "batches": self.batches}
 
 
 class EngineRestartsExceeded(RuntimeError):
@@ -420,19 +441,29 @@ class EngineActor:
     raised by each batch) and shut down with the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
     it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
     retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
-    times (``deaths``, an :class:`EngineDeaths` actor): then the batch fails with
+    times (``ledger``, an :class:`EngineLedger` actor): then the batch fails with
     :class:`EngineRestartsExceeded`. The engine is shut down when Ray Data lets the actor go
     (``__ray_shutdown__`` drops the UDF: ``__del__``), and at the latest when the worker's
     interpreter exits (``atexit``, before its modules are torn down)."""
 
-    def __init__(self, job: Job, deaths: Any = None):
-        self.job, self.deaths = job, deaths
+    def __init__(self, job: Job, ledger: Any = None):
+        self.job, self.ledger = job, ledger
         self.engine: Any = None
         self._failed: Optional[BaseException] = None
         try:  # here, so that the engine starts while the prepare actors do
             self.engine = self._build()
         except Exception as exc:  # raised by the first batch: one line, where a failed constructor
             self._failed = exc  # has Ray print its creation-task traceback from the worker
+        else:
+            self._record("ready", time.time())
+
+    def _record(self, method: str, *args: Any) -> None:
+        """Tell the ledger (fire and forget: a gone ledger never fails a batch)."""
+        if self.ledger is not None:
+            try:
+                getattr(self.ledger, method).remote(*args)
+            except Exception:
+                pass
 
     def _build(self) -> Any:
         import atexit
@@ -449,6 +480,7 @@ class EngineActor:
 
         if self._failed is not None:
             raise self._failed
+        entered = time.time()
         try:
             out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
         except EngineDead as exc:
@@ -461,6 +493,7 @@ class EngineActor:
             print(f"raylc: vLLM engine died ({exc}); exiting so that Ray restarts this actor", file=sys.stderr,
                   flush=True)
             os._exit(1)
+        self._record("batch", entered, time.time(), out.height)
         return out.to_arrow()
 
     async def _count_death(self) -> int:
@@ -471,10 +504,10 @@ class EngineActor:
         return await asyncio.shield(self._death)
 
     async def _ask_ledger(self) -> int:
-        if self.deaths is None:
+        if self.ledger is None:
             return 1
         try:
-            return int(await asyncio.wait_for(self.deaths.died.remote(), 60))
+            return int(await asyncio.wait_for(self.ledger.died.remote(), 60))
         except Exception:  # the ledger is gone or silent: restart rather than fail the run
             return 1
 
@@ -512,12 +545,13 @@ def bound(cls: type, **kwargs: Any) -> type:
                                        "__module__": cls.__module__})
 
 
-def stream_requests(source: RequestSource, job: Job) -> Iterator[pl.DataFrame]:
+def stream_requests(source: RequestSource, job: Job, ledger: Any = None) -> Iterator[pl.DataFrame]:
     """Completion rows of the requests through the probe's pipeline, streamed in batches as
     they finish (any order): for vLLM, ``prepare_actors`` CPU actors then ``replicas`` engine
     actors (``tensor_parallel_size`` GPUs each, ``accelerator_type`` when set); for text
     backends one pool of ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs (fractional,
-    so the pool never starves other tasks on small machines)."""
+    so the pool never starves other tasks on small machines). ``ledger``: an :class:`EngineLedger`
+    actor to record the vLLM engines in (a new one by default)."""
     if source.frame is None and not source.files:
         return
     import ray.data
@@ -538,9 +572,10 @@ def stream_requests(source: RequestSource, job: Job) -> Iterator[pl.DataFrame]:
         )
         k = concurrent_batches(probe, job.ray.batch_size)
         opts = actor_options(probe, verbose())  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
-        deaths = ray.remote(num_cpus=0)(EngineDeaths).remote()
+        if ledger is None:
+            ledger = ray.remote(num_cpus=0)(EngineLedger).remote()
         ds = ds.map_batches(
-            bound(EngineActor, job=job, deaths=deaths), batch_size=job.ray.batch_size, batch_format="pyarrow",
+            bound(EngineActor, job=job, ledger=ledger), batch_size=job.ray.batch_size, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
                                                max_tasks_in_flight_per_actor=2 * k),
             num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), **opts,

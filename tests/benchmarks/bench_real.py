@@ -10,15 +10,23 @@ the same token prompts: ``--requests`` chat prompts built from the documents of
 * **vLLM offline** (first): ``vllm.LLM(**engine kwargs)``, then one ``LLM.generate`` of every
   ``TokensPrompt``: its window is the ``generate`` call alone; the engine's start is timed apart.
 * **raylc**: ``ray_exec.stream_requests`` on an in-memory request table: Ray Data, a
-  ``PrepareActor`` (chat template, tokenize) and an ``EngineActor`` (``AsyncLLM``, built by its
-  first batch). Its window is the stream's wall time minus the offline engine's start (the same
-  engine arguments on the same machine): Ray's and Ray Data's own start-up, the actors' and the
-  prepare stage count against raylc. The engine start varies by a few seconds between runs, so
-  use a workload of minutes (the default) and repeat the command.
+  ``PrepareActor`` (chat template, tokenize) and an ``EngineActor`` (``AsyncLLM``, built in its
+  constructor). Its stream is split by the stream's :class:`~raylc.run.ray_exec.EngineLedger`
+  (wall-clock records from the engine actor): *start-up* (the stream's start to the engine built:
+  actor processes, ``import vllm``, the engine's own start), *first batch* (engine built to the
+  first batch entering it: Ray Data and the prepare stage), the *engine window* (first batch in to
+  last batch out: what ``LLM.generate``'s window measures offline) and the *tail* (to the stream's
+  end).
+* **raylc's engine in process** (between the two): ``VLLMEngine`` (the wrapper the engine actor
+  drives: ``AsyncLLM``, one request per prompt) in the benchmark's own process with every request
+  at once, which tells vLLM's async front end apart from Ray and from admission by batches. The engine start varies by seconds between runs, so use a workload of minutes (the
+  default) and repeat the command.
 
-Prints the requests, generated tokens and window of each, the outputs that differ (the CPU
-build's greedy output may change with the batch's makeup), and last
-``throughput ratio (raylc / vLLM offline): X``. ``--vllm-defaults`` adds a second offline run
+Prints the requests, generated tokens and windows of each, the outputs that differ (the CPU
+build's greedy output may change with the batch's makeup), the end-to-end ratio (raylc's stream
+less the offline engine's start, against ``generate``), and last
+``throughput ratio (raylc / vLLM offline): X``: the engine window against ``generate``, the
+admission's own cost. ``--vllm-defaults`` adds a second offline run
 with vLLM's own defaults (no ``enforce_eager``: the compiled CPU path, several minutes to start).
 No timed asserts.
 
@@ -62,6 +70,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=780)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--vllm-defaults", action="store_true")
+    ap.add_argument("--max-concurrent-batches", type=int, default=None,
+                    help="probe.max_concurrent_batches (default: raylc's, twice max_num_seqs in flight)")
     args = ap.parse_args()
 
     import polars as pl
@@ -74,6 +84,7 @@ def main() -> None:
     job = Job(name="bench-real", probe={
         "backend": "vllm", "model": str(MODEL), "max_model_len": 8192, "device": "cpu", "engine_num_cpus": 1,
         "cpu_kv_cache_gib": 2, "engine_args": {"enforce_eager": True},
+        "max_concurrent_batches": args.max_concurrent_batches,
         "sampling": {"temperature": 0.0, "max_tokens": args.max_tokens}}, ray={"batch_size": 64})
     texts = prompts(args.requests)
     frame = pl.DataFrame({"row": range(len(texts)), "head": "", "context": texts, "tail": ""})
@@ -94,31 +105,68 @@ def main() -> None:
         llm.llm_engine.engine_core.shutdown()
         return [o.outputs[0].text for o in outs], sum(len(o.outputs[0].token_ids) for o in outs), gen_s, started
 
+    def in_process() -> tuple[int, float, float]:
+        """raylc's engine wrapper (``VLLMEngine``: ``AsyncLLM``, one request per prompt) in this
+        process, every request at once: no Ray, no admission by batches."""
+        import asyncio
+
+        from raylc.backends.vllm_engine import VLLMEngine
+
+        async def go() -> tuple[int, float, float]:
+            t = time.perf_counter()
+            engine = VLLMEngine(job.probe)
+            started = time.perf_counter() - t
+            t = time.perf_counter()
+            outs = await engine.generate(ids, [args.max_tokens] * len(ids))
+            gen_s = time.perf_counter() - t
+            engine.shutdown()
+            assert all(o["error"] is None for o in outs)
+            return sum(o["generated_tokens"] for o in outs), gen_s, started
+
+        return asyncio.run(go())
+
     kw = {k: v for k, v in engine_kwargs(job.probe).items() if k != "disable_log_stats"}
     texts_off, tokens_off, offline_s, offline_start = offline(kw)
+    tokens_in, inproc_s, inproc_start = in_process()
 
     ray_exec.init_ray(None)
-    t0 = time.perf_counter()
-    ours = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job))).sort("row")
-    stream_s = time.perf_counter() - t0
-    raylc_s = stream_s - offline_start
     import ray
 
+    ledger = ray.remote(num_cpus=0)(ray_exec.EngineLedger).remote()
+    t0 = time.time()
+    ours = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger))).sort("row")
+    t1 = time.time()
+    stream_s = t1 - t0
+    raylc_s = stream_s - offline_start
+    for _ in range(100):  # the engine's last record is fire and forget
+        led = ray.get(ledger.summary.remote(), timeout=60)
+        if led["requests"] == len(texts):
+            break
+        time.sleep(0.1)
     ray.shutdown()
+    ready = led["ready_at"][0]
+    engine_s = led["last_out"] - led["first_in"]
     assert ours["error"].null_count() == ours.height, ours.filter(pl.col("error").is_not_null())["error"][0]
     differ = sum(a != b for a, b in zip(ours["completion"].to_list(), texts_off))
-    print(f"workload: {len(texts)} requests, max_tokens {args.max_tokens}, engine arguments {kw}")
-    print(f"raylc:         {ours['generated_tokens'].sum():,} tokens generated in {raylc_s:.1f} s "
-          f"(stream {stream_s:.1f} s less the engine start): {len(texts) / raylc_s:.2f} requests/s")
+    print(f"workload: {len(texts)} requests, max_tokens {args.max_tokens}, engine arguments {kw}, "
+          f"batch_size {job.ray.batch_size} x {ray_exec.concurrent_batches(job.probe, job.ray.batch_size)} batches in flight")
+    print(f"raylc:         {ours['generated_tokens'].sum():,} tokens generated; stream {stream_s:.1f} s = "
+          f"start-up {ready - t0:.1f} s + first batch {led['first_in'] - ready:.1f} s + engine window {engine_s:.1f} s "
+          f"+ tail {t1 - led['last_out']:.1f} s ({led['batches']} batches): {len(texts) / engine_s:.2f} requests/s "
+          f"in the engine window")
     print(f"vLLM offline:  {tokens_off:,} tokens generated in {offline_s:.1f} s (engine start {offline_start:.1f} s "
           f"apart): {len(texts) / offline_s:.2f} requests/s")
+    print(f"raylc's engine in process, no Ray: {tokens_in:,} tokens generated in {inproc_s:.1f} s (engine start "
+          f"{inproc_start:.1f} s apart), every request at once: ratio to vLLM offline {offline_s / inproc_s:.3f}")
     print(f"completions that differ: {differ} of {len(texts)}")
     if args.vllm_defaults:
         plain = {"model": str(MODEL), "max_model_len": 8192, "kv_cache_memory_bytes": kw["kv_cache_memory_bytes"]}
         _, _, defaults_s, defaults_start = offline(plain)
         print(f"vLLM offline at its defaults {plain}: {defaults_s:.1f} s (engine start {defaults_start:.1f} s apart); "
-              f"throughput ratio (raylc / vLLM offline at its defaults): {defaults_s / raylc_s:.3f}")
-    print(f"throughput ratio (raylc / vLLM offline): {offline_s / raylc_s:.3f}")
+              f"throughput ratio (raylc / vLLM offline at its defaults): {defaults_s / engine_s:.3f}")
+    print(f"end-to-end ratio (raylc's stream less the offline engine start {offline_start:.1f} s = {raylc_s:.1f} s, "
+          f"/ vLLM offline generate): {offline_s / raylc_s:.3f}")
+    print(f"throughput ratio (raylc / vLLM offline): {offline_s / engine_s:.3f}")
     sys.stdout.flush()
 
 

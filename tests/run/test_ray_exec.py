@@ -148,3 +148,28 @@ def test_concurrent_batches_keep_twice_max_num_seqs_in_flight():
     assert concurrent_batches(cpu, 64) == 8 and concurrent_batches(cpu, 1000) == 2  # 2 x 256; at least 2
     assert concurrent_batches(probe.model_copy(update={"max_num_seqs": 100}), 64) == 4  # ceil(200 / 64)
     assert concurrent_batches(probe.model_copy(update={"max_concurrent_batches": 3}), 64) == 3
+
+
+def test_the_ledger_records_the_engines_busy_window(ray_session, tmp_path):
+    import ray
+
+    from raylc.run import ray_exec
+
+    model = make_model_dir(tmp_path / "m", double=FAST)
+    # a CPU engine: an engine actor of a restart test that failed its run may still hold the GPU
+    job = _job(model, tmp_path / "s", device="cpu", engine_num_cpus=0.25)
+    texts = [f"Document {i}. " * (5 + i % 7) for i in range(40)]
+    frame = pl.DataFrame({"row": range(40), "head": "", "context": texts, "tail": ""})
+    ledger = ray.remote(num_cpus=0)(ray_exec.EngineLedger).remote()
+    t0 = time.time()
+    out = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger)))
+    t1 = time.time()
+    for _ in range(50):  # the engine's last record is fire and forget: it may land just after the stream ends
+        summary = ray.get(ledger.summary.remote(), timeout=60)
+        if summary["requests"] == 40:
+            break
+        time.sleep(0.2)
+    assert out.height == 40 and summary["requests"] == 40 and summary["deaths"] == 0
+    assert summary["batches"] >= 3  # batch_size 16
+    assert len(summary["ready_at"]) == 1
+    assert t0 <= summary["ready_at"][0] <= summary["first_in"] <= summary["last_out"] <= t1
