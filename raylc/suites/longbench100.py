@@ -40,7 +40,7 @@ from typing import Callable, ClassVar, Literal, Optional
 
 import numpy as np
 import polars as pl
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from raylc.scoring.extract import raw_first_line
 from raylc.suites.context import (
@@ -67,8 +67,8 @@ class LongBench100Suite(LengthSuite):
     """The eight length-controllable tasks of 100-LongBench (Appendix A.2), built from a pool of
     real source documents (``sources``) and a pool of distractor documents (``distractors``),
     JSONL/Parquet/CSV, local or s3://. QA samples scoring at least ``prior_knowledge_threshold``
-    with no context are dropped from the statistics (null disables the filter, and the
-    no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
+    with no context are dropped from the statistics (0 or null disables the filter, as
+    ``eval_trec.py`` ``scorer``'s ``if qa_filter>0``; the no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
     (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
     document repeated 1..``max_repeats`` times."""
 
@@ -80,6 +80,12 @@ class LongBench100Suite(LengthSuite):
     kv_pairs: int = Field(default=3, ge=1)
     star_passages: int = Field(default=4, ge=2)
     max_repeats: int = Field(default=3, ge=1)
+
+    @field_validator("prior_knowledge_threshold")
+    @classmethod
+    def _zero_is_off(cls, value: Optional[float]) -> Optional[float]:
+        """0 filters nothing in the official scorer (``if qa_filter>0``), not every sample."""
+        return None if value == 0 else value
 
     def judged_tasks(self) -> list[str]:
         return sorted(set(self.tasks) & set(LONGBENCH100_JUDGED))
@@ -443,10 +449,10 @@ def prior_knowledge_filter(scores: pl.DataFrame, threshold: Optional[float]) -> 
     columns are kept).
 
     Returns (the kept rows without the length-0 rows, per QA task ``probed`` / ``dropped``
-    sample counts). A null length-0 score (failed judgement) does not drop; ``threshold=None``
-    drops nothing."""
+    sample counts). A null length-0 score (failed judgement) does not drop; a ``threshold`` of
+    None or <= 0 drops nothing (``eval_trec.py`` ``scorer``: ``if qa_filter>0``)."""
     probe = scores.filter((pl.col("length") == 0) & pl.col("task").is_in(list(QA_TASKS)))
-    over = pl.col("score") >= threshold if threshold is not None else pl.lit(False)
+    over = pl.col("score") >= threshold if threshold is not None and threshold > 0 else pl.lit(False)
     if "completion" in probe.columns:  # an answer that says it cannot answer is never prior knowledge
         said = raw_first_line(pl.col("completion")).str.to_lowercase().str.contains("unanswerable", literal=True)
         over = over & ~said.fill_null(False)

@@ -327,3 +327,49 @@ def test_longbench100_first_line_rules(output, number, uuid, line):
     assert first_line_number([output]).to_list() == [number]
     assert first_line_last_uuid([output]).to_list() == [uuid]
     assert raw_first_line([output]).to_list() == [line]
+
+
+_UUID_RE = r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+
+
+def ref_kv_retrieval_last_uuid(prediction):  # 100-LongBench utils/metrics.py kv_retrieval_score, first line
+    uuids = re.findall(_UUID_RE, prediction.lstrip("\n").split("\n")[0])
+    return uuids[-1] if uuids else None
+
+
+@pytest.mark.parametrize("after", ["\u0301", "\u200d", "\u00bd", "\u00b2", "\u0663", "\u00e9", "\u3000", "\u2014"])
+def test_kv_retrieval_word_boundary_is_pythons(after):
+    """Next to a combining mark or ZWJ (word characters to the Rust engine, not to Python's
+    ``re``) the official rule finds the UUID; next to ½ or ² (numbers to Python) it does not."""
+    u = "0a1b2c3d-1111-2222-3333-444455556666"
+    for text in (u + after, after + u, f"key {u}{after} and {u[:-1]}7"):
+        assert first_line_last_uuid([text]).to_list() == [ref_kv_retrieval_last_uuid(text)], repr(text)
+    assert first_line_last_uuid([u + "\u0301"]).to_list() == [u]
+
+
+_HEX = "0123456789abcdefABCDEF"
+_PIECES = st.one_of(
+    st.text(alphabet=_HEX, min_size=4, max_size=12),
+    st.just("-"), st.just(" "), st.just("\n"),
+    st.sampled_from(["\u0301", "\u200d", "\u00bd", "\u00b2", "\u0663", "\u00e9", "_", "\u2060", "\ufe0f", "\U0001F600"]),
+    st.characters(codec="utf-8", exclude_categories=("Cs",)),
+    st.builds(lambda a, b, c, d, e: f"{a}-{b}-{c}-{d}-{e}", *(st.text(alphabet=_HEX, min_size=n, max_size=n)
+                                                              for n in (8, 4, 4, 4, 12))),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_kv_retrieval_last_uuid_equals_python_re(text):
+    assert first_line_last_uuid([text]).to_list() == [ref_kv_retrieval_last_uuid(text)]
+
+
+def test_python_word_class_is_letters_numbers_underscore():
+    """Python's ``\\w`` equals ``[\\p{L}\\p{N}_]`` on every code point its Unicode database
+    assigns: the premise of :func:`python_word_boundaries`."""
+    import unicodedata
+
+    cps = [chr(i) for i in range(0x110000) if not 0xD800 <= i <= 0xDFFF and unicodedata.category(chr(i)) != "Cn"]
+    ours = pl.Series(cps).str.contains(r"^[\p{L}\p{N}_]$").to_list()
+    differ = [hex(ord(c)) for c, o in zip(cps, ours) if o != bool(re.fullmatch(r"\w", c))]
+    assert differ == []

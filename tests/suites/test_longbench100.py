@@ -451,3 +451,15 @@ def test_the_judge_sees_the_first_line_only():
     scored = score_samples(rows, judge)
     assert scored["prediction"].to_list() == ["Ada wrote it.", "  ", "Nobody"]
     assert seen == ["Ada wrote it.", "  ", "Nobody"]
+
+
+def test_threshold_zero_filters_nothing_as_eval_trec_py():
+    """eval_trec.py ``scorer`` filters only ``if qa_filter>0``: at 0 every sample counts (a
+    ``score >= 0`` rule would drop every probed sample), and no no-context rows are built."""
+    rows = [("single_doc_qa", sid, L, s) for sid, s in (("a", 0.0), ("b", 1.0)) for L, s in ((0, s), (2048, 0.5))]
+    scores = pl.DataFrame(rows, schema=["task", "sample_id", "length", "score"], orient="row")
+    kept, dropped = prior_knowledge_filter(scores, 0.0)
+    assert sorted(kept["sample_id"]) == ["a", "b"] and dropped["dropped"].to_list() == [0]
+    zero = suite(tasks=["single_doc_qa"], prior_knowledge_threshold=0, lengths=[2048], samples_per_length=2)
+    assert zero.prior_knowledge_threshold is None
+    assert (build_longbench100(zero, seed=0)["length"] > 0).all()
