@@ -127,11 +127,23 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
         em = task_fits.select("task", "subset", "scenario", "n_problems", "em_steps", "em_ll_change",
                               "p_noise_1", "p_noise_0", "p_noise_idk")
         out.details.append(("EM per task subset: steps run and the last step's change of the summed objective",
-                            [table_html(em), text_html("A change far from 0 means the EM had not converged after "
-                                                       "its steps: raise --em-steps-cow / --em-steps-pig, or fit "
-                                                       "to a tolerance with --em-tol.")]))
+                            [table_html(em), text_html(em_note(job.get("fit") or {}))]))
     out.run.append(("What the run did", run_facts(manifest)))
     return out
+
+
+def em_note(fit: dict[str, Any]) -> str:
+    """What ``em_steps`` and ``em_ll_change`` mean for the job's fit options (the ``fit`` block)."""
+    meaning = ("em_ll_change is the last step's change of the subset's summed log-likelihood (all its "
+               "problems' observations, in nats)")
+    tol = float(fit.get("em_tol") or 0.0)
+    if tol > 0:
+        return (f"The EM ran to a tolerance: until |em_ll_change| <= {tol:g}, at most {fit.get('em_max_steps', 1000)} "
+                f"steps; {meaning}. A subset whose em_steps reached that bound stopped before the tolerance.")
+    return (f"The EM ran the paper's fixed T steps (Algorithms 1 and 2: {fit.get('em_steps_cow', 10)} for COW, "
+            f"{fit.get('em_steps_pig', 5)} for PIG), as DOLCE reports its results, not to a tolerance; {meaning}. "
+            "A change other than 0 says the objective was still rising when the T steps ended, which the paper's "
+            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for example 1e-6.")
 
 
 def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:

@@ -46,3 +46,14 @@ def test_printed_report_shows_every_subset():
     print_report({"categories": CATEGORIES_TABLE}, Console(file=out, width=120))
     text = out.getvalue()
     assert "DOLCE focus categories" in text and "sum-pig" in text and "75.0%" in text and "Planted" not in text
+
+
+def test_em_note_says_what_ran_and_never_calls_the_default_fit_unconverged():
+    from raylc.dolce.report import em_note
+
+    paper = em_note({"em_steps_cow": 10, "em_steps_pig": 5, "em_tol": 0.0})
+    assert "fixed T steps" in paper and "10 for COW" in paper and "5 for PIG" in paper
+    assert "had not converged" not in paper and "warning" not in paper.lower()
+    tol = em_note({"em_tol": 1e-6, "em_max_steps": 200})
+    assert "|em_ll_change| <= 1e-06" in tol and "at most 200 steps" in tol
+    assert em_note({}) == paper  # the defaults are the paper's
