@@ -166,14 +166,18 @@ def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
 
 
 @app.command()
-def runs(store: str = typer.Argument(..., help="A store root (local folder or s3://bucket/prefix).")) -> None:
-    """The runs in a store: run id, job, model, state and age, newest first."""
+def runs(store: str = typer.Argument("./runs", help="A store root (local folder or s3://bucket/prefix); "
+                                                     "default ./runs, where jobs write unless store.path says otherwise.")) -> None:
+    """The runs in a store: run id, job, model, state, when created, age and last update, newest first."""
     from raylc.io.store import Store
     from raylc.io.tables import console, rich_table
     from raylc.run.status import duration, list_runs
 
     try:
-        table = list_runs(Store(store))
+        where = Store(store)
+        if "://" not in store and not where.exists():
+            _fail(f"{store}: no such store (the folder does not exist)")
+        table = list_runs(where)
     except StoreUnavailable as exc:
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -181,7 +185,9 @@ def runs(store: str = typer.Argument(..., help="A store root (local folder or s3
     if not table.height:
         typer.echo(f"{store}: no runs")
         return
-    shown = table.with_columns(pl.col("age_s").map_elements(duration, return_dtype=pl.String).alias("age")).drop("age_s")
+    ago = pl.col("updated_s").map_elements(lambda s: f"{duration(s)} ago", return_dtype=pl.String)
+    shown = table.with_columns(pl.col("age_s").map_elements(duration, return_dtype=pl.String).alias("age"),
+                               ago.alias("updated")).drop("age_s", "updated_s")
     console().print(rich_table(shown, f"runs in {store}"))
 
 

@@ -108,17 +108,23 @@ def run_status(store: Store, run_id: str, now: Optional[float] = None) -> dict[s
 
 def list_runs(store: Store, now: Optional[float] = None) -> pl.DataFrame:
     """One row per run under ``store`` (a folder holding a manifest): run id, job, model, state,
-    created and the seconds since its last update, newest first."""
+    created (UTC, to the second), seconds since it was created (``age_s``) and since its last
+    update (``updated_s``), newest first."""
     rows = []
     for run_id in store.folders():
         try:
             status = run_status(store, run_id, now)
         except StoreError:
             continue  # not a run (another folder in the store)
-        rows.append({k: status[k] for k in ("run_id", "job", "model", "state", "created_at", "age_s")})
+        created = _when(status["created_at"])
+        now_s = time.time() if now is None else now
+        rows.append({**{k: status[k] for k in ("run_id", "job", "model", "state")},
+                     "created": None if created is None else dt.datetime.fromtimestamp(created, dt.timezone.utc)
+                     .strftime("%Y-%m-%d %H:%M:%S UTC"),
+                     "age_s": None if created is None else now_s - created, "updated_s": status["age_s"]})
     schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
-              "created_at": pl.String, "age_s": pl.Float64}
-    return pl.DataFrame(rows, schema=schema).sort("age_s")
+              "created": pl.String, "age_s": pl.Float64, "updated_s": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).sort("age_s", nulls_last=True)
 
 
 def duration(seconds: Optional[float]) -> str:

@@ -5,7 +5,7 @@ import io
 import polars as pl
 from cli_runner import raylc
 
-from raylc.io.tables import PIPED_WIDTH, console, rich_table
+from raylc.io.tables import PIPED_WIDTH, _cells, console, rich_table
 
 MODELS = ["meta-llama/Llama-3.1-70B-Instruct-long-context-v2", "Qwen/Qwen2.5-14B-Instruct-1M-yarn-256k-eval"]
 TASKS = ["multi_doc_qa_with_a_long_task_name", "kv_retrieval"]
@@ -29,3 +29,29 @@ def test_piped_longscore_shows_every_name_at_80_columns(tmp_path):
                 env={"COLUMNS": "80", "TERM": "xterm"})
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout and all(m in out.stdout for m in MODELS) and all(t in out.stdout for t in TASKS)
+
+
+def test_a_narrow_terminal_wraps_cells_and_never_cuts_them():
+    """At 80 columns long run ids and task names are folded onto more lines, not cut to "…"."""
+    from rich.console import Console
+
+    ids = ["helmet-recall-20261126-123456-abcdef", "helmet-recall-20261126-123456-abcdeg"]
+    wide = pl.DataFrame({"run_id": ids, "task": ["mk_needle_number_with_a_long_suffix", "mk_needle_uuid_x"],
+                         "job": ["helmet-recall"] * 2, "model": ["/models/some/very/long/model/path/SmolLM2"] * 2,
+                         "state": ["done"] * 2, "created": ["2026-11-26 12:34:56 UTC"] * 2})
+    out = Console(width=80, force_terminal=True, record=True, file=io.StringIO())
+    out.print(rich_table(wide, "runs"))
+    text = out.export_text()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    one = Console(width=20, force_terminal=True, record=True, file=io.StringIO())
+    one.print(rich_table(wide.select("run_id"), "ids"))
+    cells = "".join(line.strip("│┃ ") for line in one.export_text().splitlines()[3:])
+    assert all(i in cells.replace("─", "").replace("└", "").replace("┘", "") for i in ids)
+
+
+def test_cells_print_numbers_as_a_reader_expects():
+    df = pl.DataFrame({"tokens": [2018.0, 3.0, None], "score": [1.0, 0.96, -0.0], "p": [1e-8, 0.5, 0.2],
+                       "warning": [None, "x", None]})
+    rows = _cells(df, ())
+    assert rows[0] == ["2018", "1.00", "1e-08", ""] and rows[2] == ["", "0.00", "0.2", ""]
+    assert all("None" not in c and "-0.0" not in c for r in rows for c in r)

@@ -16,7 +16,7 @@ from raylc.cli import app
 from raylc.io.store import Store
 from raylc.run import checkpoint
 from raylc.run.skeleton import LOCK, MANIFEST, Run
-from raylc.run.status import duration, list_runs, run_status
+from raylc.run.status import _when, duration, list_runs, run_status
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +115,22 @@ def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
     assert out.exit_code == 0 and "not-a-run" not in out.output and "quickstart" in out.output
     empty = RUNNER.invoke(app, ["runs", str(tmp_path / "not-a-run")])
     assert empty.exit_code == 0 and "no runs" in empty.output
+    missing = RUNNER.invoke(app, ["runs", str(tmp_path / "typo")])
+    assert missing.exit_code == 2 and missing.output == f"error: {tmp_path}/typo: no such store (the folder does not exist)\n"
+
+
+def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(tmp_path, monkeypatch):
+    done = {s: {"status": "done"} for s in STAGES}
+    _write(tmp_path / "runs", "r1", _manifest(done, created_at="2026-11-20T10:00:00.123456+00:00",
+                                              updated_at="2026-11-20T10:05:00+00:00"))
+    monkeypatch.chdir(tmp_path)
+    out = RUNNER.invoke(app, ["runs"])
+    assert out.exit_code == 0, out.output
+    assert "r1" in out.output and "2026-11-20 10:00:00 UTC" in out.output and ".123456" not in out.output
+    table = list_runs(Store("runs"), now=_when("2026-11-20T11:00:00+00:00"))
+    assert table.select("age_s", "updated_s").rows() == [(pytest.approx(3599.877), 3300.0)]
+    monkeypatch.chdir(tmp_path / "runs")
+    assert RUNNER.invoke(app, ["runs"]).exit_code == 2  # no ./runs here
 
 
 def test_status_cli_lines(tmp_path):
