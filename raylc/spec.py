@@ -7,6 +7,7 @@ list the allowed ones (:class:`JobSpecError`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -484,12 +485,25 @@ def parse_overrides(settings: Sequence[str]) -> dict[str, Any]:
         key, sep, raw = setting.partition("=")
         key = key.strip()
         if not sep or not _KEY_PATH.fullmatch(key):
-            raise JobSpecError(f"--set {setting!r}: expected key.path=value (e.g. --set probe.seed=3)")
+            raise JobSpecError(f"--set {setting!r}: expected key.path=value (e.g. --set seed=3)")
         try:
             out[key] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise JobSpecError(f"--set {setting!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
     return out
+
+
+def _overridden(data: dict, overrides: dict[str, Any], path: str | Path) -> dict:
+    """``data`` with each dotted key of ``overrides`` set (in place)."""
+    for dotted, value in overrides.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise JobSpecError(f"--set {dotted}=...: '{part}' is not a mapping in {path}")
+        node[last] = value
+    return data
 
 
 def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Job:
@@ -508,15 +522,23 @@ def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Jo
         raise JobSpecError(f"{path}: invalid YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise JobSpecError(f"{path}: not a UTF-8 text file") from None
+    as_written = copy.deepcopy(data)
     if isinstance(data, dict) and overrides:
-        for dotted, value in overrides.items():
-            node = data
-            *parents, last = dotted.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-                if not isinstance(node, dict):
-                    raise JobSpecError(f"{path}: key '{part}' must be a mapping to override '{dotted}'")
-            node[last] = value
-    job = parse_job(data, str(path))
+        data = _overridden(data, overrides, path)
+    try:
+        job = parse_job(data, str(path))
+    except JobSpecError:
+        if not overrides:
+            raise
+        parse_job(as_written, str(path))  # the file alone is wrong: blame the file
+        def fails(key: str) -> bool:
+            try:
+                parse_job(_overridden(copy.deepcopy(as_written), {key: overrides[key]}, path))
+            except JobSpecError:
+                return True
+            return False
+        blamed = [k for k in overrides if fails(k)] or list(overrides)  # else only their combination fails
+        sets = " ".join(f"--set {k}={overrides[k]}" for k in blamed)
+        job = parse_job(data, sets)  # raises, naming the options
     job.suite._job_dir = str(p.parent)  # relative data paths (SuiteConfig.data_path), as the user wrote the job path
     return job

@@ -69,7 +69,7 @@ def test_yaml_merge_keys_may_override(tmp_path):
 
 
 def test_seed_override_is_checked_too(tmp_path):
-    with pytest.raises(JobSpecError, match=r"quickstart.yaml: key 'seed': Input should be greater than or equal to 0"):
+    with pytest.raises(JobSpecError, match=r"^--set seed=-1: key 'seed': Input should be greater than or equal to 0"):
         load_job(ROOT / "jobs" / "quickstart.yaml", {"seed": -1})
 
 
@@ -207,8 +207,23 @@ def test_set_changes_a_field_and_an_unknown_key_is_refused():
     assert job.seed == 7 and job.probe.knowledge_rate == 0.5
     with pytest.raises(JobSpecError, match=r"unknown key 'probe\.knowledge'"):
         load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["probe.knowledge=0.5"]))
-    with pytest.raises(JobSpecError, match="must be a mapping to override 'seed.x'"):
+    with pytest.raises(JobSpecError, match=r"^--set seed\.x=\.\.\.: 'seed' is not a mapping in .*quickstart\.yaml$"):
         load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["seed.x=1"]))
+
+
+def test_set_errors_name_set_and_the_hint_works_as_printed(tmp_path):
+    """The malformed-option hint is itself a valid --set; an error that only the options cause
+    names them, not the job file; an error of the file itself still names the file."""
+    with pytest.raises(JobSpecError) as err:
+        parse_overrides(["seed"])
+    hint = str(err.value).split("e.g. --set ")[1].rstrip(")")
+    assert load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides([hint])).seed == 3
+    with pytest.raises(JobSpecError, match=r"^--set probe\.knowledge=0\.5: unknown key 'probe\.knowledge'"):
+        load_job(ROOT / "jobs" / "quickstart.yaml", parse_overrides(["probe.knowledge=0.5"]))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "jobs" / "quickstart.yaml").read_text().replace("seed: 0", "seed: -1"))
+    with pytest.raises(JobSpecError, match=r"^.*bad\.yaml: key 'seed'"):
+        load_job(bad, parse_overrides(["probe.knowledge_rate=0.5"]))
 
 
 @pytest.mark.parametrize("command", [["plan"], ["check"], ["run"], ["submit", "--address", "http://127.0.0.1:9"]])
@@ -218,7 +233,7 @@ def test_cli_set_refuses_an_unknown_key_in_one_line_before_anything(tmp_path, co
                 "--set", f"store.path={store}", cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        f"error: {ROOT / 'jobs' / 'quickstart.yaml'}: unknown key 'probe.knowledge' (allowed: backend, knowledge_rate, "
+        "error: --set probe.knowledge=0.5: unknown key 'probe.knowledge' (allowed: backend, knowledge_rate, "
         "guess_rate, wrong_rate, idk_rate, accuracy, half_life_tokens)"]
     assert not store.exists() and list(tmp_path.iterdir()) == []
 
