@@ -50,9 +50,54 @@ def _interrupt_during_infer(job: Path, store: Path, run_id: str, sig: int) -> su
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
+    family = _descendants(proc.pid)
+    assert family, "no Ray process was started"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
+    deadline = time.monotonic() + 10  # #31: no Ray process of the run outlives the command by more than 10 s
+    while time.monotonic() < deadline and _alive(family):
+        time.sleep(0.2)
+    assert not _alive(family), f"still running 10 s after the command: {sorted(_alive(family).values())}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid`` (from /proc): pid -> command line."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        here = frontier.pop()
+        for child, parent in parents.items():
+            if parent == here and child not in found:
+                found[child] = _cmdline(child)
+                frontier.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return ""
+
+
+def _alive(family: dict[int, str]) -> dict[int, str]:
+    """The processes of ``family`` still running (the same command line: a pid is not reused)."""
+    out = {}
+    for pid, cmd in family.items():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and _cmdline(pid) == cmd:
+            out[pid] = cmd
+    return out
 
 
 def _check_interrupted(proc: subprocess.CompletedProcess, store: Path, run_id: str, code: int, sigterm: bool) -> int:
