@@ -153,7 +153,8 @@ def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
                       f"{p.get('requests_per_s', 0):,.1f} req/s, {p.get('prompt_tokens_per_s', 0):,.0f} prompt tok/s, "
                       f"{p.get('generated_tokens_per_s', 0):,.0f} generated tok/s"
                       + (f"; ETA {duration(p['eta_s'])}" if "eta_s" in p else "")
-                      + (f"; last shard {duration(p['last_update_s'])} ago" if "last_update_s" in p else ""))
+                      + (f"; last shard {duration(p['last_update_s'])} ago" if "last_update_s" in p else "")
+                      + (f"; no shard stored yet (started {duration(p['waiting_s'])} ago)" if "waiting_s" in p else ""))
         seconds = st["seconds"].get(stage)
         rows.append({"stage": stage, "state": state, "seconds": "" if seconds is None else f"{seconds:.1f}",
                      "detail": detail})

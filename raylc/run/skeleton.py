@@ -321,6 +321,8 @@ class Run:
             if col in stored.columns:
                 progress[col] += int(stored.filter(ok)[col].fill_null(0).sum() or 0)
         progress["updated_at"] = time.time()
+        if "first_at" not in progress:  # the steady rate counts from the first shard (after Ray's and the engines' start)
+            progress["first_at"], progress["first_done"] = progress["updated_at"], progress["done"]
         self.save()
 
     def inference_rows(self, reused: int, total: int) -> Rows:

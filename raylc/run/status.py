@@ -60,8 +60,9 @@ def run_state(states: dict[str, str], alive: bool) -> str:
 
 def infer_progress(stage: dict[str, Any], state: str, now: float) -> dict[str, Any]:
     """Requests stored and planned, rates and (while ``state`` is running) an ETA from the infer
-    stage's progress record (:meth:`raylc.run.skeleton.Run.record_progress`); for a finished
-    stage, its counts."""
+    stage's progress record (:meth:`raylc.run.skeleton.Run.record_progress`): the ETA uses the
+    rate since the first stored shard, which leaves out Ray's and the engines' start; seconds
+    since the last shard, or, before any, since the stage started. For a finished stage, its counts."""
     progress = stage.get("progress")
     if stage.get("status") == "done" or not progress:
         rows = stage.get("rows", {})
@@ -75,10 +76,17 @@ def infer_progress(stage: dict[str, Any], state: str, now: float) -> dict[str, A
         "errors": int(progress["errors"]), "requests_per_s": rate,
         "prompt_tokens_per_s": int(progress["prompt_tokens"]) / elapsed if done else 0.0,
         "generated_tokens_per_s": int(progress["generated_tokens"]) / elapsed if done else 0.0,
-        "last_update_s": now - updated,
     }
-    if state == "running" and rate > 0:
-        out["eta_s"] = max(to_run - done, 0) / rate
+    if done:
+        out["last_update_s"] = now - updated
+    else:
+        out["waiting_s"] = now - started
+    first_at, first_done = progress.get("first_at"), int(progress.get("first_done") or 0)
+    steady = 0.0
+    if first_at and updated > float(first_at) and done > first_done:
+        steady = (done - first_done) / (updated - float(first_at))
+    if state == "running" and (steady or rate) > 0:  # after the first shard: the start-up is not in the rate
+        out["eta_s"] = max(to_run - done, 0) / (steady or rate)
     return out
 
 

@@ -74,6 +74,24 @@ def test_a_running_run_has_an_eta(tmp_path):
     assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s
 
 
+def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
+    """A 30 s stage whose engines took 25 s to start: the first shard (50 requests) at 1025 s,
+    250 by 1030 s: 40 requests/s since the first shard, not 8.3 since the stage began."""
+    progress = {**PROGRESS, "reused": 0, "to_run": 1000, "done": 250, "started_at": 1000.0, "updated_at": 1030.0,
+                "first_at": 1025.0, "first_done": 50}
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": progress}}
+    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), "r", now=1031.0)
+    assert st["infer"]["eta_s"] == pytest.approx(750 / 40.0)
+    waiting = {**progress, "done": 0, "prompt_tokens": 0, "generated_tokens": 0, "updated_at": 1000.0}
+    waiting.pop("first_at"), waiting.pop("first_done")
+    stages["infer"]["progress"] = waiting
+    _write(tmp_path, "w", _manifest(stages), _live_lock())
+    st = run_status(Store(str(tmp_path)), "w", now=1009.0)
+    assert "last_update_s" not in st["infer"] and st["infer"]["waiting_s"] == pytest.approx(9.0) and "eta_s" not in st["infer"]
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "w")])
+    assert "no shard stored yet" in out.output and "last shard" not in out.output
+
+
 def test_a_manifest_without_a_plan_lists_the_stages_it_names(tmp_path):
     manifest = {k: v for k, v in _manifest({"build": {"status": "done"}, "sample": {"status": "running"}}).items()
                 if k != "plan"}
