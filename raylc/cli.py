@@ -36,7 +36,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 @app.callback()
 def _setup(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Ray's own logs (its banner, its error records with tracebacks, C++ error lines); also RAYLC_VERBOSE=1."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Show Ray's own logs (its banner, its error records with tracebacks, C++ error "
+                                      "lines); also RAYLC_VERBOSE=1."),
 ) -> None:
     """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
     from raylc.run.ray_exec import VERBOSE_ENV
@@ -65,10 +67,14 @@ def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
 @app.command()
 def run(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
-    store: Optional[str] = typer.Option(None, "--store", help="Store root (local folder or s3://bucket/prefix); overrides store.path."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing run with the same job resumes at its first unfinished stage."),
+    store: Optional[str] = typer.Option(None, "--store",
+                                        help="Store root (local folder or s3://bucket/prefix); overrides store.path."),
+    run_id: Optional[str] = typer.Option(None, "--run-id",
+                                         help="Run id; an existing run with the same job resumes at its first "
+                                              "unfinished stage."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
-    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
+    settings: list[str] = typer.Option([], "--set",
+                                       help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
     from raylc.backends.base import BackendUnavailable
@@ -94,10 +100,10 @@ def run(
         evaluate(job, run_id, log=lambda m: typer.echo(m, err=True), overrides=overrides)
     except RunInterrupted as exc:  # SIGINT / SIGTERM: one line, exit 130 / 143
         typer.echo(str(exc), err=True)
-        raise typer.Exit(exc.exit_code)
+        raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:  # before the run started (loading, checking the job)
         typer.echo("interrupted before the run started; nothing was written", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except NothingWritten as exc:  # the store failed before the run's first write
         _fail(str(exc), 1)
     except StoreUnavailable as exc:
@@ -111,7 +117,8 @@ def run(
 
 
 @app.command()
-def report(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
+def report(run_dir: str = typer.Argument(...,
+                                         help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """Print a finished run's report tables: DOLCE categories and planted recovery, or scores per length and LongScore (also in report/summary.md)."""
     from raylc.evaluate import load_report
 
@@ -131,7 +138,8 @@ def _run_folder(run_dir: str) -> tuple[Any, str]:
 
 
 @app.command()
-def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
+def status(run_dir: str = typer.Argument(...,
+                                         help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """What a run is doing: each stage's state; for inference the requests stored against planned, rates and an ETA."""
     from raylc.io.tables import console, rich_table
     from raylc.run.status import duration, run_status
@@ -149,7 +157,8 @@ def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
         if stage == "infer" and st["infer"] and state != "done" and st["infer"].get("planned") is not None:
             p = st["infer"]
             share = p["stored"] / p["planned"] if p["planned"] else 1.0
-            detail = (f"stored {p['stored']:,} of {p['planned']:,} requests ({share:.1%}), errors {p.get('errors', 0):,}; "
+            detail = (f"stored {p['stored']:,} of {p['planned']:,} requests ({share:.1%}), errors "
+                      f"{p.get('errors', 0):,}; "
                       f"{p.get('requests_per_s', 0):,.1f} req/s, {p.get('prompt_tokens_per_s', 0):,.0f} prompt tok/s, "
                       f"{p.get('generated_tokens_per_s', 0):,.0f} generated tok/s"
                       + (f"; ETA {duration(p['eta_s'])}" if "eta_s" in p else "")
@@ -168,7 +177,8 @@ def status(run_dir: str = typer.Argument(..., help="A run folder: <store>/<run_i
 
 @app.command()
 def runs(store: str = typer.Argument("./runs", help="A store root (local folder or s3://bucket/prefix); "
-                                                     "default ./runs, where jobs write unless store.path says otherwise.")) -> None:
+                                                     "default ./runs, where jobs write unless store.path says "
+                                                     "otherwise.")) -> None:
     """The runs in a store: run id, job, model, state, when created, age and last update, newest first."""
     from raylc.io.store import Store
     from raylc.io.tables import console, rich_table
@@ -196,11 +206,14 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
 def submit(
     job_file: Path = typer.Argument(..., help="Job YAML file inside the working directory."),
     address: str = typer.Option(..., "--address", help="Ray dashboard address, e.g. http://HEAD:8265."),
-    store: Optional[str] = typer.Option(None, "--store", help="Store root as seen from the cluster (e.g. s3://bucket/runs)."),
+    store: Optional[str] = typer.Option(None, "--store",
+                                        help="Store root as seen from the cluster (e.g. s3://bucket/runs)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id to use (or resume) on the cluster."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Print the job id and return without following the logs."),
-    working_dir: Path = typer.Option(Path("."), "--working-dir", help="Folder uploaded as the job's working directory."),
-    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
+    working_dir: Path = typer.Option(Path("."), "--working-dir",
+                                     help="Folder uploaded as the job's working directory."),
+    settings: list[str] = typer.Option([], "--set",
+                                       help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
     from raylc.run.submit import SubmitError
@@ -217,13 +230,23 @@ def submit(
 
 @app.command()
 def longscore(
-    scores: list[str] = typer.Argument(..., help="Scores tables (Parquet/CSV/JSONL, local or s3://: model, task, length, score [, sample_id]) and/or finished length-suite runs (<store>/<run_id>, or a glob such as runs/helmet-*)."),
-    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for per_length/summary tables and figures."),
-    base_lengths: Optional[str] = typer.Option(None, "--base-lengths", help="Comma-separated base lengths in tokens (default: the runs' own, else 2048,4096,6144)."),
+    scores: list[str] = typer.Argument(...,
+                                       help="Scores tables (Parquet/CSV/JSONL, local or s3://: model, task, length, "
+                                            "score [, sample_id]) and/or finished length-suite runs (<store>/<run_id>, "
+                                            "or a glob such as runs/helmet-*)."),
+    out: str = typer.Option(..., "--out",
+                            help="Output folder (local or s3://) for per_length/summary tables and figures."),
+    base_lengths: Optional[str] = typer.Option(None, "--base-lengths",
+                                               help="Comma-separated base lengths in tokens (default: the runs' own, "
+                                                    "else 2048,4096,6144)."),
     n_boot: int = typer.Option(0, "--n-boot", help="Bootstrap resamples for confidence intervals (needs sample_id)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is set)."),
-    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw the PNG figures (1-3 s of matplotlib per call); --no-figures writes the tables only."),
+    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray",
+                                       help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is "
+                                            "set)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures",
+                                 help="Draw the PNG figures (1-3 s of matplotlib per call); --no-figures writes the "
+                                      "tables only."),
 ) -> None:
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
 
@@ -239,7 +262,8 @@ def longscore(
     try:
         from raylc.run.ray_exec import task_mapper
 
-        result = run_longscore(scores, out, lengths, n_boot, seed, task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),
+        result = run_longscore(scores, out, lengths, n_boot, seed,
+                               task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),
                                figures=figures)
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
@@ -254,8 +278,11 @@ def longscore(
 
 @app.command()
 def compare(
-    runs: list[str] = typer.Argument(..., help="Finished runs: <store>/<run_id> (local or s3://), or globs such as runs/quickstart-*."),
-    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for the leaderboard tables and figures."),
+    runs: list[str] = typer.Argument(...,
+                                     help="Finished runs: <store>/<run_id> (local or s3://), or globs such as "
+                                          "runs/quickstart-*."),
+    out: str = typer.Option(..., "--out",
+                            help="Output folder (local or s3://) for the leaderboard tables and figures."),
     n_boot: int = typer.Option(200, "--n-boot", help="Bootstrap resamples for LongScore's confidence intervals."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
 ) -> None:
@@ -288,8 +315,10 @@ def compare(
         print_legend(screen)
         if tables["agreement"].height:
             screen.print(rich_table(tables["agreement"].select(
-                "run_a", "run_b", "task", "subset", "n_problems", "rho_lam", "rho_k", "category_agreement").with_columns(
-                pl.col("rho_lam", "rho_k", "category_agreement").round(3)), "Agreement between runs (Spearman, DOLCE Section 6)"))
+                "run_a", "run_b", "task", "subset", "n_problems", "rho_lam", "rho_k",
+                "category_agreement").with_columns(
+                pl.col("rho_lam", "rho_k", "category_agreement").round(3)),
+                                    "Agreement between runs (Spearman, DOLCE Section 6)"))
     typer.echo(f"tables and figures -> {out}", err=True)
 
 
@@ -346,11 +375,19 @@ def _table_mapper(ray: Optional[bool]) -> Any:
 @app.command()
 @_with_fit_options
 def fit(
-    observations: str = typer.Argument(..., help="Observation table (Parquet/CSV/JSONL, local or s3://): task, problem_id, L, C, start, score, metric."),
-    out: str = typer.Option(..., "--out", help="Output folder (local or s3://) for problems.parquet, tasks.parquet and figures."),
-    compare: Optional[str] = typer.Option(None, "--compare", help="A previous fit folder: also write compare.parquet (delta, Spearman rho, KL)."),
-    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Per-task fits as Ray tasks (default) or in-process."),
-    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw categories.png and lambda_k.png (1-2 s of matplotlib); --no-figures writes the tables only."),
+    observations: str = typer.Argument(...,
+                                       help="Observation table (Parquet/CSV/JSONL, local or s3://): task, problem_id, "
+                                            "L, C, start, score, metric."),
+    out: str = typer.Option(..., "--out",
+                            help="Output folder (local or s3://) for problems.parquet, tasks.parquet and figures."),
+    compare: Optional[str] = typer.Option(None, "--compare",
+                                          help="A previous fit folder: also write compare.parquet (delta, Spearman "
+                                               "rho, KL)."),
+    ray: Optional[bool] = typer.Option(None, "--ray/--no-ray",
+                                       help="Per-task fits as Ray tasks (default) or in-process."),
+    figures: bool = typer.Option(True, "--figures/--no-figures",
+                                 help="Draw categories.png and lambda_k.png (1-2 s of matplotlib); --no-figures writes "
+                                      "the tables only."),
     *,
     options: FitOptions,
 ) -> None:
@@ -361,7 +398,8 @@ def fit(
     from raylc.io.tables import console, rich_table
 
     try:
-        out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray), figures=figures)
+        out_frames = run_fit(observations, out, options, compare_uri=compare,
+                             mapper=_table_mapper(ray), figures=figures)
     except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
         _fail(str(exc), 1)
     except StoreError as exc:
@@ -372,18 +410,25 @@ def fit(
         share=pl.col("n") / pl.col("n").sum().over("subset"))
     screen.print(rich_table(category_matrix(counts), "DOLCE focus categories", pct=("I", "II", "III", "IV", "V")))
     if "compare" in out_frames:
-        screen.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)), f"Compared with {compare}"))
+        screen.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)),
+                                f"Compared with {compare}"))
 
 
 @app.command()
 @functools.partial(_with_fit_options, omit=POSTERIOR_FIELDS)
 def sensitivity(
     observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
-    out: str = typer.Option(..., "--out", help="Output folder for sensitivity.parquet, sensitivity.png and sensitivity.json."),
-    experiments: str = typer.Option("take_every,threshold", "--experiments", help="Comma-separated: take_every, take_ip_rate, sample_rate, sample_ip_rate, min_length, max_length (Appendix K.1, vs full enumeration), threshold (K.4)."),
+    out: str = typer.Option(..., "--out",
+                            help="Output folder for sensitivity.parquet, sensitivity.png and sensitivity.json."),
+    experiments: str = typer.Option("take_every,threshold", "--experiments",
+                                    help="Comma-separated: take_every, take_ip_rate, sample_rate, sample_ip_rate, "
+                                         "min_length, max_length (Appendix K.1, vs full enumeration), threshold (K.4)."),
     every: str = typer.Option("2,5,10", "--every", help="Take-every strides N to compare with full enumeration."),
-    thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds", help="Binarization thresholds to compare with the reference's --threshold (0.5)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Settings of one experiment, NAME=V1,V2 (repeatable; adds NAME to --experiments), e.g. sample_rate=0.1,0.3."),
+    thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds",
+                                   help="Binarization thresholds to compare with the reference's --threshold (0.5)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set",
+                                             help="Settings of one experiment, NAME=V1,V2 (repeatable; adds NAME to "
+                                                  "--experiments), e.g. sample_rate=0.1,0.3."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random strategies (sample_rate, sample_ip_rate)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Grid cells as Ray tasks (default) or in-process."),
     *,
@@ -422,8 +467,10 @@ def sensitivity(
 
 @app.command()
 def units(
-    data: str = typer.Argument(..., help="Problems file (JSONL/Parquet/CSV, local or s3://) with a task and a context field."),
-    spec: str = typer.Option("s", "--spec", help="Unit spec (DOLCE Table 3 letters, e.g. ls); comma-separated to compare: b,ls."),
+    data: str = typer.Argument(...,
+                               help="Problems file (JSONL/Parquet/CSV, local or s3://) with a task and a context field."),
+    spec: str = typer.Option("s", "--spec",
+                             help="Unit spec (DOLCE Table 3 letters, e.g. ls); comma-separated to compare: b,ls."),
     task_field: str = typer.Option("task", "--task-field", help="Field holding the task name."),
     context_field: str = typer.Option("context", "--context-field", help="Field holding the context."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Token counter: default, or hf:<name-or-path>."),
@@ -454,13 +501,22 @@ def units(
 @app.command()
 def plan(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
-    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens", help="Prompt-token budget: pick the smallest take-every strides (per length) that fit."),
-    price_per_mtok: Optional[float] = typer.Option(None, "--price-per-mtok", help="Price in dollars per million (prompt + generated) tokens."),
-    tokens_per_s_per_gpu: Optional[float] = typer.Option(None, "--tokens-per-s-per-gpu", help="Throughput in tokens/s per GPU, for GPU-hours."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer to count with ('default' or hf:<name-or-path>); default: the job's."),
-    overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0, help="Tokens a chat template adds to each request."),
-    write: Optional[Path] = typer.Option(None, "--write", help="Write the planned job (chosen strides) as YAML that `raylc run` accepts."),
-    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
+    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens",
+                                                help="Prompt-token budget: pick the smallest take-every strides (per "
+                                                     "length) that fit."),
+    price_per_mtok: Optional[float] = typer.Option(None, "--price-per-mtok",
+                                                   help="Price in dollars per million (prompt + generated) tokens."),
+    tokens_per_s_per_gpu: Optional[float] = typer.Option(None, "--tokens-per-s-per-gpu",
+                                                         help="Throughput in tokens/s per GPU, for GPU-hours."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
+                                            help="Tokenizer to count with ('default' or hf:<name-or-path>); default: "
+                                                 "the job's."),
+    overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0,
+                                        help="Tokens a chat template adds to each request."),
+    write: Optional[Path] = typer.Option(None, "--write",
+                                         help="Write the planned job (chosen strides) as YAML that `raylc run` accepts."),
+    settings: list[str] = typer.Option([], "--set",
+                                       help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Plan a job without inference: requests, tokens, strides, prefix reuse and cost."""
 
@@ -498,8 +554,10 @@ def plan(
 @app.command()
 def check(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/dolce-vllm.yaml)."),
-    gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0, help="GPU memory in GiB (default: from probe.accelerator_type)."),
-    settings: list[str] = typer.Option([], "--set", help="Override a job field, key.path=value (YAML value); repeatable."),
+    gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0,
+                                                   help="GPU memory in GiB (default: from probe.accelerator_type)."),
+    settings: list[str] = typer.Option([], "--set",
+                                       help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Check a job before a run: a vLLM probe against its model (length limit, tensor parallelism, KV cache, prompt
     lengths); an OpenAI-compatible one against its server (endpoint answers, model served, window, prompt lengths)."""
@@ -515,8 +573,10 @@ def check(
     except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
         _fail(str(exc), 1)
     if not reports:
-        backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge") if getattr(job, s) is not None}))
-        typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm and openai probes)")
+        backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge")
+                                     if getattr(job, s) is not None}))
+        typer.echo(f"{job_file}: valid job; nothing to check for backend {backends} (raylc check checks vllm and "
+                   "openai probes)")
         return
     for report in reports:
         for line in report.lines():

@@ -134,7 +134,8 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
         bases.add(tuple(ref.job.suite.longscore_base()))
     if len(bases) > 1:
         raise StoreError("the runs use different LongScore base lengths "
-                         f"({'; '.join(', '.join(map(str, b)) for b in sorted(bases))}): compare runs of one suite setting")
+                         f"({'; '.join(', '.join(map(str, b)) for b in sorted(bases))}): compare runs of one suite "
+                         "setting")
     schema = {"model": pl.String, "task": pl.String, "length": pl.Int64, "sample_id": pl.String, "score": pl.Float64}
     table = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=schema)
     return table, labels, list(next(iter(bases), ()))

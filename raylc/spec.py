@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from raylc.dolce.options import FitOptions
 from raylc.suites import PlantedSuite
@@ -43,7 +44,45 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SimulatedProbe(_Strict):
+class ProbeConfig(_Strict):
+    """Base of every probe config (a ``probe`` or ``judge`` section), with a literal ``backend``
+    naming it in :data:`PROBES`; the backend itself is registered in :mod:`raylc.backends.registry`.
+    The methods answer what the run needs to know of any probe."""
+
+    def max_tokens(self) -> int:
+        """The default completion bound (``sampling.max_tokens``)."""
+        return GenerationParams().max_tokens
+
+    def window(self) -> Optional[int]:
+        """The context window (``max_model_len``), None when unbounded."""
+        return None
+
+    def model_name(self) -> str:
+        """The model name for score tables (the backend's name when there is no model)."""
+        return str(getattr(self, "backend"))
+
+    def count_tokenizer(self, suite_spec: Optional[str]) -> Optional[str]:
+        """The tokenizer prompts are counted with, given the suite's (None: the offline default)."""
+        return suite_spec
+
+
+class _ModelProbe(ProbeConfig):
+    """A probe of a real model: ``model``, ``tokenizer``, ``max_model_len`` and ``sampling``."""
+
+    def max_tokens(self) -> int:
+        return self.sampling.max_tokens  # type: ignore[attr-defined]
+
+    def window(self) -> Optional[int]:
+        return self.max_model_len  # type: ignore[attr-defined]
+
+    def model_name(self) -> str:
+        return self.model  # type: ignore[attr-defined]
+
+    def count_tokenizer(self, suite_spec: Optional[str]) -> Optional[str]:
+        return self.tokenizer or suite_spec  # type: ignore[attr-defined]
+
+
+class SimulatedProbe(ProbeConfig):
     """The simulated probe: a deterministic program that reads the prompt.
 
     It exists to validate the pipeline and the estimator, never as a stand-in for a real
@@ -89,7 +128,7 @@ class GenerationParams(_Strict):
 Truncation = Literal["middle", "end", "start", "refuse"]
 
 
-class VLLMProbe(_Strict):
+class VLLMProbe(_ModelProbe):
     """vLLM offline engine in a Ray Data actor pool (one engine per replica, ``tensor_parallel_size`` GPUs each).
 
     ``truncation`` fits prompt + ``sampling.max_tokens`` into ``max_model_len`` by cutting the
@@ -166,8 +205,12 @@ class VLLMProbe(_Strict):
                     f": use probe.{own}" if not own.startswith("(") else f" {own}"))
         return v
 
+    def count_tokenizer(self, suite_spec: Optional[str]) -> Optional[str]:
+        """The probe's tokenizer, the suite's, else the model's own."""
+        return self.tokenizer or suite_spec or f"hf:{self.model}"
 
-class OpenAIProbe(_Strict):
+
+class OpenAIProbe(_ModelProbe):
     """Any OpenAI-compatible endpoint (e.g. ``vllm serve``). The API key is read from the
     environment variable named by ``api_key_env``; the key itself is never stored.
 
@@ -221,7 +264,33 @@ class OpenAIProbe(_Strict):
         return v
 
 
-Probe = Annotated[Union[SimulatedProbe, VLLMProbe, OpenAIProbe], Field(discriminator="backend")]
+#: probe configs by ``backend``: the built-in ones; :func:`raylc.backends.registry.register_backend` adds others
+PROBES: dict[str, type[ProbeConfig]] = {"simulated": SimulatedProbe, "vllm": VLLMProbe, "openai": OpenAIProbe}
+
+
+def parse_probe(value: Any) -> ProbeConfig:
+    """A ``probe`` or ``judge`` section (a mapping with ``backend``) as the config model
+    :data:`PROBES` names; the config's own errors keep their keys (``probe.model``)."""
+    if isinstance(value, ProbeConfig):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError("probe_type", "must be a mapping with a backend")
+    known = ", ".join(f"'{k}'" for k in PROBES)
+    if "backend" not in value:
+        raise PydanticCustomError("probe_backend_missing", "one of {known}", {"known": known})
+    if value["backend"] not in PROBES:
+        raise PydanticCustomError("probe_backend", "{got} is not one of {known}",
+                                  {"got": repr(value["backend"]), "known": known})
+    return PROBES[value["backend"]].model_validate(value)
+
+
+def probe_config_of(data: Any) -> Optional[type[ProbeConfig]]:
+    """The config model a raw probe section names, if any (for error messages)."""
+    backend = data.get("backend") if isinstance(data, dict) else None
+    return PROBES.get(backend) if isinstance(backend, str) else None
+
+
+Probe = SerializeAsAny[Annotated[ProbeConfig, BeforeValidator(parse_probe)]]
 
 
 class Scoring(_Strict):
@@ -318,25 +387,20 @@ class Job(_Strict):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def count_tokenizer(self) -> Optional[str]:
-        """The tokenizer prompts are counted with: the probe's, the suite's, a vLLM probe's
-        model, else None (the offline default)."""
-        probe = self.probe if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else None
-        spec = (probe.tokenizer if probe is not None else None) or self.suite.tokenizer_spec()
-        if spec is None and isinstance(self.probe, VLLMProbe):
-            spec = f"hf:{self.probe.model}"
-        return spec
+        """The tokenizer prompts are counted with (:meth:`ProbeConfig.count_tokenizer`)."""
+        return self.probe.count_tokenizer(self.suite.tokenizer_spec())
 
     def max_tokens(self) -> int:
-        """The probe's default completion bound (``sampling.max_tokens``)."""
-        return self.probe.sampling.max_tokens if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else GenerationParams().max_tokens
+        """The probe's default completion bound (:meth:`ProbeConfig.max_tokens`)."""
+        return self.probe.max_tokens()
 
     def window(self) -> Optional[int]:
-        """The probe's context window (``max_model_len``), None when unbounded."""
-        return self.probe.max_model_len if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else None
+        """The probe's context window (:meth:`ProbeConfig.window`)."""
+        return self.probe.window()
 
     def model_name(self) -> str:
-        """The probe's model name for score tables (``simulated`` for the simulated probe)."""
-        return self.probe.model if isinstance(self.probe, (VLLMProbe, OpenAIProbe)) else self.probe.backend
+        """The probe's model name for score tables (:meth:`ProbeConfig.model_name`)."""
+        return self.probe.model_name()
 
     def fingerprint(self) -> str:
         """Hash of what determines the results (everything except store, ray, inference and
@@ -366,16 +430,9 @@ def _members(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _tag_of(model: type[BaseModel]) -> Optional[str]:
-    field = model.model_fields.get("backend") or model.model_fields.get("kind")
-    return field.default if field is not None and isinstance(field.default, str) else (
-        typing.get_args(field.annotation)[0] if field is not None and typing.get_args(field.annotation) else None
-    )
-
-
 def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseModel]], list[str]]:
-    """Follow ``loc`` through the model tree: (model holding the last key, key path without union
-    tags). ``data`` (the raw job) names the config model of a registry-backed field (``suite``)."""
+    """Follow ``loc`` through the model tree: (model holding the last key, key path). ``data``
+    (the raw job) names the config model of a registry-backed field (``suite``, ``probe``, ``judge``)."""
     models: list[type[BaseModel]] = [Job]
     path: list[str] = []
     for part in loc:
@@ -384,18 +441,13 @@ def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseMod
         if isinstance(part, int):
             path.append(str(part))
             continue
-        if len(models) > 1:  # a discriminated union: this part is the tag
-            tagged = [m for m in models if _tag_of(m) == part]
-            if tagged:
-                models = tagged
-                continue
         holder = next((m for m in models if part in m.model_fields), None)
         path.append(str(part))
         if holder is None:
             return None, path
         models = _members(holder.model_fields[part].annotation)
-        if models == [SuiteConfig]:  # the registry decides which config a suite section is
-            config = config_of(data)
+        if models in ([SuiteConfig], [ProbeConfig]):  # a registry decides which config the section is
+            config = config_of(data) if models == [SuiteConfig] else probe_config_of(data)
             models = [config] if config is not None else models
     return (models[0] if len(models) == 1 else None), path
 
@@ -412,14 +464,10 @@ def _describe(err: dict[str, Any], data: Any = None) -> str:
         return f"missing key '{key}'"
     if err["type"] == "suite_kind":
         return f"key '{key}.kind': {err['msg']}"
-    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        holder = _walk(loc[:-1], data)[0] if loc else Job
-        field = holder.model_fields.get(str(loc[-1])) if holder is not None and loc else None
-        tags = [t for t in (_tag_of(m) for m in _members(field.annotation))] if field is not None else []
-        expected = ", ".join(f"'{t}'" for t in tags) or err.get("ctx", {}).get("expected_tags", "")
-        tag = err.get("ctx", {}).get("discriminator", "'backend'").strip("'")
-        got = err.get("ctx", {}).get("tag")
-        return f"key '{key}.{tag}': {got!r} is not one of {expected}" if got is not None else f"missing key '{key}.{tag}' (one of {expected})"
+    if err["type"] == "probe_backend":
+        return f"key '{key}.backend': {err['msg']}"
+    if err["type"] == "probe_backend_missing":
+        return f"missing key '{key}.backend' ({err['msg']})"
     if not loc:  # a check across sections
         return str(err["msg"]).removeprefix("Value error, ")
     return f"key '{key}': {err['msg']} (got {err.get('input')!r})"

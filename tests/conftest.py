@@ -31,7 +31,8 @@ def _free_port() -> int:
 # set before Ray starts so that its workers, which read request tables from the store, see the
 # same endpoint and credentials; nothing ever reaches an address outside 127.0.0.0/8.
 S3_PORT = _free_port()
-S3_CREDS = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
+S3_CREDS = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
+            "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
 os.environ.update({
     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true", **S3_CREDS,

@@ -83,7 +83,8 @@ def invoke(root: Path, args: list[str], allowed: tuple[str, ...]):
     text = f"args: {args}\nexit: {result.exit_code}\noutput:\n{result.output}\nstderr:\n{stderr}"
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
-        tb = "".join(traceback.format_exception(type(result.exception), result.exception, result.exception.__traceback__))
+        tb = "".join(traceback.format_exception(type(result.exception), result.exception,
+                                                result.exception.__traceback__))
         raise AssertionError(f"uncaught exception\n{text}\n{tb}")
     assert result.exit_code in (0, 1, 2), text
     if currently_in_test_context():
@@ -161,7 +162,8 @@ def job_files(draw):
             for k in path[:-1]:
                 parent = parent[k]
             if kind == "set":
-                parent[path[-1]] = draw(st.one_of(WEIRD_VALUE, st.integers(0, 30), st.sampled_from([0.5, 1, 2, True, [1, 2]])))
+                parent[path[-1]] = draw(st.one_of(WEIRD_VALUE, st.integers(0, 30),
+                                                  st.sampled_from([0.5, 1, 2, True, [1, 2]])))
             elif kind == "delete":
                 parent.pop(path[-1], None)
             else:
@@ -263,7 +265,8 @@ def score_tables(draw):
     rows = []
     for model in draw(st.lists(st.sampled_from(["m1", "m2", "模型"]), min_size=1, max_size=2, unique=True)):
         for task in draw(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True)):
-            lengths = draw(st.lists(st.sampled_from([2048, 4096, 6144, 8192, 16384]), min_size=1, max_size=5, unique=True))
+            lengths = draw(st.lists(st.sampled_from([2048, 4096, 6144, 8192, 16384]), min_size=1,
+                                    max_size=5, unique=True))
             for length in lengths:
                 for sid in range(draw(st.integers(1, 3))):
                     row = {"model": model, "task": task, "length": length,
@@ -318,7 +321,8 @@ def test_fuzz_run_valid(ray_session, base):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         path = _write_job(root, BASES[base])
-        result = invoke(root, ["run", str(path), "--store", str(root / "store"), "--run-id", "fuzz"], allowed=("store",))
+        result = invoke(root, ["run", str(path), "--store",
+                               str(root / "store"), "--run-id", "fuzz"], allowed=("store",))
         assert result.exit_code == 0, result.output
 
 
@@ -342,7 +346,8 @@ def test_fuzz_plan(job, budget, price, write, overhead):
 
 @_settings("fit")
 @given(rows=table_rows(OBS_COLS, obs_tables()), fmt=st.sampled_from(["parquet", "csv", "jsonl"]),
-       scenario=st.sampled_from(["auto", "cow", "pig", "auto", "bogus"]), threshold=st.sampled_from(["0.5", "0.5", "0", "1", "1.5"]),
+       scenario=st.sampled_from(["auto", "cow", "pig", "auto", "bogus"]),
+       threshold=st.sampled_from(["0.5", "0.5", "0", "1", "1.5"]),
        pig_likelihood=st.sampled_from(["hit_rate", "score", "binned"]), figures=FIGURES)
 def test_fuzz_fit(rows, fmt, scenario, threshold, pig_likelihood, figures):
     with tempfile.TemporaryDirectory() as tmp:
@@ -350,7 +355,8 @@ def test_fuzz_fit(rows, fmt, scenario, threshold, pig_likelihood, figures):
         (root / "in").mkdir()
         path = _write_table(root / "in" / "obs", rows, fmt)
         result = invoke(root, ["fit", str(path), "--out", str(root / "out"), "--no-ray", "--scenario", scenario,
-                      "--threshold", threshold, "--em-steps-cow", "2", "--em-steps-pig", "2", "--uncertainty-steps", "3",
+                      "--threshold", threshold, "--em-steps-cow", "2", "--em-steps-pig", "2", "--uncertainty-steps",
+                               "3",
                       "--pig-likelihood", pig_likelihood, "--figures" if figures else "--no-figures"], allowed=("out",))
         if figures and result.exit_code == 0:
             event("figures drawn")
@@ -358,7 +364,8 @@ def test_fuzz_fit(rows, fmt, scenario, threshold, pig_likelihood, figures):
 
 @_settings("longscore")
 @given(rows=table_rows(SCORE_COLS, score_tables()), fmt=st.sampled_from(["parquet", "csv", "jsonl"]),
-       base=st.sampled_from(["2048,4096,6144", "2048,4096,6144", "2048", "", "x", "16384", "-1,0"]), n_boot=st.sampled_from([0, 0, 3, -1]),
+       base=st.sampled_from(["2048,4096,6144", "2048,4096,6144", "2048", "", "x", "16384", "-1,0"]),
+       n_boot=st.sampled_from([0, 0, 3, -1]),
        figures=FIGURES)
 def test_fuzz_longscore(rows, fmt, base, n_boot, figures):
     with tempfile.TemporaryDirectory() as tmp:

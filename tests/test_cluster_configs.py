@@ -108,7 +108,7 @@ def test_aws_node_configs_are_valid_ec2_run_instances_parameters():
     from botocore.validate import validate_parameters
 
     shape = botocore_session.get_session().get_service_model("ec2").operation_model("RunInstances").input_shape
-    for name, node_type in _aws()["available_node_types"].items():
+    for _name, node_type in _aws()["available_node_types"].items():
         params = {**node_type["node_config"], "MinCount": 1, "MaxCount": 1}  # Ray adds the counts
         validate_parameters(params, shape)  # raises ParamValidationError, naming the bad key
     with pytest.raises(ParamValidationError):

@@ -73,7 +73,8 @@ def test_find_runs_by_folder_and_glob(tmp_path):
 def test_a_runs_own_score_table_is_pointed_at_its_run_folder(tmp_path):
     pl.DataFrame({"task": ["t"], "length": [2048], "score": [1.0]}).write_parquet(tmp_path / "scores.parquet")
     out = RUNNER.invoke(app, ["longscore", str(tmp_path / "scores.parquet"), "--out", str(tmp_path / "o")])
-    assert out.exit_code == 2 and "missing columns ['model']" in out.output and "pass the run folder instead" in out.output
+    assert (out.exit_code == 2 and "missing columns ['model']" in out.output
+            and "pass the run folder instead" in out.output)
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +86,15 @@ def four_runs(ray_session, tmp_path_factory):
 
     store = tmp_path_factory.mktemp("store")
     quick = {"suite.problems_per_task": 30, "suite.max_units": 150, "store.path": str(store)}
-    for rid, seed, acc in (("qs-a", 0, 0.9), ("qs-b", 1, 0.9), ("qs-c", 0, 0.8)):  # qs-c: qs-a's problems, another probe
+    for rid, seed, acc in (("qs-a", 0, 0.9),
+                           ("qs-b", 1, 0.9), ("qs-c", 0, 0.8)):  # qs-c: qs-a's problems, another probe
         evaluate(load_job(ROOT / "jobs" / "quickstart.yaml", {**quick, "seed": seed, "probe.accuracy": acc}), rid,
                  log=lambda m: None)
     helmet = {"suite.lengths": [2048, 4096, 8192, 16384], "suite.base_lengths": [2048, 4096],
               "suite.samples_per_length": 6, "store.path": str(store)}
     for rid, acc in (("hr-good", 0.95), ("hr-weak", 0.6)):
-        evaluate(load_job(ROOT / "jobs" / "helmet-recall.yaml", {**helmet, "probe.accuracy": acc}), rid, log=lambda m: None)
+        evaluate(load_job(ROOT / "jobs" / "helmet-recall.yaml", {**helmet, "probe.accuracy": acc}),
+                 rid, log=lambda m: None)
     return store
 
 
@@ -103,7 +106,8 @@ def test_compare_makes_a_leaderboard_equal_to_longscore_and_fit(four_runs, tmp_p
     assert out.exit_code == 0, out.output
     cmp = tmp_path / "cmp"
     runs = pl.read_parquet(cmp / "runs.parquet")
-    assert runs.select("run_id", "model").rows() == [("qs-a", "simulated"), ("qs-b", "simulated"), ("qs-c", "simulated"),
+    assert runs.select("run_id", "model").rows() == [("qs-a", "simulated"), ("qs-b", "simulated"),
+                                                     ("qs-c", "simulated"),
                                                     ("hr-good", "simulated"), ("hr-weak", "simulated")]
     summary = pl.read_parquet(cmp / "summary.parquet")
     per_length = pl.read_parquet(cmp / "per_length.parquet")
@@ -149,7 +153,8 @@ def test_status_and_runs_on_finished_runs(four_runs):
     assert out.exit_code == 0 and all(r in out.output for r in ("qs-a", "qs-b", "qs-c", "hr-good", "hr-weak"))
     assert out.output.count(" done ") >= 5
     st_out = RUNNER.invoke(app, ["status", str(four_runs / "hr-weak")])
-    assert st_out.exit_code == 0 and st_out.output.startswith("run hr-weak (") and ": done;" in st_out.output.splitlines()[0]
+    assert (st_out.exit_code == 0 and st_out.output.startswith("run hr-weak (")
+            and ": done;" in st_out.output.splitlines()[0])
     assert np.all([s in st_out.output for s in ("build", "infer", "score", "report")])
 
 

@@ -1,4 +1,4 @@
-"""The README's fidelity table ("### Fidelity to the official scripts") against the package: every
+"""docs/fidelity.md's table ("# Fidelity to the official scripts") against the package: every
 test it names exists, every row names one, and every shipped task of every protocol is named
 (backticked) in the rule of at least one row of that protocol. No Ray, no model."""
 
@@ -19,7 +19,7 @@ from raylc.suites.registry import SUITES
 from raylc.suites.thesis import THESIS_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = "### Fidelity to the official scripts"
+SECTION = "# Fidelity to the official scripts"
 #: suite kind -> (how its rows' rule cells start, its shipped tasks)
 PROTOCOLS = {
     "longbench100": ("100-LongBench", LONGBENCH100_TASKS),
@@ -47,8 +47,8 @@ def _code(cell: str) -> list[str]:
 
 @cache
 def table() -> list[dict[str, str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(SECTION) == 1, f"README.md has no single {SECTION!r} section"
+    text = (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    assert text.count(SECTION) == 1, f"docs/fidelity.md has no single {SECTION!r} section"
     section = re.split(r"\n#{2,3} ", text.split(SECTION, 1)[1], maxsplit=1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     header = _cells(lines[0])
@@ -121,4 +121,4 @@ def test_every_shipped_task_of_every_protocol_has_a_row():
     for kind, (prefix, tasks) in PROTOCOLS.items():
         named = {name for row in table() if row["rule"].startswith(prefix) for name in _code(row["rule"])}
         missing += [f"{kind}: {task}" for task in tasks if task not in named]
-    assert not missing, f"tasks without a row in README.md's fidelity table: {', '.join(missing)}"
+    assert not missing, f"tasks without a row in docs/fidelity.md's table: {', '.join(missing)}"

@@ -59,7 +59,8 @@ def _scores(**columns) -> pl.DataFrame:
 
 
 LONGSCORE_BAD = {
-    "single length": (pl.DataFrame({"model": ["m", "n"], "task": ["t", "t"], "length": [4096, 4096], "score": [0.5, 0.6]}),
+    "single length": (pl.DataFrame({"model": ["m", "n"], "task": ["t", "t"], "length": [4096, 4096],
+                                    "score": [0.5, 0.6]}),
                       "column 'length': every length is a base length (4096)"),
     "no base length": (_scores(length=[8192, 16384] * 2), "column 'length': no score at the base lengths 4096"),
     "score above 100": (_scores(score=[80.0, 160.0, 50.0, 40.0]), "column 'score': outside [0, 100]"),
@@ -106,7 +107,8 @@ def test_longscore_without_sample_id_accepts_several_rows_per_cell(tmp_path, mon
     frame = pl.DataFrame({"model": ["m"] * 5, "task": ["t"] * 5, "length": [4096, 4096, 8192, 8192, 8192],
                           "score": [1.0, 0.5, 0.5, 0.5, 0.2]})
     frame.write_csv(tmp_path / "s.csv")
-    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out", "--base-lengths", "4096", "--no-ray")
+    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out",
+                          "--base-lengths", "4096", "--no-ray")
     assert code == 0, err
     per = pl.read_parquet(tmp_path / "out" / "per_length.parquet").sort("length")
     assert per["n"].to_list() == [2, 3] and per["score"].to_list() == pytest.approx([0.75, 0.4])
@@ -127,10 +129,12 @@ def test_longscore_accepts_percent_and_skips_null_scores():
 def test_validate_scores_types_its_columns_and_skips_nan_scores():
     """The returned table is typed (names as text, whole float lengths as Int64, scores as Float64), a NaN
     score is no score, and 100 is inside the range."""
-    ints = pl.DataFrame({"model": [1, 1, 2, 2], "task": [7] * 4, "length": [4096.0, 8192.0] * 2, "score": [100, 60, 50, 40]})
+    ints = pl.DataFrame({"model": [1, 1, 2, 2], "task": [7] * 4, "length": [4096.0, 8192.0] * 2,
+                         "score": [100, 60, 50, 40]})
     got = validate_scores(ints, (4096,))
     assert got.schema == pl.Schema({"model": pl.String, "task": pl.String, "length": pl.Int64, "score": pl.Float64})
-    assert got.rows() == [("1", "7", 4096, 100.0), ("1", "7", 8192, 60.0), ("2", "7", 4096, 50.0), ("2", "7", 8192, 40.0)]
+    assert got.rows() == [("1", "7", 4096, 100.0), ("1", "7", 8192, 60.0), ("2", "7", 4096, 50.0),
+                          ("2", "7", 8192, 40.0)]
     nan = _scores(score=[0.8, float("nan"), 0.5, 0.4], sample_id=[1, 2, 3, 4])
     assert validate_scores(nan, (4096,))["sample_id"].to_list() == [1, 3, 4]
 
@@ -329,7 +333,8 @@ def test_longscore_names_with_tex_markup_are_drawn_as_text(tmp_path, monkeypatch
     raised a ValueError traceback; names are data, drawn as they are."""
     pl.DataFrame({"model": ["m$1", "m$1", "m$1", "m$1"], "task": ["$$", "$x^2$", "$$", "$x^2$"],
                   "length": [4096, 4096, 8192, 8192], "score": [0.5, 0.6, 0.4, 0.3]}).write_csv(tmp_path / "s.csv")
-    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out", "--base-lengths", "4096", "--no-ray")
+    code, out, err = _cli(tmp_path, monkeypatch, "longscore", "s.csv", "--out", "out",
+                          "--base-lengths", "4096", "--no-ray")
     assert code == 0, err
     assert {"score_vs_length.png", "longscore_vs_length.png"} <= set(os.listdir(tmp_path / "out"))
 

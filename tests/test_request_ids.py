@@ -60,7 +60,8 @@ def other_process():
     code = ("import json; from test_request_ids import _dolce_ids, _sweep_ids; "
             "print(json.dumps({'dolce': _dolce_ids({})['request_id'].to_list(), 'sweep': _sweep_ids({}).to_list()}))")
     env = {**os.environ, "PYTHONHASHSEED": "random", "PYTHONPATH": str(ROOT / "tests")}
-    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
 

@@ -13,18 +13,27 @@ from raylc.spec import Job, JobSpecError, load_job, parse_overrides
 ROOT = Path(__file__).resolve().parents[1]
 
 BAD_JOBS = {
-    "unknown_key": ("name: x\nsampling:\n  stride: 3\n", "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction, rate, min_length, max_length)"),
-    "unknown_section": ("name: x\nprobes: {}\n", "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, judge, inference, store, ray)"),
+    "unknown_key": ("name: x\nsampling:\n  stride: 3\n",
+                    "unknown key 'sampling.stride' (allowed: lengths, strategy, every, stride_fraction, rate, "
+                    "min_length, max_length)"),
+    "unknown_section": ("name: x\nprobes: {}\n",
+                        "unknown key 'probes' (allowed: name, seed, suite, sampling, probe, scoring, fit, judge, "
+                        "inference, store, ray)"),
     "wrong_type": ("name: x\nsuite:\n  problems_per_task: many\n", "key 'suite.problems_per_task'"),
-    "bad_backend": ("name: x\nprobe:\n  backend: gpt\n", "key 'probe.backend': 'gpt' is not one of 'simulated', 'vllm', 'openai'"),
-    "backend_key": ("name: x\nprobe:\n  backend: vllm\n  model: m\n  tp: 2\n", "unknown key 'probe.tp' (allowed: backend, model, tokenizer,"),
-    "nested_key": ("name: x\nprobe: {backend: openai, base_url: 'http://h', model: m, sampling: {max_tokenz: 3}}\n", "unknown key 'probe.sampling.max_tokenz' (allowed: temperature, top_p, max_tokens, stop, seed)"),
-    "no_backend": ("name: x\nprobe: {model: m}\n", "missing key 'probe.backend' (one of 'simulated', 'vllm', 'openai')"),
+    "bad_backend": ("name: x\nprobe:\n  backend: gpt\n",
+                    "key 'probe.backend': 'gpt' is not one of 'simulated', 'vllm', 'openai'"),
+    "backend_key": ("name: x\nprobe:\n  backend: vllm\n  model: m\n  tp: 2\n",
+                    "unknown key 'probe.tp' (allowed: backend, model, tokenizer,"),
+    "nested_key": ("name: x\nprobe: {backend: openai, base_url: 'http://h', model: m, sampling: {max_tokenz: 3}}\n",
+                   "unknown key 'probe.sampling.max_tokenz' (allowed: temperature, top_p, max_tokens, stop, seed)"),
+    "no_backend": ("name: x\nprobe: {model: m}\n",
+                   "missing key 'probe.backend' (one of 'simulated', 'vllm', 'openai')"),
     "missing_key": ("seed: 1\n", "missing key 'name'"),
     "invalid_yaml": ("name: x\nsuite: [unclosed\n", "invalid YAML at line"),
     "not_mapping": ("- just\n- a list\n", "must be a YAML mapping"),
     "bad_lambda": ("name: x\nsuite:\n  lambdas: [0, 2]\n", "key 'suite.lambdas'"),
-    "duplicate_key": ("name: x\nsuite:\n  tasks: [a]\n  min_units: 5\n  tasks: [b]\n", "key 'suite.tasks' is given twice (lines 3 and 5)"),
+    "duplicate_key": ("name: x\nsuite:\n  tasks: [a]\n  min_units: 5\n  tasks: [b]\n",
+                      "key 'suite.tasks' is given twice (lines 3 and 5)"),
     "duplicate_section": ("name: x\nseed: 1\nname: y\n", "key 'name' is given twice (lines 1 and 3)"),
     "negative_seed": ("name: x\nseed: -7\n", "key 'seed': Input should be greater than or equal to 0 (got -7)"),
     "connect_timeout": ("name: x\nray: {connect_timeout_s: 0}\n", "key 'ray.connect_timeout_s'"),
@@ -83,9 +92,11 @@ def test_refused_prompt_names_the_requests_own_max_tokens():
     context = "word " * 400
     with pytest.raises(PromptTooLong) as err:
         fit_to_window("Q: ", context, " A:", tok, 300, 100, "refuse")
-    assert "the request's max_tokens 100 (from the suite's limit for this task if it sets one, else probe.sampling.max_tokens)" in str(err.value)
+    assert ("the request's max_tokens 100 (from the suite's limit for this task if it sets one, else "
+            "probe.sampling.max_tokens)" in str(err.value))
     with pytest.raises(PromptTooLong, match=r"max_tokens 100 \(from suite helmet_recall, task json_kv\)"):
-        fit_to_window("Q: ", context, " A:", tok, 300, 100, "refuse", max_tokens_from="suite helmet_recall, task json_kv")
+        fit_to_window("Q: ", context, " A:", tok, 300, 100, "refuse",
+                      max_tokens_from="suite helmet_recall, task json_kv")
     with pytest.raises(PromptTooLong, match="instruction and question alone need .* the request's max_tokens 290"):
         fit_to_window("Q: " + "word " * 20, context, " A:", tok, 300, 290, "middle")
 
@@ -112,7 +123,8 @@ def test_unreachable_s3_store_nothing_written(tmp_path):
         port = s.getsockname()[1]  # closed once the socket is
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AWS_ENDPOINT_URL_S3")}
     env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_MAX_ATTEMPTS="1")
-    proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", "s3://bucket/runs",
+    proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store",
+                           "s3://bucket/runs",
                            "--run-id", "r1"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1
     line = proc.stderr.strip()
@@ -147,11 +159,13 @@ def test_read_only_file_system_store(tmp_path, monkeypatch):
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(store)})
     with pytest.raises(runner.RunError) as err:
         evaluate(job, "ro", log=lambda m: None)
-    assert str(err.value) == f"{store}: the store is not writable ({tmp_path / 'mnt'}): read-only file system; nothing was written"
+    assert (str(err.value) == f"{store}: the store is not writable ({tmp_path / 'mnt'}): read-only file system; "
+                              "nothing was written")
     assert not store.exists()
 
 
-@pytest.mark.parametrize("case", ["unknown_key", "wrong_type", "invalid_yaml", "missing_key", "duplicate_key", "negative_seed"])
+@pytest.mark.parametrize("case", ["unknown_key", "wrong_type", "invalid_yaml", "missing_key",
+                                  "duplicate_key", "negative_seed"])
 def test_cli_bad_job_exit_2_one_line_nothing_written(tmp_path, case):
     text, expected = BAD_JOBS[case]
     path = tmp_path / "bad.yaml"
@@ -258,7 +272,8 @@ def test_cli_run_hands_the_overrides_to_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(raylc.evaluate, "evaluate", lambda job, run_id, log, overrides: seen.update(
         job=job, overrides=overrides))
     result = CliRunner().invoke(app, ["run", str(ROOT / "jobs" / "quickstart.yaml"), "--store", str(tmp_path),
-                                      "--seed", "4", "--set", "suite.problems_per_task=5", "--set", "probe.guess_rate=0"])
+                                      "--seed", "4", "--set", "suite.problems_per_task=5", "--set",
+                                      "probe.guess_rate=0"])
     assert result.exit_code == 0, result.output
     assert seen["overrides"] == {"suite.problems_per_task": 5, "probe.guess_rate": 0, "store.path": str(tmp_path),
                                  "seed": 4}
@@ -279,12 +294,14 @@ def test_relative_data_paths_resolve_against_the_job_files_folder(tmp_path, monk
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     job = load_job(jobs / "job.yaml")
-    assert job.suite.data == "data/docs.jsonl" and job.suite.data_path(job.suite.data) == str(jobs / "data" / "docs.jsonl")
+    assert (job.suite.data == "data/docs.jsonl"
+            and job.suite.data_path(job.suite.data) == str(jobs / "data" / "docs.jsonl"))
     built = job.suite.build(job.seed)
     assert built.height > 0
     monkeypatch.chdir(jobs.parent)  # the same job from its project folder: the same fingerprint and table
     again = load_job("jobs/job.yaml")
-    assert again.fingerprint() == job.fingerprint() and again.suite.data_path("data/docs.jsonl") == "jobs/data/docs.jsonl"
+    assert (again.fingerprint() == job.fingerprint()
+            and again.suite.data_path("data/docs.jsonl") == "jobs/data/docs.jsonl")
     assert again.suite.build(again.seed).equals(built)
     # nothing beside the job, a file under the working directory: that one (older job files)
     (elsewhere / "cwd.jsonl").write_text(docs)

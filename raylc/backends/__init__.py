@@ -1,38 +1,30 @@
 """Inference backends behind one interface: ``generate(prompts: list[str]) -> list[dict]``.
 
-See :mod:`raylc.backends.base` for the result dict and its Polars schema. vLLM is imported
-only when its backend generates (it needs CUDA).
+See :mod:`raylc.backends.base` for the result dict and its Polars schema, and
+:mod:`raylc.backends.registry` for how a job's ``probe.backend`` finds its backend (the
+built-in ones register on import: :mod:`raylc.backends.builtin`). vLLM is imported only when
+its backend generates (it needs CUDA).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import polars as pl
 
+from raylc.backends import builtin  # noqa: F401  (registers the built-in backends)
 from raylc.backends.base import GENERATION_SCHEMA, Backend, BackendUnavailable, Generation, generations_frame
-from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend, length_cases
-from raylc.spec import Job
+from raylc.backends.registry import backend_of
+
+if TYPE_CHECKING:
+    from raylc.spec import Job
 
 __all__ = [
     "GENERATION_SCHEMA", "Backend", "BackendUnavailable", "Generation", "generations_frame", "make_backend",
-    "SimulatedBackend",
 ]
 
 
-def make_backend(job: Job, problems: Optional[pl.DataFrame]) -> Backend:
-    """The backend named by ``job.probe.backend``. The simulated probe's memorized answers come
-    from ``problems`` (a planted problems table, or a samples table of a length-controlled suite)."""
-    probe = job.probe
-    if probe.backend == "simulated" and problems is not None and "gold" in problems.columns:
-        return SimulatedLengthBackend(probe, length_cases(problems), seed=job.seed)
-    if probe.backend == "simulated":
-        knowledge = {} if problems is None else dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
-        return SimulatedBackend(probe, knowledge, seed=job.seed)
-    if probe.backend == "vllm":
-        raise ValueError("the vLLM probe runs as an engine stage (raylc.backends.vllm_engine.VLLMEngine), not a text backend")
-    if probe.backend == "openai":
-        from raylc.backends.openai_http import OpenAIBackend
-
-        return OpenAIBackend(probe, seed=job.seed)
-    raise ValueError(f"unknown probe backend {probe.backend!r}")
+def make_backend(job: Job, table: Optional[pl.DataFrame] = None) -> Backend:
+    """The text backend of ``job.probe`` (:meth:`~raylc.backends.registry.BackendPlugin.text_backend`);
+    ``table``: the suite's built table (the simulated probe's knowledge)."""
+    return backend_of(job.probe).text_backend(job, None if table is None else table.lazy())

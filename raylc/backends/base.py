@@ -24,6 +24,10 @@ class BackendUnavailable(RuntimeError):
     """A backend that cannot serve requests (endpoint down, engine missing); one-line message."""
 
 
+class EngineDead(RuntimeError):
+    """A token engine's core died; its actor must exit so that Ray restarts it (and retries the batch)."""
+
+
 class Generation(TypedDict):
     completion: Optional[str]
     prompt_tokens: int
@@ -80,6 +84,8 @@ def generations_frame(results: list[Generation]) -> pl.DataFrame:
     )
 
 
+#: the columns of a rendered request: instruction, document, question (truncation cuts the context only)
+PROMPT_PARTS = ("head", "context", "tail")
 Prompt = Union[str, tuple[str, str, str]]
 MaxTokens = Optional[Sequence[Optional[int]]]
 RawFlags = Optional[Sequence[Optional[bool]]]
@@ -129,3 +135,7 @@ class Backend:
 
     def check_endpoint(self) -> None:
         """Raise :class:`BackendUnavailable` if the backend cannot serve requests (default: no check)."""
+
+    def for_rows(self, rows: pl.DataFrame) -> "Backend":
+        """The backend that serves these rendered request rows (default: itself)."""
+        return self

@@ -1,9 +1,14 @@
-"""OpenAI-compatible HTTP backend (``vllm serve``, hosted APIs), standard library only.
+"""OpenAI-compatible HTTP backend (``vllm serve``, hosted APIs) on one pooled httpx client.
 
 ``base_url`` is the API root including the version, e.g. ``http://host:8000/v1``;
 requests go to ``{base_url}/chat/completions`` (mode ``chat``: the prompt is one user
 message) or ``{base_url}/completions`` (mode ``completions``). Per actor, a thread pool of
-``concurrency`` workers sends the requests; each is retried on HTTP 408/429/5xx, timeouts
+``concurrency`` workers sends the requests through one ``httpx.Client`` that keeps up to
+``concurrency`` connections open between requests (HTTP/1.1 keep-alive: no TCP and TLS
+handshake per request; an idle connection is dropped after :data:`KEEPALIVE_S`, before
+uvicorn's, hence ``vllm serve``'s, 5 s); :meth:`OpenAIBackend.close` closes them. Every wait on
+the server (connecting, sending, each read, a free pooled connection) is limited to ``timeout_s``.
+Each request is retried on HTTP 408/429/5xx, timeouts
 and connection errors while retries remain (attempt ``n <= max_retries``) **or** while both the
 request and the endpoint's current outage are younger than ``retry_budget_s`` (default 300 s,
 longer than a vLLM server takes to restart). The outage is timed per backend (worker) from the
@@ -26,6 +31,11 @@ None, ``error`` "<endpoint>: empty completion (content null, finish_reason ...)"
 counts against ``inference.max_error_fraction`` and is retried on resume; it is not retried
 at once (the same request mostly gets the same reply). With ``probe.empty_ok: true`` it is an
 answer instead (an empty string, scored as such).
+
+Proxies and CA certificates come from the environment (``HTTPS_PROXY``, ``NO_PROXY``,
+``SSL_CERT_FILE``; the system's CA store, as Python's ``ssl`` module has it), except that a
+loopback ``base_url`` (127.0.0.1, localhost, ::1) is never sent through a proxy. Redirects are
+followed (``Authorization`` is not sent to another host).
 
 The API key is read from the environment variable named by ``api_key_env`` and is only
 ever put in the ``Authorization`` header: it is not in ``repr``, errors, results, or the
@@ -56,22 +66,21 @@ from __future__ import annotations
 import datetime
 import email.utils
 import fnmatch
-import http.client
 import json
 import math
 import os
 import random
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
+
+import httpx
 
 from raylc.backends.base import (
     Backend,
@@ -96,6 +105,9 @@ MAX_SLEEP_S = 60.0
 RETRY_AFTER_SPREAD = 1.25
 #: token counts closer than this are never flagged by the usage check (chat template tokens)
 USAGE_SLACK_TOKENS = 64
+#: seconds an idle pooled connection is kept (below uvicorn's default keep-alive of 5 s, so that
+#: the client drops it before ``vllm serve`` does)
+KEEPALIVE_S = 4.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 #: an error body that says the key is the problem, whatever the status
 _AUTH_RE = re.compile(r"api[ _-]?key|authenticat|unauthori[sz]|credential|bearer", re.IGNORECASE)
@@ -172,6 +184,19 @@ def _count(value: Any) -> Optional[int]:
     return int(value)
 
 
+def _reason(exc: BaseException) -> str:
+    """What a connection failure says: the OS's words (``Connection refused``) when an OSError
+    caused it, else the exception's message, else its type."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
 def _one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -200,9 +225,37 @@ class OpenAIBackend(Backend):
         self.usage_mismatch: Optional[tuple[int, int]] = None
         #: ``time.monotonic()`` of the first retryable failure since the last reply (None: no outage)
         self._failing_since: Optional[float] = None
-        host = urllib.parse.urlsplit(self.base_url).hostname or ""
-        handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
-        self._opener = urllib.request.build_opener(*handlers)
+        self._client = self._new_client()
+
+    def _new_client(self) -> httpx.Client:
+        """The pooled client: ``concurrency`` kept connections, no proxy for a loopback host."""
+        n = self.probe.concurrency
+        url = httpx.URL(self.base_url)
+        return httpx.Client(
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S),
+            timeout=self.probe.timeout_s,
+            follow_redirects=True,
+            trust_env=url.host not in _LOOPBACK,
+            verify=ssl.create_default_context() if url.scheme == "https" else True,
+        )
+
+    def _http(self) -> httpx.Client:
+        """The client, opened again if :meth:`close` closed it."""
+        if self._client.is_closed:
+            with self._lock:
+                if self._client.is_closed:
+                    self._client = self._new_client()
+        return self._client
+
+    def close(self) -> None:
+        """Close the kept connections (a later request opens new ones)."""
+        self._client.close()
+
+    def __enter__(self) -> "OpenAIBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"probe": self.probe, "seed": self.seed, "base_url": self.base_url, "endpoint": self.endpoint}
@@ -230,16 +283,29 @@ class OpenAIBackend(Backend):
 
     def _send(self, url: str, body: Optional[bytes], timeout: float) -> Any:
         """JSON response of one request; :class:`_Retry` or :class:`_Fatal` on failure."""
-        req = urllib.request.Request(url, data=body, headers=self._headers(), method="POST" if body else "GET")
         try:
-            with self._opener.open(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            status, after = exc.code, _retry_after(exc.headers)
-            try:
-                detail, text = _error_detail(exc.read() or b"")
-            except Exception:
-                detail, text = "", ""
+            with self._http().stream("POST" if body else "GET", url, content=body, headers=self._headers(),
+                                     timeout=timeout) as resp:
+                status = resp.status_code
+                if 200 <= status < 300:
+                    raw = resp.read()
+                else:
+                    try:
+                        detail, text = _error_detail(resp.read() or b"")
+                    except Exception:  # an error body that cannot be read: the status alone
+                        detail, text = "", ""
+        except httpx.TimeoutException:
+            raise _Retry(f"timed out after {timeout:g} s") from None
+        except httpx.TooManyRedirects:
+            raise _Fatal("too many redirects") from None
+        except httpx.DecodingError as exc:  # a body whose Content-Encoding does not decode
+            raise _Fatal(f"response is not readable ({_one_line(self._scrub(str(exc)))})") from None
+        except (httpx.TransportError, OSError) as exc:
+            if isinstance(exc, (TimeoutError, socket.timeout)):
+                raise _Retry(f"timed out after {timeout:g} s") from None
+            raise _Retry(f"connection error ({_one_line(self._scrub(_reason(exc)))})") from None
+        if not 200 <= status < 300:
+            after = _retry_after(resp.headers)
             said = f" ({_one_line(self._scrub(detail))})" if detail else ""
             if status in RETRY_STATUS:
                 raise _Retry(f"HTTP {status}{said}", after) from None
@@ -249,15 +315,6 @@ class OpenAIBackend(Backend):
                         "no key was sent; set probe.api_key_env to the environment variable holding it")
                 raise _Auth(f"HTTP {status} (invalid API key?): {hint}" + (f"; server said{said}" if said else "")) from None
             raise _Fatal(f"HTTP {status}{said}") from None
-        except (TimeoutError, socket.timeout):
-            raise _Retry(f"timed out after {timeout:g} s") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                raise _Retry(f"timed out after {timeout:g} s") from None
-            reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
-            raise _Retry(f"connection error ({_one_line(self._scrub(reason))})") from None
-        except (ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise _Retry(f"connection error ({type(exc).__name__})") from None
         try:
             return json.loads(raw)
         except ValueError:

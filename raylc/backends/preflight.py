@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raylc.spec import Job, JobSpecError, OpenAIProbe, VLLMProbe
+from raylc.spec import Job, JobSpecError, VLLMProbe
 
 VLLM_VERSION = "0.33.0"
 HUB_TIMEOUT_S = 10.0
@@ -769,7 +769,8 @@ def check_openai(job: Job, section: str = "probe", *, source: Optional[Union[str
     if probe.api_key_env and not os.environ.get(probe.api_key_env):
         raise PreflightError(f"{where}{section}.api_key_env: environment variable {probe.api_key_env} is not set")
     try:  # listing /models needs no tokenizer (an hf: one would load here)
-        info = OpenAIBackend(probe.model_copy(update={"tokenizer": None}), seed=job.seed).check_endpoint(section)
+        with OpenAIBackend(probe.model_copy(update={"tokenizer": None}), seed=job.seed) as backend:
+            info = backend.check_endpoint(section)
     except EndpointRefused as exc:
         raise PreflightError(f"{where}{section}.{exc.key}: {exc}") from None
     except BackendUnavailable as exc:
@@ -802,35 +803,48 @@ def check_openai(job: Job, section: str = "probe", *, source: Optional[Union[str
     return report
 
 
+def check_vllm(job: Job, section: str, *, source: Optional[Union[str, Path]] = None,
+               gpu_memory_gib: Optional[float] = None, hub: bool = True, prompts: Any = None,
+               require_config: bool = True, **_: Any) -> Report:
+    """The report on ``job``'s vLLM ``section`` (:func:`check_probe`, and for the probe with
+    ``prompts`` :func:`prompt_fit`, whose failure is a note, never a refusal)."""
+    probe = getattr(job, section)
+    try:
+        report = check_probe(probe, source=source, section=section, gpu_memory_gib=gpu_memory_gib, hub=hub,
+                             require_config=require_config)
+    except PreflightError as exc:
+        raise PreflightError(f"{source}: {exc}" if source is not None else str(exc)) from None
+    if prompts and section == "probe" and not report.skipped:
+        try:
+            report.prompts = prompt_fit(job, prompts)
+        except Exception as exc:  # data not reachable here, a suite error: say so, do not fail
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            report.warnings.append(f"prompt lengths not checked: {first}")
+        else:
+            if report.prompts.cut and probe.truncation == "refuse":
+                report.warnings.append(f"{report.prompts.cut:,} requests do not fit and probe.truncation is "
+                                       "'refuse': they will be recorded as errors")
+    return report
+
+
 def preflight(job: Job, *, source: Optional[Union[str, Path]] = None, gpu_memory_gib: Optional[float] = None,
               hub: bool = True, prompts: Any = None, require_config: bool = True,
               endpoints: bool = False) -> list[Union[Report, EndpointReport]]:
-    """Check every vLLM section of ``job`` (``probe``, then ``judge``); an empty list when there is
-    none. ``source`` is the job file (messages, relative ``hf_config``); ``prompts`` (the suite's
-    evaluation, :func:`raylc.evaluate.evaluation_for`) adds :func:`prompt_fit` for the probe (a failure there is a note, never a refusal).
-    With ``endpoints`` (``raylc check``) OpenAI-compatible sections are checked too (:func:`check_openai`)."""
+    """The reports of every checked section of ``job`` (``probe``, then ``judge``), each from its
+    backend's hook (:meth:`raylc.backends.registry.BackendPlugin.preflight`: vLLM sections by
+    :func:`check_vllm`, OpenAI-compatible ones by :func:`check_openai` with ``endpoints``, as
+    ``raylc check`` asks); an empty list when none is. ``source`` is the job file (messages,
+    relative ``hf_config``); ``prompts`` (the suite's evaluation, :func:`raylc.evaluate.evaluation_for`)
+    adds the prompt lengths."""
+    from raylc.backends.registry import backend_of
+
     reports: list[Union[Report, EndpointReport]] = []
     for section in ("probe", "judge"):
         probe = getattr(job, section)
-        if endpoints and isinstance(probe, OpenAIProbe):
-            reports.append(check_openai(job, section, source=source, prompts=prompts))
+        if probe is None:
             continue
-        if not isinstance(probe, VLLMProbe):
-            continue
-        try:
-            report = check_probe(probe, source=source, section=section, gpu_memory_gib=gpu_memory_gib, hub=hub,
-                                 require_config=require_config)
-        except PreflightError as exc:
-            raise PreflightError(f"{source}: {exc}" if source is not None else str(exc)) from None
-        if prompts and section == "probe" and not report.skipped:
-            try:
-                report.prompts = prompt_fit(job, prompts)
-            except Exception as exc:  # data not reachable here, a suite error: say so, do not fail
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                report.warnings.append(f"prompt lengths not checked: {first}")
-            else:
-                if report.prompts.cut and probe.truncation == "refuse":
-                    report.warnings.append(f"{report.prompts.cut:,} requests do not fit and probe.truncation is "
-                                           "'refuse': they will be recorded as errors")
-        reports.append(report)
+        report = backend_of(probe).preflight(job, section, source=source, gpu_memory_gib=gpu_memory_gib, hub=hub,
+                                             prompts=prompts, require_config=require_config, endpoints=endpoints)
+        if report is not None:
+            reports.append(report)
     return reports

@@ -13,16 +13,17 @@ judge prompt it grades by word overlap (:func:`raylc.scoring.judge.simulated_jud
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import polars as pl
 
-from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, RawFlags, generation, prompt_text
+from raylc.backends.base import (
+    PROMPT_PARTS, Backend, Generation, MaxTokens, Prompt, RawFlags, generation, prompt_text,
+)
 from raylc.scoring.judge import simulated_judgement
 from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
-from raylc.suites.samples import COMPLETION
 from raylc.text.prompts import IDK_ANSWER
 from raylc.text.tokenize import count_texts, get_tokenizer
 
@@ -91,28 +92,11 @@ class SimulatedBackend(Backend):
 SIMULATED_COT = "Let me read the context step by step. (simulated reasoning)"
 
 
-def length_cases(samples: pl.DataFrame) -> dict[str, tuple[str, int]]:
-    """What :class:`SimulatedLengthBackend` knows of a samples table: ``prompt -> (answer,
-    context tokens)``; a two-call sample's first call answers :data:`SIMULATED_COT` (-1), its
-    second call (the follow-up holding that reasoning) the gold answer."""
-    cases: dict[str, tuple[str, int]] = {}
-    for head, context, tail, gold, n, follow in samples.select(
-        "head", "context", "tail", "gold", "context_tokens", "followup"
-    ).iter_rows():
-        prompt = head + context + tail
-        if follow is None:
-            cases[prompt] = (gold, n)
-        else:
-            cases[prompt] = (SIMULATED_COT, -1)
-            cases[follow.replace(COMPLETION, SIMULATED_COT, 1)] = (gold, n)
-    return cases
-
-
 class SimulatedLengthBackend(SimulatedBackend):
     """The simulated probe on a length-controlled suite (:mod:`raylc.suites.samples`).
 
     It knows the ``cases`` it is given (``prompt -> (answer, context tokens)``, see
-    :func:`length_cases`) and answers such a prompt correctly with probability
+    :class:`SimulatedSamplesBackend`) and answers such a prompt correctly with probability
     ``accuracy * 2 ** (-context_tokens / half_life_tokens)`` (``knowledge_rate`` with no
     context), else "Unanswerable", seeded by the prompt; a case with -1 context tokens (a
     chain-of-thought first call) always gets its answer. Other prompts get the planted behaviour.
@@ -132,3 +116,43 @@ class SimulatedLengthBackend(SimulatedBackend):
         cfg = self.config
         p = cfg.knowledge_rate if n == 0 else cfg.accuracy * 2.0 ** (-n / cfg.half_life_tokens)
         return gold if self._rng(prompt).random() < p else IDK_ANSWER
+
+
+SAMPLE_KEYS = ("task", "sample_id", "length")
+
+
+class SimulatedSamplesBackend(SimulatedBackend):
+    """The simulated probe of a length-sweep run: it knows the samples table it was built with,
+    and serves a batch of request rows (found by their ``task, sample_id, length, round``) with a
+    :class:`SimulatedLengthBackend` knowing each prompt's gold answer and context tokens, or
+    :data:`SIMULATED_COT` (-1) for the first call of a two-call sample. Without rows (judge
+    calls) it has the planted behaviour."""
+
+    def __init__(self, config: SimulatedProbe, samples: pl.LazyFrame, seed: int = 0):
+        super().__init__(config, {}, seed)
+        self.samples = samples.select(*SAMPLE_KEYS, "gold", pl.col("context_tokens").cast(pl.Int64),
+                                      two_calls=pl.col("followup").is_not_null()).collect()
+
+    def for_rows(self, rows: pl.DataFrame) -> SimulatedBackend:
+        if not set(SAMPLE_KEYS) <= set(rows.columns):
+            return self
+        first_of_two = (pl.col("round") == 1) & pl.col("two_calls")
+        known = rows.join(self.samples, on=list(SAMPLE_KEYS), how="left", maintain_order="left").select(
+            prompt=pl.concat_str(PROMPT_PARTS),
+            answer=pl.when(first_of_two).then(pl.lit(SIMULATED_COT)).otherwise(pl.col("gold")),
+            tokens=pl.when(first_of_two).then(pl.lit(-1, pl.Int64)).otherwise(pl.col("context_tokens")),
+        )
+        cases = dict(zip(known["prompt"].to_list(), zip(known["answer"].to_list(), known["tokens"].to_list())))
+        return SimulatedLengthBackend(self.config, cases, seed=self.seed)
+
+
+def simulated_backend(config: SimulatedProbe, table: Optional[pl.LazyFrame], seed: int = 0) -> SimulatedBackend:
+    """The simulated probe knowing the suite's built ``table``: a length sweep's samples
+    (:class:`SimulatedSamplesBackend`), or a DOLCE problems table (its answers, by problem id)."""
+    names = table.collect_schema().names() if table is not None else []
+    if "gold" in names:
+        return SimulatedSamplesBackend(config, table, seed)  # type: ignore[arg-type]
+    if {"problem_id", "answer"} <= set(names):
+        known = table.select("problem_id", pl.col("answer").cast(pl.String)).collect()  # type: ignore[union-attr]
+        return SimulatedBackend(config, dict(zip(known["problem_id"].to_list(), known["answer"].to_list())), seed)
+    return SimulatedBackend(config, {}, seed)

@@ -70,7 +70,7 @@ import uuid
 import weakref
 from typing import Any, Iterator, Optional, Sequence
 
-from raylc.backends.base import BackendUnavailable, Generation, generation
+from raylc.backends.base import BackendUnavailable, EngineDead, Generation, generation
 from raylc.spec import GenerationParams, VLLMProbe
 
 VLLM_VERSION = "0.33.0"
@@ -80,10 +80,6 @@ INSTALL_HINT = ("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA mach
                 "for probe.device: cpu (README, 'Real model on CPU')")
 _FAILED = ("abort", "error")
 GIB = 1 << 30
-
-
-class EngineDead(RuntimeError):
-    """The engine core died; the actor must exit so that Ray restarts it (and retries the batch)."""
 
 
 def import_vllm() -> Any:
@@ -164,6 +160,21 @@ def actor_options(probe: VLLMProbe, verbose: bool = False) -> dict[str, Any]:
     if env:
         opts["runtime_env"] = {"env_vars": env}
     return opts
+
+
+#: vLLM 0.33.0's ``max_num_seqs`` when unset, for the offline ``LLM`` class (the usage context raylc
+#: builds with): 256 on CPU, 1,024 on an H100 (``engine/arg_utils.py:2925-2982``)
+DEFAULT_MAX_NUM_SEQS = {"cpu": 256, "gpu": 1024}
+
+
+def concurrent_batches(probe: Any, batch_size: int) -> int:
+    """Batches in flight per engine actor: ``probe.max_concurrent_batches``, or enough for twice
+    the engine's ``max_num_seqs`` requests. A batch's slots come back only when its slowest
+    request returns, so admission of exactly ``max_num_seqs`` would leave the engine below it."""
+    if probe.max_concurrent_batches is not None:
+        return int(probe.max_concurrent_batches)
+    seqs = probe.max_num_seqs or DEFAULT_MAX_NUM_SEQS[probe.device]
+    return max(2, -(-2 * seqs // max(batch_size, 1)))
 
 
 def engine_arg_names(vllm: Any = None) -> tuple[frozenset[str], str]:

@@ -61,7 +61,7 @@ def infer(run: Run) -> Rows:
     run.log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
     if total > reused:
         run.infer((prefix_order(c.filter(~run.is_completed(c["request_id"], done))) for c in span_chunks()),
-                  problems=PROBLEMS, reused=reused)
+                  table=PROBLEMS, reused=reused)
     del done
     return run.inference_rows(reused, total)
 

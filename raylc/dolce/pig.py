@@ -125,7 +125,8 @@ def _log_g(A: np.ndarray) -> np.ndarray:
 def _log_g_real(a: np.ndarray) -> np.ndarray:
     """log(e^a - 1) for real a > 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a > 1.0, a + np.log1p(-np.exp(-np.where(a > 1.0, a, 1.0))), np.log(np.expm1(np.minimum(a, 1.0))))
+        return np.where(a > 1.0, a + np.log1p(-np.exp(-np.where(a > 1.0, a, 1.0))),
+                        np.log(np.expm1(np.minimum(a, 1.0))))
 
 
 def _log_coeff_fourier(n0, k, m, C, n_points=None) -> np.ndarray:
@@ -382,7 +383,8 @@ def pig_pmf_mode(lam, k, L, C) -> np.ndarray:
             lp = np.full(mgrid.shape, -np.inf)
             sel = np.nonzero(inside)
             lp[sel] = _log_pmf_flat(
-                mgrid[sel], lam_a[g][rows][sel[0]], k_a[g][rows][sel[0]], L_a[g][rows][sel[0]], C_a[g][rows][sel[0]], "auto"
+                mgrid[sel], lam_a[g][rows][sel[0]], k_a[g][rows][sel[0]], L_a[g][rows][sel[0]], C_a[g][rows][sel[0]],
+                "auto"
             )
             mx = lp.max(axis=1, keepdims=True)
             first = np.argmax(lp >= mx + np.log1p(-_MODE_TIE_RTOL), axis=1)
@@ -596,7 +598,8 @@ class PIGFit(CellFit):
         if self.likelihood == "binned":
             s_a = bucketize_scores(s_a).astype(np.float64)
         pos = np.searchsorted(d["problems"], problem)
-        if np.any(pos >= d["problems"].size) or np.any(d["problems"][np.minimum(pos, d["problems"].size - 1)] != problem):
+        if (np.any(pos >= d["problems"].size)
+                or np.any(d["problems"][np.minimum(pos, d["problems"].size - 1)] != problem)):
             raise ValueError("score_counts holds a problem without statistics")
         keys = np.stack([pos.astype(np.float64), C_a.astype(np.float64), s_a], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)

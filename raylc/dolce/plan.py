@@ -255,7 +255,8 @@ def _budget_sampling(sampling: Sampling, problems: pl.DataFrame, budget: int,
     for curve in curves.values():
         by_stride += curve[np.minimum(np.arange(widest), len(curve) - 1)]
     if by_stride[-1] > budget:
-        raise PlanError(f"budget of {budget:,} prompt tokens is below the cheapest plan ({int(by_stride[-1]):,} tokens: "
+        raise PlanError(f"budget of {budget:,} prompt tokens is below the cheapest plan ({int(by_stride[-1]):,} "
+                        "tokens: "
                         "one start per problem and length); raise --budget-tokens or sample fewer lengths")
     s_star = int(np.flatnonzero(by_stride <= budget)[0]) + 1
     strides = {C: min(s_star, len(curve)) for C, curve in curves.items()}
@@ -334,10 +335,12 @@ class Plan:
             ("prefix reuse saving", f"{saving:.1%}"),
         ]
         if self.budget_tokens is not None:
-            rows.insert(4, ("budget (prompt tokens)", f"{self.budget_tokens:,} ({self.prompt_tokens / self.budget_tokens:.1%} used)"))
+            rows.insert(4, ("budget (prompt tokens)",
+                            f"{self.budget_tokens:,} ({self.prompt_tokens / self.budget_tokens:.1%} used)"))
         if self.tokens_per_s_per_gpu:
             rows.append(("GPU-hours (with / without reuse)",
-                         f"{self.gpu_hours(True):,.2f} / {self.gpu_hours(False):,.2f} at {self.tokens_per_s_per_gpu:,g} tokens/s/GPU"))
+                         f"{self.gpu_hours(True):,.2f} / {self.gpu_hours(False):,.2f} at "
+                         f"{self.tokens_per_s_per_gpu:,g} tokens/s/GPU"))
         if self.dollars is not None:
             rows.append(("cost", f"${self.dollars:,.2f} at ${self.price_per_mtok:g} per million tokens"))
         return pl.DataFrame(rows, schema=["item", "value"], orient="row")

@@ -48,7 +48,8 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
         "![categories](categories.png) ![lambda-k](lambda_k.png)",
     ]
     if "recovery" in tables:
-        parts += ["", "## Planted-category recovery", "", markdown_table(tables["recovery"], pct=("recovery", "mean_confidence"))]
+        parts += ["", "## Planted-category recovery", "",
+                  markdown_table(tables["recovery"], pct=("recovery", "mean_confidence"))]
     return "\n".join(parts) + "\n"
 
 
@@ -62,7 +63,8 @@ def print_legend(console: Console) -> None:
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or screen()
     console.print(rich_table(shares_with_intervals(tables["categories"]),
-                             "DOLCE focus categories: share of problems [95% interval over problems and their posteriors]"))
+                             "DOLCE focus categories: share of problems [95% interval over problems and their "
+                             "posteriors]"))
     print_legend(console)
     if "recovery" in tables:
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
@@ -122,7 +124,8 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
                              [table_html(rec.with_columns(recovery_lo=lo, recovery_hi=hi),
                                          pct=("recovery", "recovery_lo", "recovery_hi", "mean_confidence"))]))
     out.details.append(("Figure 2: category shares per task", [image_html(pngs["categories.png"], "category shares")]))
-    out.details.append(("Estimated complexity and redundancy per problem", [image_html(pngs["lambda_k.png"], "lambda and k")]))
+    out.details.append(("Estimated complexity and redundancy per problem",
+                        [image_html(pngs["lambda_k.png"], "lambda and k")]))
     if task_fits is not None and "em_steps" in task_fits.columns:
         em = task_fits.select("task", "subset", "scenario", "n_problems", "em_steps", "em_ll_change",
                               "p_noise_1", "p_noise_0", "p_noise_idk")
@@ -143,7 +146,8 @@ def em_note(fit: dict[str, Any]) -> str:
     return (f"The EM ran the paper's fixed T steps (Algorithms 1 and 2: {fit.get('em_steps_cow', 10)} for COW, "
             f"{fit.get('em_steps_pig', 5)} for PIG), as DOLCE reports its results, not to a tolerance; {meaning}. "
             "A change other than 0 says the objective was still rising when the T steps ended, which the paper's "
-            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for example 1e-6.")
+            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for example "
+            "1e-6.")
 
 
 def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:

@@ -87,7 +87,8 @@ def run_facts(manifest: dict[str, Any]) -> list[str]:
         return "writing this page" if name == "report" and status == "running" else status
 
     rows = [{"stage": name, "status": status(name, state), "seconds": float(state.get("seconds") or 0.0),
-             "counts": ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in (state.get("rows") or {}).items())}
+             "counts": ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k,
+                                 v in (state.get("rows") or {}).items())}
             for name, state in manifest.get("stages", {}).items()]
     frags = [table_html(pl.DataFrame(rows, schema={"stage": pl.String, "status": pl.String, "seconds": pl.Float64,
                                                    "counts": pl.String}))]

@@ -13,12 +13,14 @@ class PlanError(ValueError):
     """A job or budget that cannot be planned; the message is one line."""
 
 
-def cost_rows(tokens: int, price_per_mtok: Optional[float], tokens_per_s_per_gpu: Optional[float]) -> list[tuple[str, str]]:
+def cost_rows(tokens: int, price_per_mtok: Optional[float],
+              tokens_per_s_per_gpu: Optional[float]) -> list[tuple[str, str]]:
     """``(item, value)`` summary rows: GPU-hours of ``tokens`` at ``tokens_per_s_per_gpu`` and
     their cost at ``price_per_mtok`` (each only when given)."""
     rows = []
     if tokens_per_s_per_gpu:
-        rows.append(("GPU-hours", f"{tokens / tokens_per_s_per_gpu / 3600:,.2f} at {tokens_per_s_per_gpu:,g} tokens/s/GPU"))
+        rows.append(("GPU-hours",
+                     f"{tokens / tokens_per_s_per_gpu / 3600:,.2f} at {tokens_per_s_per_gpu:,g} tokens/s/GPU"))
     if price_per_mtok is not None:
         rows.append(("cost", f"${price_per_mtok * tokens / 1e6:,.2f} at ${price_per_mtok:g} per million tokens"))
     return rows

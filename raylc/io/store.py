@@ -198,7 +198,8 @@ class Store:
             if self.fs.get_file_info(target).type != pafs.FileType.Directory:
                 return []
             found = self.fs.get_file_info(pafs.FileSelector(target, recursive=False))
-        return sorted(f.base_name for f in found if f.type == pafs.FileType.Directory and not f.base_name.startswith("."))
+        return sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
+                      and not f.base_name.startswith("."))
 
     def _files(self, target: str) -> list[str]:
         info = self.fs.get_file_info(target)

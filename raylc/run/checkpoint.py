@@ -47,7 +47,8 @@ def iter_shards(store: Store, run_id: str, columns: Optional[list[str]] = None) 
     shard, never the whole stage. ``columns``: read only these (hive columns are always added)."""
     for rel in _shard_parts(store, run_id):
         hive = [seg.split("=", 1) for seg in rel[1:-1] if "=" in seg]
-        yield store.read_table(run_id, *rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+        yield store.read_table(run_id,
+                               *rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
 
 
 def request_keys(ids: pl.Series) -> np.ndarray:

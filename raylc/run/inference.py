@@ -23,15 +23,12 @@ from typing import Any, Optional
 import polars as pl
 import pyarrow.parquet as pq
 
-from raylc.backends.base import BackendUnavailable
+from raylc.backends.base import PROMPT_PARTS, BackendUnavailable
 from raylc.text.prompts import render_prompt_parts
 from raylc.text.tokenize import HFTokenizer
 from raylc.text.truncation import PromptTooLong, fit_to_window
 
-INLINE = ("head", "context", "tail")
-#: What the simulated probe may read of a request (its memorized answer, the context size of
-#: a length-suite sample, -1 for a chain-of-thought first call); never sent to a real backend.
-SIM_COLUMNS = ("sim_answer", "sim_tokens")
+INLINE = PROMPT_PARTS
 TOKEN_COLUMNS = ("prompt_token_ids", "prompt_tokens", "truncated_tokens", "error")
 PROBLEM_ROW_GROUP = 8  # problems per Parquet row group of build/problems.parquet: the unit a prepare actor reads
 
@@ -86,18 +83,12 @@ class ProblemSource:
         return pl.concat(frames, how="diagonal_relaxed")
 
 
-def render(requests: pl.DataFrame, problems: ProblemSource, simulated: bool = False) -> pl.DataFrame:
-    """``requests`` with ``head, context, tail``: kept when inline, else rendered from the
-    span's problem; with ``simulated``, DOLCE rows also get ``sim_answer`` (the problem's answer)."""
+def render(requests: pl.DataFrame, problems: ProblemSource) -> pl.DataFrame:
+    """``requests`` with ``head, context, tail``: kept when inline, else rendered from the span's problem."""
     if set(INLINE) <= set(requests.columns) or not requests.height:
         return requests
-    subset = problems.get(requests["problem_id"].to_list())
-    parts = render_prompt_parts(requests, subset)
-    out = pl.concat([requests, parts], how="horizontal")
-    if simulated and "answer" in subset.columns:
-        answers = subset.select("problem_id", sim_answer=pl.col("answer").cast(pl.String))
-        out = out.join(answers, on="problem_id", how="left", maintain_order="left")
-    return out
+    parts = render_prompt_parts(requests, problems.get(requests["problem_id"].to_list()))
+    return pl.concat([requests, parts], how="horizontal")
 
 
 class PromptTokenizer(HFTokenizer):
@@ -205,37 +196,26 @@ def prepare(rows: pl.DataFrame, problems: ProblemSource, job: Any,
     """The prepare stage: :func:`render`, then for a token engine (``tokenizer`` given)
     :func:`tokenize` into the probe's window."""
     probe = job.probe
-    rendered = render(rows, problems, simulated=probe.backend == "simulated")
+    rendered = render(rows, problems)
     if tokenizer is None:
         return rendered
-    return tokenize(rendered, tokenizer, probe.max_model_len, probe.sampling.max_tokens, probe.truncation)
+    return tokenize(rendered, tokenizer, probe.window(), probe.max_tokens(), probe.truncation)
 
 
 def _passthrough(rows: pl.DataFrame) -> pl.DataFrame:
     """The columns that travel from the request to its completion row (ids and keys)."""
-    return rows.drop([c for c in (*INLINE, *SIM_COLUMNS, *TOKEN_COLUMNS, "max_tokens", "raw_prompt")
+    return rows.drop([c for c in (*INLINE, *TOKEN_COLUMNS, "max_tokens", "raw_prompt")
                       if c in rows.columns])
-
-
-def simulated_backend(rows: pl.DataFrame, job: Any) -> Any:
-    """The simulated probe for a batch, knowing only what the batch's rows carry
-    (:data:`SIM_COLUMNS`): a length-suite sample's answer and context size, or a DOLCE problem's answer."""
-    from raylc.backends.simulated import SimulatedBackend, SimulatedLengthBackend
-
-    if "sim_tokens" in rows.columns:
-        prompts = rows.select(pl.concat_str(INLINE))[:, 0].to_list()
-        cases = dict(zip(prompts, zip(rows["sim_answer"].to_list(), rows["sim_tokens"].to_list())))
-        return SimulatedLengthBackend(job.probe, cases, seed=job.seed)
-    known = dict(zip(rows["problem_id"], rows["sim_answer"])) if {"problem_id", "sim_answer"} <= set(rows.columns) else {}
-    return SimulatedBackend(job.probe, known, seed=job.seed)
 
 
 def generate_text(rows: pl.DataFrame, backend: Any) -> pl.DataFrame:
     """The engine stage for text backends (simulated, OpenAI-compatible): rendered
     ``head, context, tail`` in, the pass-through columns plus the generation columns out (a
-    null ``max_tokens`` is the backend's own default; ``raw_prompt`` goes to the backend as ``raw``)."""
+    null ``max_tokens`` is the backend's own default; ``raw_prompt`` goes to the backend as ``raw``).
+    The rows are served by ``backend.for_rows(rows)``."""
     from raylc.backends.base import generations_frame
 
+    backend = backend.for_rows(rows)
     prompts = list(rows.select(INLINE).iter_rows())
     limits = rows["max_tokens"].to_list() if "max_tokens" in rows.columns else None
     raw = rows["raw_prompt"].to_list() if "raw_prompt" in rows.columns and rows["raw_prompt"].any() else None
@@ -260,28 +240,3 @@ async def generate_tokens(rows: pl.DataFrame, engine: Any, default_max_tokens: i
         result["truncated_tokens"] = int(cut[i])
         results[i] = result
     return pl.concat([_passthrough(rows), generations_frame(results)], how="horizontal")
-
-
-def infer_frame(requests: pl.DataFrame, problems: Optional[pl.DataFrame], job: Any, backend: Any = None) -> pl.DataFrame:
-    """The whole inference path in this process (tests, small runs): render, then the probe's
-    engine stage (for vLLM: fit, tokenize and generate with a local engine)."""
-    probe = job.probe
-    source = ProblemSource(problems=problems)
-    if probe.backend == "vllm":
-        import asyncio
-
-        from raylc.backends.vllm_engine import VLLMEngine, tokenizer_spec
-
-        ready = prepare(requests, source, job, PromptTokenizer.load(tokenizer_spec(probe), probe.chat_template))
-        engine = backend or VLLMEngine(probe)
-        try:
-            return asyncio.run(generate_tokens(ready, engine, probe.sampling.max_tokens))
-        finally:
-            if backend is None:
-                engine.shutdown()
-    rows = prepare(requests, source, job)
-    if backend is None:
-        from raylc.backends import make_backend
-
-        backend = simulated_backend(rows, job) if probe.backend == "simulated" else make_backend(job, None)
-    return generate_text(rows, backend)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 import polars as pl
 import pyarrow as pa
 
+from raylc.backends.registry import ENGINE, backend_of
 from raylc.spec import Job
 
 
@@ -27,25 +28,6 @@ def ensure_ray(job: Job) -> None:
     :class:`RayUnavailable` (one line naming the address and where it came from)."""
     address, source = (job.ray.address, "ray.address") if job.ray.address else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS")
     init_ray(address, job.ray.num_cpus, job.ray.include_dashboard, timeout_s=job.ray.connect_timeout_s, source=source)
-
-
-def check_gpus(job: Job, log: Callable[[str], None]) -> None:
-    """vLLM engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu``
-    engines need none). A local Ray started here can never gain GPUs, so that is an error; a
-    cluster may still scale GPU workers up, so a warning."""
-    import ray
-
-    if job.probe.backend != "vllm" or job.probe.device == "cpu":
-        return
-    have = ray.cluster_resources().get("GPU", 0)
-    need = job.probe.tensor_parallel_size
-    if have >= need:
-        return
-    msg = f"probe.backend vllm needs {need} GPU(s) per replica; the Ray cluster has {have:g} GPU(s) now"
-    if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
-        raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster, "
-                                 "or set probe.device: cpu with vLLM's CPU build)")
-    log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")
 
 
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*): (\S.*)$")
@@ -284,18 +266,18 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
 
 
 def _configure_data(job: Job) -> None:
-    """Ray Data settings for an inference stream. vLLM jobs run without Ray Data's no-progress
-    guard (``DataContext.execution_no_progress_timeout_s``, 1800 s by default) unless
-    ``ray.no_progress_timeout_s`` sets one: a batch of 128K-token prompts, or the wait for a
-    GPU node, can take longer than any fixed limit, and a dead engine is handled by the actor
-    restarts instead."""
+    """Ray Data settings for an inference stream. A backend without the no-progress guard
+    (``no_progress_guard``: vLLM) runs without Ray Data's ``DataContext.execution_no_progress_timeout_s``
+    (1800 s by default) unless ``ray.no_progress_timeout_s`` sets one: a batch of 128K-token
+    prompts, or the wait for a GPU node, can take longer than any fixed limit, and a dead engine
+    is handled by the actor restarts instead."""
     import ray.data
 
     _quiet_ray_data()
     ctx = ray.data.DataContext.get_current()
     if job.ray.no_progress_timeout_s is not None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
-    elif job.probe.backend == "vllm":
+    elif not backend_of(job.probe).no_progress_guard:
         ctx.execution_no_progress_timeout_s = -1  # off (no_progress_guard.py: -1 disables it)
     ctx.enable_progress_bars = True
     ctx.print_on_execution_start = False
@@ -307,13 +289,24 @@ class RequestSource:
     """Where a stream's request rows come from: Parquet ``files`` of a store (store-relative
     paths), each read by the first-stage actor that takes it, on a worker, so the driver
     neither holds nor puts the requests; or a small in-memory ``frame`` (judge calls).
-    ``problems``: the store path parts of the DOLCE problems table that span references are
-    rendered from."""
+    ``table``: the store path parts of the suite's built table (the DOLCE problems that span
+    references are rendered from, a sweep's samples), which the backend is built with."""
 
     store_root: str = "."
     files: tuple[str, ...] = ()
     frame: Optional[pl.DataFrame] = None
-    problems: tuple[str, ...] = ()
+    table: tuple[str, ...] = ()
+
+    def suite_table(self) -> Optional[pl.LazyFrame]:
+        """The suite's built table, scanned lazily (None: no table)."""
+        if not self.table:
+            return None
+        import pyarrow.dataset as pads
+
+        from raylc.io.store import Store
+
+        store = Store(self.store_root)
+        return pl.scan_pyarrow_dataset(pads.dataset(store.path(*self.table), filesystem=store.fs, format="parquet"))
 
     def dataset(self) -> Any:
         """A dataset of request rows (``frame``), or of file names, one per block (``files``):
@@ -349,8 +342,8 @@ FILE = "_request_file"
 
 def block_rows(job: Job) -> int:
     """Request rows per file of the request table, the unit of work that streams back to the
-    shards: one batch for vLLM (a 128K-token batch is minutes of GPU time), four for text backends."""
-    return max(job.ray.batch_size * (1 if job.probe.backend == "vllm" else 4), 1)
+    shards: the backend's ``block_factor`` batches (vLLM: one, text backends: four)."""
+    return max(job.ray.batch_size * backend_of(job.probe).block_factor, 1)
 
 
 class PrepareActor:
@@ -362,13 +355,12 @@ class PrepareActor:
         from raylc.run.inference import ProblemSource, PromptTokenizer
 
         self.job, self.source = job, source
-        self.problems = ProblemSource(source.store_root, source.problems) if source.problems else ProblemSource(
+        self.problems = ProblemSource(source.store_root, source.table) if source.table else ProblemSource(
             problems=pl.DataFrame())
         self.tokenizer = None
-        if job.probe.backend == "vllm":
-            from raylc.backends.vllm_engine import tokenizer_spec
-
-            self.tokenizer = PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template)
+        backend = backend_of(job.probe)
+        if backend.pipeline == ENGINE:
+            self.tokenizer = PromptTokenizer.load(*backend.prompt_tokenizer(job.probe))
 
     def prepared(self, batch: pa.Table) -> pl.DataFrame:
         from raylc.run.inference import prepare
@@ -381,20 +373,16 @@ class PrepareActor:
 
 class TextEngineActor(PrepareActor):
     """Prepare and generate in one actor for text backends (simulated, OpenAI-compatible):
-    nothing to tokenize, so no second pool."""
+    nothing to tokenize, so no second pool. The backend is built with the suite's table."""
 
     def __init__(self, job: Job, source: RequestSource):
         super().__init__(job, source)
-        from raylc.backends import make_backend
-
-        self.backend = None if job.probe.backend == "simulated" else make_backend(job, None)
+        self.backend = backend_of(job.probe).text_backend(job, source.suite_table())
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from raylc.run.inference import generate_text, simulated_backend
+        from raylc.run.inference import generate_text
 
-        rows = self.prepared(batch)
-        backend = self.backend or simulated_backend(rows, self.job)
-        return generate_text(rows, backend).to_arrow()
+        return generate_text(self.prepared(batch), self.backend).to_arrow()
 
 
 class EngineLedger:
@@ -468,21 +456,19 @@ class EngineActor:
     def _build(self) -> Any:
         import atexit
 
-        from raylc.backends.vllm_engine import VLLMEngine
-
-        engine = VLLMEngine(self.job.probe)
+        engine = backend_of(self.job.probe).engine(self.job.probe)
         atexit.register(engine.shutdown)
         return engine
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        from raylc.backends.vllm_engine import EngineDead
+        from raylc.backends.base import EngineDead
         from raylc.run.inference import generate_tokens
 
         if self._failed is not None:
             raise self._failed
         entered = time.time()
         try:
-            out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.sampling.max_tokens)  # type: ignore[arg-type]
+            out = await generate_tokens(pl.from_arrow(batch), self.engine, self.job.probe.max_tokens())  # type: ignore[arg-type]
         except EngineDead as exc:
             allowed = self.job.probe.max_engine_restarts
             died = await self._count_death()
@@ -517,21 +503,6 @@ class EngineActor:
             engine.shutdown()
 
 
-#: vLLM 0.33.0's ``max_num_seqs`` when unset, for the offline ``LLM`` class (the usage context raylc
-#: builds with): 256 on CPU, 1,024 on an H100 (``engine/arg_utils.py:2925-2982``)
-DEFAULT_MAX_NUM_SEQS = {"cpu": 256, "gpu": 1024}
-
-
-def concurrent_batches(probe: Any, batch_size: int) -> int:
-    """Batches in flight per engine actor: ``probe.max_concurrent_batches``, or enough for twice
-    the engine's ``max_num_seqs`` requests. A batch's slots come back only when its slowest
-    request returns, so admission of exactly ``max_num_seqs`` would leave the engine below it."""
-    if probe.max_concurrent_batches is not None:
-        return int(probe.max_concurrent_batches)
-    seqs = probe.max_num_seqs or DEFAULT_MAX_NUM_SEQS[probe.device]
-    return max(2, -(-2 * seqs // max(batch_size, 1)))
-
-
 def bound(cls: type, **kwargs: Any) -> type:
     """``cls`` with its constructor arguments bound into the class itself, which is pickled with
     the UDF, instead of ``fn_constructor_kwargs``, which Ray Data puts in the object store and
@@ -547,36 +518,35 @@ def bound(cls: type, **kwargs: Any) -> type:
 
 def stream_requests(source: RequestSource, job: Job, ledger: Any = None) -> Iterator[pl.DataFrame]:
     """Completion rows of the requests through the probe's pipeline, streamed in batches as
-    they finish (any order): for vLLM, ``prepare_actors`` CPU actors then ``replicas`` engine
-    actors (``tensor_parallel_size`` GPUs each, ``accelerator_type`` when set); for text
-    backends one pool of ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs (fractional,
-    so the pool never starves other tasks on small machines). ``ledger``: an :class:`EngineLedger`
-    actor to record the vLLM engines in (a new one by default)."""
+    they finish (any order): for an engine backend (vLLM), its pool's ``prepare_actors`` CPU
+    actors then ``replicas`` engine actors (with the pool's actor options: GPUs, accelerator
+    type); for text backends one pool of ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs
+    (fractional, so the pool never starves other tasks on small machines). ``ledger``: an
+    :class:`EngineLedger` actor to record the engines in (a new one by default)."""
     if source.frame is None and not source.files:
         return
     import ray.data
 
     _configure_data(job)
     ds = source.dataset()
-    first = {"job": job, "source": source if source.frame is None else RequestSource(problems=())}
-    if job.probe.backend != "vllm":
+    first = {"job": job, "source": source if source.frame is None else RequestSource()}
+    backend = backend_of(job.probe)
+    if backend.pipeline != ENGINE:
         ds = ds.map_batches(bound(TextEngineActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
                             compute=ray.data.ActorPoolStrategy(size=job.ray.actors), num_cpus=job.ray.actor_num_cpus)
     else:
-        from raylc.backends.vllm_engine import actor_options
-
-        probe = job.probe
+        pool = backend.engine_pool(job, job.ray.batch_size, verbose())
         ds = ds.map_batches(
             bound(PrepareActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=probe.prepare_actors), num_cpus=job.ray.actor_num_cpus,
+            compute=ray.data.ActorPoolStrategy(size=pool.prepare_actors), num_cpus=job.ray.actor_num_cpus,
         )
-        k = concurrent_batches(probe, job.ray.batch_size)
-        opts = actor_options(probe, verbose())  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
+        k = pool.concurrent_batches
+        opts = dict(pool.options)  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
         if ledger is None:
             ledger = ray.remote(num_cpus=0)(EngineLedger).remote()
         ds = ds.map_batches(
             bound(EngineActor, job=job, ledger=ledger), batch_size=job.ray.batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=probe.replicas, max_concurrent_calls_per_actor=k,
+            compute=ray.data.ActorPoolStrategy(size=pool.replicas, max_concurrent_calls_per_actor=k,
                                                max_tasks_in_flight_per_actor=2 * k),
             num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), **opts,
         )

@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from raylc import __version__
-from raylc.backends import make_backend
+from raylc.backends.registry import backend_of
 from raylc.io.names import UnsafeName, path_segment
 from raylc.io.store import Store, StoreUnavailable
 from raylc.run import checkpoint, ray_exec
@@ -293,11 +293,12 @@ class Run:
         """The stored checkpoint shards, one frame each."""
         return checkpoint.iter_shards(self.store, self.run_id)
 
-    def infer(self, pending: Iterable[pl.DataFrame], problems: str = "", reused: int = 0) -> None:
-        """Send ``pending`` request rows through the probe (:func:`infer_requests`); ``problems``:
-        the run-relative problems table that span references are rendered from; ``reused``: the
-        stage's requests already stored (for the progress ``raylc status`` shows)."""
-        infer_requests(self.job, self, pending, self.log, problems=tuple(problems.split("/")) if problems else (),
+    def infer(self, pending: Iterable[pl.DataFrame], table: str = "", reused: int = 0) -> None:
+        """Send ``pending`` request rows through the probe (:func:`infer_requests`); ``table``:
+        the run-relative suite table (DOLCE problems that span references are rendered from, a
+        sweep's samples); ``reused``: the stage's requests already stored (for the progress
+        ``raylc status`` shows)."""
+        infer_requests(self.job, self, pending, self.log, table=tuple(table.split("/")) if table else (),
                        reused=reused)
 
     def start_progress(self, reused: int) -> None:
@@ -441,13 +442,14 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
 
 def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None]) -> None:
     """Write ``batches`` (a lazy stream from the actor pool) as shards as they come. First
-    checks the endpoint of an OpenAI-compatible backend and the GPUs; a
-    failed actor pool keeps what finished and raises :class:`InferenceFailed` with its root cause."""
-    if job.probe.backend == "openai":  # fail fast, before any shard, when the endpoint is down
-        make_backend(job, None).check_endpoint()
+    the backend's checks: its endpoint before Ray starts (fail fast, before any shard), the
+    cluster (GPUs) once Ray is up; a failed actor pool keeps what finished and raises
+    :class:`InferenceFailed` with its root cause."""
+    backend = backend_of(job.probe)
+    backend.check_endpoint(job)
     ray_exec.ensure_ray(job)
     try:
-        ray_exec.check_gpus(job, log)
+        backend.check_cluster(job, log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None
     writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds,
@@ -469,12 +471,12 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
 
 
 def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Callable[[str], None],
-                   problems: tuple[str, ...] = (), reused: int = 0) -> None:
+                   table: tuple[str, ...] = (), reused: int = 0) -> None:
     """The one inference path: the ``pending`` request rows (chunks) become a request table in
     the run folder (``requests/<attempt>/``), which Ray Data reads in blocks on the workers and
     streams through the probe's prepare and engine stages (:func:`ray_exec.stream_requests`)
-    into checkpoint shards; the table is removed when the stream ends. ``problems``: the
-    run-relative path of the problems table that DOLCE span references are rendered from."""
+    into checkpoint shards; the table is removed when the stream ends. ``table``: the
+    run-relative path parts of the suite's built table (:class:`ray_exec.RequestSource`)."""
     run.start_progress(reused)
 
     def counted(chunks: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
@@ -486,7 +488,7 @@ def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Cal
     run.save()  # the planned count, before the first completion
     try:
         if files:
-            source = ray_exec.RequestSource(run.store.root, files, problems=(run.run_id, *problems) if problems else ())
+            source = ray_exec.RequestSource(run.store.root, files, table=(run.run_id, *table) if table else ())
             write_shards(job, run, ray_exec.stream_requests(source, job), log)
     finally:
         run.store.delete(run.run_id, checkpoint.REQUEST_DIR)

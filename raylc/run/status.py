@@ -108,7 +108,8 @@ def run_status(store: Store, run_id: str, now: Optional[float] = None) -> dict[s
         "model": probe.get("model") or probe.get("backend"), "state": run_state(states, alive), "stages": states,
         "seconds": {k: v.get("seconds") for k, v in manifest.get("stages", {}).items()},
         "rows": {k: v.get("rows") for k, v in manifest.get("stages", {}).items()},
-        "infer": infer_progress(manifest.get("stages", {}).get(INFER, {}), states[INFER], now) if INFER in states else None,
+        "infer": infer_progress(manifest.get("stages", {}).get(INFER, {}), states[INFER], now) if INFER in states
+        else None,
         "created_at": manifest.get("created_at"), "updated_at": manifest.get("updated_at"),
         "age_s": now - (_when(manifest.get("updated_at")) or now),
     }

@@ -56,7 +56,8 @@ def _timed_out(exc: BaseException) -> bool:
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         names = {c.__name__ for c in type(e).__mro__}
-        if isinstance(e, (TimeoutError, socket.timeout, asyncio.TimeoutError)) or names & {"Timeout", "ReadTimeoutError", "ConnectTimeoutError"}:
+        if (isinstance(e, (TimeoutError, socket.timeout, asyncio.TimeoutError))
+                or names & {"Timeout", "ReadTimeoutError", "ConnectTimeoutError"}):
             return True
         e = e.__cause__ or e.__context__
     return False
@@ -85,7 +86,8 @@ def check_dashboard(address: str, timeout_s: float) -> None:
         return  # it answered
     except Exception as exc:  # URLError (refused, DNS), timeouts, resets
         if _timed_out(exc) or _timed_out(getattr(exc, "reason", None) or exc):
-            raise _silent(address, timeout_s, "to GET /api/version", "; is it the Ray dashboard address (http://HEAD:8265)?") from None
+            raise _silent(address, timeout_s, "to GET /api/version",
+                          "; is it the Ray dashboard address (http://HEAD:8265)?") from None
         reason = getattr(exc, "reason", exc)
         detail = getattr(reason, "strerror", None) or str(reason)
         raise SubmitError(f"{address}: could not submit ({detail})") from None

@@ -342,7 +342,8 @@ def _as_qrels(qrels: Qrels, n: int) -> tuple[pl.DataFrame, pl.Series]:
                 docs.append(str(doc))
                 rels.append(float(rel))
         long = pl.DataFrame(
-            {"_row": rows, "doc_id": docs, "rel": rels}, schema={"_row": pl.UInt32, "doc_id": pl.String, "rel": pl.Float64}
+            {"_row": rows, "doc_id": docs, "rel": rels},
+            schema={"_row": pl.UInt32, "doc_id": pl.String, "rel": pl.Float64}
         )
         has = pl.Series([bool(q) for q in qrels])
     if len(has) != n:

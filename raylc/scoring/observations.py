@@ -59,7 +59,8 @@ def score_spans(
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; known: {sorted(METRICS)}")
     cols = ["problem_id", "answer", *[c for c in ("answers", "template") if c in problems.columns]]
-    joined = completions.join(problems.select(cols), on="problem_id", how="left", maintain_order="left").with_row_index("_row")
+    joined = completions.join(problems.select(cols), on="problem_id", how="left",
+                              maintain_order="left").with_row_index("_row")
     joined = joined.with_columns(
         _refs=pl.col("answers") if "answers" in cols else pl.concat_list(pl.col("answer")),
         template=pl.col("template") if "template" in cols else pl.lit("planted"),

@@ -188,9 +188,11 @@ def read_documents(uri: str) -> pl.DataFrame:
     frame = frame.with_columns(answers=_answers(frame, uri), choices=_choices(frame, uri))
     i = _first_bad(frame, pl.col("answers").list.len() == 0)
     if i is not None:
-        raise DocumentsError(f"{uri}: row {i + 1}{_id_of(frame, i)}: missing field 'answer' (or a non-empty 'answers' list)")
+        raise DocumentsError(f"{uri}: row {i + 1}{_id_of(frame, i)}: missing field 'answer' (or a non-empty 'answers' "
+                             "list)")
     n_opts = pl.col("choices").list.len()
-    i = _first_bad(frame, pl.col("choices").is_not_null() & ((n_opts != len(CHOICE_LETTERS)) | pl.col("choices").list.eval(
+    i = _first_bad(frame,
+                   pl.col("choices").is_not_null() & ((n_opts != len(CHOICE_LETTERS)) | pl.col("choices").list.eval(
         pl.element().is_null()).list.any()))
     if i is not None:
         raise DocumentsError(f"{uri}: row {i + 1}{_id_of(frame, i)}: 'choices' must hold {len(CHOICE_LETTERS)} options "
@@ -219,7 +221,8 @@ def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
         other = folded.setdefault(task.casefold(), (task, i))
         if other[0] != task:
             raise DocumentsError(
-                f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other[0]!r} (row {other[1] + 1}) "
+                f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other[0]!r} (row "
+                f"{other[1] + 1}) "
                 "only in case (their infer/task=<task> folders would be one on a case-insensitive filesystem)")
 
 
@@ -253,7 +256,8 @@ def _choices(frame: pl.DataFrame, uri: str) -> pl.Expr:
         return pl.lit(None, pl.List(pl.String))
     if len(present) < len(CHOICE_COLUMNS):
         missing = next(c for c in CHOICE_COLUMNS if c not in frame.columns)
-        raise DocumentsError(f"{uri}: missing field {missing!r} (choice columns {', '.join(CHOICE_COLUMNS)} go together)")
+        raise DocumentsError(f"{uri}: missing field {missing!r} (choice columns {', '.join(CHOICE_COLUMNS)} go "
+                             "together)")
     cols = [pl.col(c).cast(pl.String) for c in CHOICE_COLUMNS]
     return pl.when(pl.all_horizontal([c.is_null() for c in cols])).then(None).otherwise(pl.concat_list(cols))
 

@@ -342,7 +342,8 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
     samples per task, each at every length of ``suite.lengths``; extra column ``depth``.
     Deterministic per ``seed``."""
     tok = get_tokenizer(suite.tokenizer)
-    haystack = _pool_sentences(suite.data_path(suite.haystack), suite.tokenizer) if suite.haystack and "mv_needle" in suite.tasks else None
+    haystack = (_pool_sentences(suite.data_path(suite.haystack), suite.tokenizer) if suite.haystack
+                and "mv_needle" in suite.tasks else None)
     depths = depth_grid(suite.samples_per_length, suite.depths)
     lengths = sorted(set(suite.lengths))
     cols: dict[str, list] = {c: [] for c in (*SAMPLE_SCHEMA, "raw_prompt", "depth")}

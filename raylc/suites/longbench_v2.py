@@ -97,7 +97,8 @@ COT_FOLLOWUP = "\n\nBased on the above, what is the single, most likely answer c
 _HEAD = "Please read the following text and answer the question below.\n\n<text>\n"  # prompts/0shot.txt
 _COT_HEAD = "Please read the following text and answer the questions below.\n\n<text>\n"  # prompts/0shot_cot.txt
 _COT_CUE = "Let\u2019s think step by step:"
-_OMITTED = "Please read the following text and answer the questions below.\n\nThe text is too long and omitted here.\n\n"
+_OMITTED = ("Please read the following text and answer the questions below.\n\nThe text is too long and omitted "
+            "here.\n\n")
 MAX_TOKENS = {"zero_shot": 128, "cot": 1024}
 COT_ANSWER_MAX_TOKENS = 128
 

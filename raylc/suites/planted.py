@@ -75,7 +75,8 @@ class PlantedSuite(DolceSuite):
 
 
 _SUBJECTS = ["The harbor council", "A quiet archivist", "The night ferry", "Our village baker", "The old observatory",
-             "A travelling merchant", "The river guild", "The lighthouse keeper", "A young cartographer", "The mill owner",
+             "A travelling merchant", "The river guild", "The lighthouse keeper", "A young cartographer",
+             "The mill owner",
              "The tax office", "A stray cat", "The choir", "The museum guard", "A retired sailor", "The school board"]
 _VERBS = ["reviewed", "painted", "counted", "ignored", "repaired", "described", "borrowed", "measured", "praised",
           "cleaned", "moved", "questioned", "sketched", "weighed", "sorted", "announced"]

@@ -142,7 +142,8 @@ def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFram
     for column in ("length", "context_tokens"):
         row = example(pl.col(column) < 0)
         if row is not None:
-            raise SampleTableError(f"{source}: column {column!r} is negative ({row[column]}), e.g. sample {sample(row)}")
+            raise SampleTableError(f"{source}: column {column!r} is negative ({row[column]}), "
+                                   f"e.g. sample {sample(row)}")
     for task in out["task"].unique(maintain_order=True):
         try:
             path_segment(task, "task", source=source)

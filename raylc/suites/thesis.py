@@ -170,7 +170,8 @@ def _names(idx: np.ndarray) -> list[str]:
     n_s, n_x = len(_SYLLABLES), len(_SUFFIXES)
     last = idx // len(_FIRST)
     return [
-        f"{_FIRST[i % len(_FIRST)]} {_SYLLABLES[s // (n_s * n_x)]}{_SYLLABLES[s // n_x % n_s].lower()}{_SUFFIXES[s % n_x]}"
+        f"{_FIRST[i % len(_FIRST)]} "
+        f"{_SYLLABLES[s // (n_s * n_x)]}{_SYLLABLES[s // n_x % n_s].lower()}{_SUFFIXES[s % n_x]}"
         for i, s in zip(idx, last)
     ]
 

@@ -29,27 +29,6 @@ SAMPLES = "build/samples.parquet"
 SCORES = "score/scores.parquet"
 
 
-def _with_knowledge(job: Job, samples: pl.DataFrame, reqs: pl.DataFrame) -> pl.DataFrame:
-    """For the simulated probe, what it may read of each request (``sim_answer``,
-    ``sim_tokens``): the sample's gold answer and context tokens, or its fixed reasoning line
-    (-1) for the first call of a two-call sample. Real backends get the request rows as they are."""
-    if job.probe.backend != "simulated":
-        return reqs
-    from raylc.backends.simulated import SIMULATED_COT
-
-    keys = ["task", "sample_id", "length"]
-    first_of_two = (pl.col("round") == 1) & pl.col("followup").is_not_null()
-    return (
-        reqs.join(samples.select(*keys, "gold", "context_tokens", "followup"), on=keys, how="left",
-                  maintain_order="left")
-        .with_columns(
-            sim_answer=pl.when(first_of_two).then(pl.lit(SIMULATED_COT)).otherwise(pl.col("gold")),
-            sim_tokens=pl.when(first_of_two).then(pl.lit(-1, pl.Int64)).otherwise(pl.col("context_tokens").cast(pl.Int64)),
-        )
-        .drop("gold", "context_tokens", "followup")
-    )
-
-
 def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     cols = ["request_id", "completion", "error", "truncated_tokens"]
     if not stored.height:
@@ -58,7 +37,7 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     return reqs.join(stored.select(cols), on="request_id", how="left")
 
 
-def _run_round(run: Run, reqs: pl.DataFrame, samples: pl.DataFrame) -> int:
+def _run_round(run: Run, reqs: pl.DataFrame) -> int:
     """Run the requests without a stored success; returns how many were reused."""
     done = run.completed()
     pending = reqs.select(stages.REQUEST_COLUMNS).filter(~run.is_completed(reqs["request_id"], done))
@@ -66,7 +45,7 @@ def _run_round(run: Run, reqs: pl.DataFrame, samples: pl.DataFrame) -> int:
     run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
             f"attempts, {pending.height} to run")
     if pending.height:
-        run.infer([_with_knowledge(run.job, samples, pending)], reused=reused)
+        run.infer([pending], table=SAMPLES, reused=reused)
     return reused
 
 
@@ -89,10 +68,10 @@ def build(run: Run) -> Rows:
 def infer(run: Run) -> Rows:
     samples = run.read(SAMPLES)
     first = stages.requests(samples, run.job)
-    reused = _run_round(run, first, samples)
+    reused = _run_round(run, first)
     second = _rounds(run, samples, first)[1]
     if second.height:
-        reused += _run_round(run, second, samples)
+        reused += _run_round(run, second)
     return run.inference_rows(reused, first.height + second.height)
 
 

@@ -230,7 +230,7 @@ def _bootstrap_means(frame: pl.DataFrame, lengths: list[int], n_boot: int, rng: 
     length, as in 100-LongBench) ids are resampled within each length.
     """
     wide = frame.pivot(on="length", index="sample_id", values="score", aggregate_function="mean")
-    cols = [str(l) for l in lengths]
+    cols = [str(length) for length in lengths]
     mat = wide.select(cols).to_numpy().astype(float)
     if not np.isnan(mat).any():
         idx = rng.integers(0, mat.shape[0], size=(n_boot, mat.shape[0]))

@@ -45,7 +45,8 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
     if lc_input is not None and lc_input["length"].is_in(base).any() and (~lc_input["length"].is_in(base)).any():
         result = longscore(lc_input, base, n_boot=n_boot, seed=job.seed, mapper=run.mapper())
-        result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns else frame
+        result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns
+                  else frame
                   for name, frame in result.items()}  # every summary table names its run (raylc compare)
         tables.update(result)
         pngs = write_longscore_result(result, store)
@@ -103,7 +104,8 @@ def length_page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifes
     if "truncated" in per.columns and per["truncated"].sum():
         notes.append(text_html(f"{int(per['truncated'].sum())} samples were cut to the model's window: their "
                                "visible_tokens is below context_tokens.", "warn"))
-    out.details.append((f"Mean score per task and {axis}", [table_html(per.with_columns(pl.col("score").round(4))), *notes]))
+    out.details.append((f"Mean score per task and {axis}",
+                        [table_html(per.with_columns(pl.col("score").round(4))), *notes]))
     out.run.append(("What the run did", run_facts(manifest)))
     return out
 

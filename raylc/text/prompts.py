@@ -79,7 +79,8 @@ def _render(text: str, columns: list[str]) -> pl.Expr:
                 exprs.append(pl.lit(piece))
         elif piece == "choices":
             if "choices" not in columns:
-                raise TemplateError("a four-choice template needs a 'choices' column (list of 4 options) in the problems")
+                raise TemplateError("a four-choice template needs a 'choices' column (list of 4 options) in the "
+                                    "problems")
             exprs.append(_choices_expr())
         else:
             exprs.append(pl.col(piece))
@@ -111,7 +112,8 @@ def render_prompt_parts(spans: pl.DataFrame, problems: pl.DataFrame) -> pl.DataF
     """
     optional = [c for c in ("template", "choices", *DOCUMENT_COLUMNS) if c in problems.columns]
     joined = spans.select("problem_id", "C", "start").join(
-        problems.select("problem_id", "units", "question", *optional), on="problem_id", how="left", maintain_order="left"
+        problems.select("problem_id", "units", "question", *optional), on="problem_id", how="left",
+        maintain_order="left"
     )
     if joined["units"].null_count():
         missing = joined.filter(pl.col("units").is_null())["problem_id"][0]

@@ -149,7 +149,8 @@ def sample_spans(problems: pl.DataFrame, sampling: Sampling, seed: int = 0) -> p
         key = pl.concat_str([pl.lit(str(seed)), pl.col("problem_id"), pl.col("C").cast(pl.String),
                              pl.col("start").cast(pl.String)], separator="|")
         u = key.map_batches(_uniform, return_dtype=pl.Float64)
-        p = pl.lit(sampling.rate) if sampling.strategy == "sample_rate" else (sampling.rate / pl.col("C")).clip(upper_bound=1.0)
+        p = (pl.lit(sampling.rate) if sampling.strategy == "sample_rate"
+             else (sampling.rate / pl.col("C")).clip(upper_bound=1.0))
         single = (pl.col("C") == 0) | (pl.col("C") == pl.col("L"))
         spans = spans.filter(single | (u < p))
     return spans.sort("task", "problem_id", "C", "start")

@@ -116,7 +116,8 @@ class HFTokenizer:
             try:
                 from tokenizers import Tokenizer as _Tok
             except ImportError:
-                raise ImportError(f"tokenizer {self.name!r} needs the 'tokenizers' package: pip install tokenizers") from None
+                raise ImportError(f"tokenizer {self.name!r} needs the 'tokenizers' package: "
+                                  "pip install tokenizers") from None
             self._tok = _Tok.from_file(str(file))
             self._fast = True
         else:

@@ -88,7 +88,8 @@ def fit_to_window(
         return prompt, 0
     budget = _max_tokens_text(max_tokens, max_tokens_from)
     if policy == "refuse":
-        raise PromptTooLong(f"prompt has {total} tokens + {budget} > max_model_len {max_model_len} (truncation: refuse)")
+        raise PromptTooLong(f"prompt has {total} tokens + {budget} > max_model_len {max_model_len} "
+                            "(truncation: refuse)")
     fixed = tokenizer.count(head + tail)
     ids = tokenizer.encode(context)
     keep = min(len(ids), limit - fixed)

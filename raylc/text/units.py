@@ -167,7 +167,8 @@ def _pairs(doc: _Doc, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray,
     return ls[head], le[last]
 
 
-def _sentences(doc: _Doc, starts: np.ndarray, ends: np.ndarray, view: str, language: str) -> tuple[np.ndarray, np.ndarray]:
+def _sentences(doc: _Doc, starts: np.ndarray, ends: np.ndarray,
+               view: str, language: str) -> tuple[np.ndarray, np.ndarray]:
     import sentencex
 
     found = sentencex.get_sentence_boundaries(language, view)
@@ -176,7 +177,8 @@ def _sentences(doc: _Doc, starts: np.ndarray, ends: np.ndarray, view: str, langu
 
 def _matches(doc: _Doc, starts: np.ndarray, ends: np.ndarray, pattern: re.Pattern) -> tuple[np.ndarray, np.ndarray]:
     """``q``/``u``: each match inside a unit is a unit; text between matches is cut off as its own units."""
-    cuts = [c for s, e in zip(starts.tolist(), ends.tolist()) for m in pattern.finditer(doc.text, s, e) for c in m.span()]
+    cuts = [c for s,
+            e in zip(starts.tolist(), ends.tolist()) for m in pattern.finditer(doc.text, s, e) for c in m.span()]
     return _cut(doc, starts, ends, np.asarray(cuts, dtype=np.int64))
 
 

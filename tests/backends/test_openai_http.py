@@ -9,13 +9,14 @@ import time
 import urllib.error
 import urllib.request
 
+import httpx
 import pytest
 
 from raylc.backends import make_backend, openai_http
 from raylc.backends.base import BackendUnavailable
 from raylc.backends.openai_http import OpenAIBackend
 from raylc.backends.simulated import SimulatedBackend
-from raylc.backends.testserver import SimulatedOpenAIServer
+from doubles.openai_server import SimulatedOpenAIServer
 from raylc.spec import Job, OpenAIProbe
 from raylc.suites.planted import build_planted
 from raylc.text.prompts import TEMPLATE, render_prompts
@@ -61,6 +62,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stand_in(backend: OpenAIBackend, handler) -> list[httpx.Request]:
+    """Send ``backend``'s requests to ``handler`` (an httpx request -> a response, or raises) instead of
+    the network; returns the list the requests are appended to."""
+    sent: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return handler(request)
+
+    backend._client = httpx.Client(transport=httpx.MockTransport(handle))
+    return sent
 
 
 @pytest.mark.parametrize("mode", ["chat", "completions"])
@@ -602,7 +616,8 @@ def test_exact_error_texts(planted):
         ({"fail_rate": 1.0, "fail_status": 422, "error_body": b'{"error": {"message": "unprocessable"}}'},
          {"max_retries": 3}, "HTTP 422 (unprocessable)"),
         ({"bad_json_rate": 1.0}, {"max_retries": 3}, "response is not JSON"),
-        ({"drop_rate": 1.0}, {"max_retries": 1}, "connection error (RemoteDisconnected) after 2 attempts"),
+        ({"drop_rate": 1.0}, {"max_retries": 1},
+         "connection error (Server disconnected without sending a response.) after 2 attempts"),
         ({"stall_rate": 1.0, "stall_s": 0.6}, {"max_retries": 0, "timeout_s": 0.2}, "timed out after 0.2 s"),
     ]
     for server_kw, probe_kw, error in cases:
@@ -618,17 +633,13 @@ def test_connection_errors_and_connect_timeouts_are_retried():
     (r,) = OpenAIBackend(probe(url, max_retries=1)).generate(["p"])
     assert matches(r["error"], f"{url}/chat/completions: connection error (Connection refused) after 2 attempts")
 
-    class Opener:  # a connect timeout (a remote host that does not answer): URLError(timeout)
-        calls = 0
-
-        def open(self, req, timeout):
-            Opener.calls += 1
-            raise urllib.error.URLError(socket.timeout("timed out"))
+    def no_answer(request):  # a connect timeout (a remote host that does not answer)
+        raise httpx.ConnectTimeout("timed out", request=request)
 
     backend = OpenAIBackend(probe(url, max_retries=2, timeout_s=1.5))
-    backend._opener = Opener()  # type: ignore[assignment]
+    sent = stand_in(backend, no_answer)
     (r,) = backend.generate(["p"])
-    assert matches(r["error"], f"{url}/chat/completions: timed out after 1.5 s after 3 attempts") and Opener.calls == 3
+    assert matches(r["error"], f"{url}/chat/completions: timed out after 1.5 s after 3 attempts") and len(sent) == 3
 
 
 def test_error_rows_keep_the_truncation(planted):
@@ -710,9 +721,9 @@ def test_loopback_bypasses_proxies_and_the_probe_tokenizer_is_used(planted, monk
         for host in ("127.0.0.1", "localhost"):
             backend = OpenAIBackend(probe(server.base_url.replace("127.0.0.1", host)))
             assert backend.generate(prompts[:1])[0]["error"] is None, host
-    remote = OpenAIBackend(probe("http://api.example.invalid/v1"))  # no request is sent
-    proxies = [h.proxies for h in remote._opener.handlers if isinstance(h, urllib.request.ProxyHandler)]
-    assert proxies and proxies[0]["http"] == dead  # elsewhere the environment's proxy is used
+    # elsewhere the environment's proxy is used: the request goes to the (dead) proxy, not to the host
+    (r,) = OpenAIBackend(probe("http://api.example.invalid/v1", max_retries=0)).generate(["p"])
+    assert r["error"] == "http://api.example.invalid/v1/chat/completions: connection error (Connection refused)"
     seen = []
     monkeypatch.setattr(openai_http, "get_tokenizer", lambda spec: seen.append(spec) or DefaultTokenizer())
     OpenAIBackend(probe("http://127.0.0.1:9/v1", tokenizer="hf:some-org/some-model"))
@@ -775,21 +786,21 @@ def test_our_prompt_count_is_skipped_when_the_server_reports_usage_and_nothing_i
     assert capsys.readouterr().err.count("warning:") == 1
 
 
-def test_failures_raised_inside_urllib_read_as_documented():
-    """Failures a live server rarely shows, from a stand-in opener: an error body that cannot be read, a URLError
-    whose reason is a plain string (a proxy tunnel), a timeout or a broken reply while reading the body."""
-    import email.message
-    import http.client
+def test_failures_raised_inside_the_http_client_read_as_documented():
+    """Failures a live server rarely shows, from a stand-in transport: an error body that cannot be read, a proxy
+    that refuses the tunnel, a timeout or a broken reply while reading the body, an OS error."""
 
-    class Unreadable:
-        def read(self, *args):
-            raise ConnectionResetError("reset while reading the error body")
-
-        def close(self):
-            pass
+    class Unreadable(httpx.SyncByteStream):
+        def __iter__(self):
+            raise httpx.ReadError("reset while reading the error body")
 
     def http_error(status):
-        return urllib.error.HTTPError("u", status, "x", email.message.Message(), Unreadable())  # type: ignore[arg-type]
+        return lambda request: httpx.Response(status, stream=Unreadable())
+
+    def raises(exc_type, message):
+        def handler(request):
+            raise exc_type(message, request=request) if issubclass(exc_type, httpx.RequestError) else exc_type(message)
+        return handler
 
     url = "http://127.0.0.1:9/v1"
     cases = [
@@ -797,25 +808,42 @@ def test_failures_raised_inside_urllib_read_as_documented():
         (http_error(401), {"max_retries": 1},
          "HTTP 401 (invalid API key?): no key was sent; set probe.api_key_env to the environment variable holding it"),
         (http_error(418), {"max_retries": 1}, "HTTP 418"),
-        (urllib.error.URLError("Tunnel connection failed: 407 Proxy Authentication Required"), {"max_retries": 0},
-         "connection error (Tunnel connection failed: 407 Proxy Authentication Required)"),
-        (socket.timeout("timed out"), {"max_retries": 0, "timeout_s": 2.5}, "timed out after 2.5 s"),
-        (http.client.IncompleteRead(b"par"), {"max_retries": 0}, "connection error (IncompleteRead)"),
-        (OSError("bad descriptor"), {"max_retries": 0}, "connection error (OSError)"),
+        (raises(httpx.ProxyError, "407 Proxy Authentication Required"), {"max_retries": 0},
+         "connection error (407 Proxy Authentication Required)"),
+        (raises(httpx.ReadTimeout, "timed out"), {"max_retries": 0, "timeout_s": 2.5}, "timed out after 2.5 s"),
+        (raises(httpx.PoolTimeout, "timed out"), {"max_retries": 0, "timeout_s": 2.5}, "timed out after 2.5 s"),
+        (raises(httpx.RemoteProtocolError, "peer closed connection without sending complete message body"),
+         {"max_retries": 0}, "connection error (peer closed connection without sending complete message body)"),
+        (raises(httpx.ReadError, ""), {"max_retries": 0}, "connection error (ReadError)"),
+        (raises(OSError, "bad descriptor"), {"max_retries": 0}, "connection error (bad descriptor)"),
+        (raises(httpx.TooManyRedirects, "Exceeded maximum allowed redirects."), {"max_retries": 3},
+         "too many redirects"),
+        (raises(httpx.DecodingError, "Error -3 while decompressing data"), {"max_retries": 3},
+         "response is not readable (Error -3 while decompressing data)"),
     ]
-    for failure, probe_kw, error in cases:
-        class Opener:
-            calls = 0
-
-            def open(self, req, timeout):
-                Opener.calls += 1
-                raise failure
-
+    for handler, probe_kw, error in cases:
         backend = OpenAIBackend(probe(url, backoff_s=0.0, **probe_kw))
-        backend._opener = Opener()  # type: ignore[assignment]
+        sent = stand_in(backend, handler)
         (r,) = backend.generate(["p"])
-        assert matches(r["error"], f"{url}/chat/completions: {error}"), (failure, r["error"])
-        assert Opener.calls == (2 if "after 2 attempts" in error else 1), failure
+        assert matches(r["error"], f"{url}/chat/completions: {error}"), (error, r["error"])
+        assert len(sent) == (2 if "after 2 attempts" in error else 1), error
+
+
+def test_connections_are_kept_and_reused(planted):
+    """HTTP keep-alive: N requests at concurrency c open at most c connections to the server, across generate
+    calls; close() closes them, and the next request opens a new one."""
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim) as server:
+        with OpenAIBackend(probe(server.base_url, concurrency=4)) as backend:
+            backend.check_endpoint()
+            assert [r["error"] for r in backend.generate(prompts[:40])] == [None] * 40
+            assert [r["error"] for r in backend.generate(prompts[40:60])] == [None] * 20
+            assert server.stats["requests"] == 60 and 1 <= server.stats["connections"] <= 4
+            opened = server.stats["connections"]
+            backend.close()
+            assert backend.generate(prompts[:1])[0]["error"] is None  # closed: a new connection
+            assert server.stats["connections"] == opened + 1
+        assert backend._client.is_closed  # the context manager closed it
 
 
 def test_latency_is_the_time_of_the_request_and_workers_are_named(planted):

@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 import yaml
 
-from raylc.backends.testserver import SimulatedOpenAIServer, backend_for_job
+from doubles.openai_server import SimulatedOpenAIServer, backend_for_job
 from raylc.dolce import stages
 from raylc.evaluate import evaluate
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.run.skeleton import InferenceFailed
 from raylc.spec import load_job, parse_job
 

@@ -546,7 +546,7 @@ def _one_line_refusal(proc) -> str:
 def test_cli_check_reports_an_openai_endpoint(tmp_path):
     """`raylc check` of an OpenAI-compatible probe: the endpoint answers, lists the model, and the
     planned prompts are counted against probe.max_model_len as in the vLLM report."""
-    from raylc.backends.testserver import SimulatedOpenAIServer
+    from doubles.openai_server import SimulatedOpenAIServer
 
     with SimulatedOpenAIServer() as server:
         job = _openai_job(tmp_path, server.base_url, max_model_len=4096)
@@ -568,7 +568,7 @@ def test_cli_check_reports_an_openai_endpoint(tmp_path):
 
 
 def test_cli_check_refuses_an_unreachable_endpoint_or_an_unserved_model_in_one_line(tmp_path):
-    from raylc.backends.testserver import SimulatedOpenAIServer
+    from doubles.openai_server import SimulatedOpenAIServer
 
     from raycluster import free_port
 
@@ -644,12 +644,15 @@ def test_check_refuses_an_unknown_engine_argument_and_an_invalid_sampling_settin
     cases = {
         "probe.engine_args.enforce_eagr=true": f"error: {job}: probe.engine_args.enforce_eagr is not a vLLM engine "
         "argument (not among vLLM 0.33.0's (not installed here) EngineArgs fields; did you mean 'enforce_eager'?)",
-        "probe.engine_args.max_model_len=9": f"error: {job}: key 'probe.engine_args': Value error, "
-        "engine_args.max_model_len is set by raylc: use probe.max_model_len",
-        "probe.sampling.temperature=3": f"error: {job}: key 'probe.sampling.temperature': Input should be less "
-        "than or equal to 2",
-        "probe.sampling.temperature=.nan": f"error: {job}: key 'probe.sampling.temperature': Input should be a finite number",
-        "probe.sampling.stop=['']": f"error: {job}: key 'probe.sampling.stop.0': String should have at least 1 character",
+        # refused by the job's own checks: the error names the option (the file alone is valid)
+        "probe.engine_args.max_model_len=9": "error: --set probe.engine_args.max_model_len=9: key 'probe.engine_args': "
+        "Value error, engine_args.max_model_len is set by raylc: use probe.max_model_len",
+        "probe.sampling.temperature=3": "error: --set probe.sampling.temperature=3: key 'probe.sampling.temperature': "
+        "Input should be less than or equal to 2",
+        "probe.sampling.temperature=.nan": "error: --set probe.sampling.temperature=nan: key "
+        "'probe.sampling.temperature': Input should be a finite number",
+        "probe.sampling.stop=['']": "error: --set probe.sampling.stop=['']: key 'probe.sampling.stop.0': String should "
+        "have at least 1 character",
     }
     for setting, line in cases.items():
         proc = raylc("check", job, "--set", setting, env=IN_PROCESS_ENV, cwd=tmp_path)

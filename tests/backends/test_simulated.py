@@ -59,7 +59,8 @@ def test_generations_frame_has_the_schema():
             generation(error="boom", prompt_tokens=3)]
     df = generations_frame(rows)
     assert df.schema == pl.Schema(GENERATION_SCHEMA) and df.columns == list(GENERATION_COLUMNS)
-    assert df.row(1, named=True) == {"completion": None, "prompt_tokens": 3, "generated_tokens": 0, "cached_tokens": None,
+    assert df.row(1, named=True) == {"completion": None, "prompt_tokens": 3, "generated_tokens": 0,
+                                     "cached_tokens": None,
                                      "finish_reason": None, "latency_s": 0.0, "error": "boom", "truncated_tokens": 0}
     assert generations_frame([]).schema == pl.Schema(GENERATION_SCHEMA)
 
@@ -223,7 +224,8 @@ def test_tokenize_per_request_max_tokens_keep_the_tail():
     head, tail = "Instruction.\n\n", "\n\nQuestion: which one?\nAnswer:"
     parts = (head, " ".join(["filler"] * 3000), tail)
     hf = FakeHFTokenizer()
-    a, b = tokenize(_rows([parts, parts], [None, 100]), PromptTokenizer(hf, True), 400, 16, "middle").iter_rows(named=True)
+    a, b = tokenize(_rows([parts, parts], [None, 100]),
+                    PromptTokenizer(hf, True), 400, 16, "middle").iter_rows(named=True)
     assert len(a["prompt_token_ids"]) + 16 <= 400 and len(b["prompt_token_ids"]) + 100 <= 400
     assert b["truncated_tokens"] > a["truncated_tokens"] > 2000
     assert hf.decode(b["prompt_token_ids"]).endswith(f"{tail} [ASSISTANT]")

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from doubles import DOUBLES_DIR, vllm_double
 from doubles.model_dir import make_model_dir
 
@@ -367,7 +366,8 @@ def test_max_model_len_checked_against_the_config(vllm, tmp_path, monkeypatch):
     assert vllm.LLM(model=path, max_model_len=40000).llm_engine.model_config.max_model_len == 40000
     monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
     # other construction-time checks
-    with pytest.raises(ValueError, match=r"Total number of attention heads \(28\) must be divisible by tensor parallel size \(8\)"):
+    with pytest.raises(ValueError,
+                       match=r"Total number of attention heads \(28\) must be divisible by tensor parallel size \(8\)"):
         vllm.LLM(model=path, max_model_len=4096, tensor_parallel_size=8)
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         vllm.LLM(model=path, max_model_len=4096, gpu_memory_utilization=1.5)

@@ -22,9 +22,9 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from raylc.dolce import fit_cow_task  # noqa: E402
-
 from dolce_reference import PLANTED_KS, PLANTED_LAMS, plant_copies, reference_cow_em  # noqa: E402
+
+from raylc.dolce import fit_cow_task  # noqa: E402
 
 LADDER = np.array([0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
 

@@ -577,7 +577,7 @@ def write_new_inputs(job: Job, work: Workload, spans: pl.DataFrame) -> tuple[tup
 
 def run_new(job: Job, files: tuple[str, ...], stats_dir: Path, tag: str) -> PathResult:
     result = PathResult("new")
-    source = ray_exec.RequestSource(Store(job.store.path).root, files, problems=(RUN_ID, "build", "problems.parquet"))
+    source = ray_exec.RequestSource(Store(job.store.path).root, files, table=(RUN_ID, "build", "problems.parquet"))
     with RssMonitor(NEW_ACTORS) as mon:
         t0 = time.perf_counter()
         consume(ray_exec.stream_requests(source, job), result)
@@ -594,7 +594,7 @@ def calibrate_prepare(job: Job, files: tuple[str, ...], min_tokens: int = 2_000_
     tokenize) timed in this process on the first request files: (tokens/s, tokens)."""
     from raylc.backends.vllm_engine import tokenizer_spec
 
-    source = ray_exec.RequestSource(Store(job.store.path).root, files, problems=(RUN_ID, "build", "problems.parquet"))
+    source = ray_exec.RequestSource(Store(job.store.path).root, files, table=(RUN_ID, "build", "problems.parquet"))
     tok = PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template)
     problems = ProblemSource(source.store_root, source.problems)
     tokens, seconds = 0, 0.0

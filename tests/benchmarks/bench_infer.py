@@ -40,7 +40,9 @@ from raylc.dolce.stages import with_request_ids  # noqa: E402
 from raylc.io.store import Store  # noqa: E402
 from raylc.run import ray_exec  # noqa: E402
 from raylc.run.checkpoint import write_requests  # noqa: E402
-from raylc.run.inference import PROBLEM_ROW_GROUP, infer_frame  # noqa: E402
+from raylc.run.inference import PROBLEM_ROW_GROUP  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+from in_process import infer_frame  # noqa: E402
 from raylc.spec import load_job  # noqa: E402
 
 N = 10_000
@@ -80,7 +82,7 @@ def ray_rows_per_s(job, spans, problems) -> float:
         store.write_table(problems, "bench", "build", "problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
         t0 = time.perf_counter()
         files = write_requests(store, "bench", [spans], ray_exec.block_rows(job))
-        source = ray_exec.RequestSource(tmp, files, problems=("bench", "build", "problems.parquet"))
+        source = ray_exec.RequestSource(tmp, files, table=("bench", "build", "problems.parquet"))
         n = sum(b.height for b in ray_exec.stream_requests(source, job))
         rate = n / (time.perf_counter() - t0)
     assert n == spans.height

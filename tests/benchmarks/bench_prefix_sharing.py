@@ -64,7 +64,8 @@ def measure(name: str, job, problems, lookbacks: list[int]) -> None:
     rows = [("with reuse, unbounded cache", unbounded)]
     for n in lookbacks:
         for order, spans in (("stage", stage_order), ("prefix", prefix_order(stage_order))):
-            rows.append((f"with reuse, last {n} request(s), {order} order", prefill_tokens(spans, problems, lookback=n)[1]))
+            rows.append((f"with reuse, last {n} request(s), {order} order",
+                         prefill_tokens(spans, problems, lookback=n)[1]))
     for label, value in rows:
         print(f"  {label:<47} {value:>16,}  saving {1 - value / without:6.1%}")
 

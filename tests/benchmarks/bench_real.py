@@ -77,6 +77,7 @@ def main() -> None:
     import polars as pl
 
     from raylc.backends.vllm_engine import engine_kwargs
+    from raylc.backends import vllm_engine
     from raylc.run import ray_exec
     from raylc.run.inference import PromptTokenizer
     from raylc.spec import Job
@@ -149,7 +150,7 @@ def main() -> None:
     assert ours["error"].null_count() == ours.height, ours.filter(pl.col("error").is_not_null())["error"][0]
     differ = sum(a != b for a, b in zip(ours["completion"].to_list(), texts_off))
     print(f"workload: {len(texts)} requests, max_tokens {args.max_tokens}, engine arguments {kw}, "
-          f"batch_size {job.ray.batch_size} x {ray_exec.concurrent_batches(job.probe, job.ray.batch_size)} batches in flight")
+          f"batch_size {job.ray.batch_size} x {vllm_engine.concurrent_batches(job.probe, job.ray.batch_size)} batches in flight")
     print(f"raylc:         {ours['generated_tokens'].sum():,} tokens generated; stream {stream_s:.1f} s = "
           f"start-up {ready - t0:.1f} s + first batch {led['first_in'] - ready:.1f} s + engine window {engine_s:.1f} s "
           f"+ tail {t1 - led['last_out']:.1f} s ({led['batches']} batches): {len(texts) / engine_s:.2f} requests/s "

@@ -58,7 +58,7 @@ def main(sizes: tuple[int, ...] = SIZES) -> None:
     for _ in range(ROUNDS):
         for spec in SPECS:
             for n in sizes:
-                best[spec, n] = min(best[spec, n], cpu_time(lambda: split_units(docs[n], spec)))
+                best[spec, n] = min(best[spec, n], cpu_time(lambda n=n, spec=spec: split_units(docs[n], spec)))
     for spec in SPECS:
         base = best[spec, sizes[0]]
         ratios = " ".join(f"{best[spec, n] / base:10.2f}" for n in sizes[1:])

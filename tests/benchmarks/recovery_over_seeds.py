@@ -55,7 +55,8 @@ def main() -> None:
             lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
             rec = rec.with_columns(lo=lo, hi=hi)
             total = rec.filter(pl.col("task") == "(all)").row(0, named=True)
-            per_task = ", ".join(f"{r['task']} {r['recovery']:.1%}" for r in rec.filter(pl.col("task") != "(all)").iter_rows(named=True))
+            per_task = ", ".join(f"{r['task']} {r['recovery']:.1%}"
+                                 for r in rec.filter(pl.col("task") != "(all)").iter_rows(named=True))
             print(f"seed {seed}: {total['recovery']:.1%} ({total['recovered']}/{total['n_problems']}; 95% Wilson "
                   f"[{total['lo']:.1%}, {total['hi']:.1%}]; {per_task}) in {time.perf_counter() - t0:.0f} s", flush=True)
             rows.append(total["recovery"])

@@ -17,7 +17,7 @@ from raylc.dolce import stages
 from raylc.dolce.compare import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]

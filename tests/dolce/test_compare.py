@@ -29,7 +29,7 @@ from raylc.dolce.compare import (
 )
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.spec import load_job
 
 

@@ -7,12 +7,11 @@ from math import comb
 
 import numpy as np
 import pytest
+from dolce_reference import brute_cover_prob, closed_form_cover_prob, placements
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raylc.dolce import cow_cover_prob
-
-from dolce_reference import brute_cover_prob, closed_form_cover_prob, placements
 
 
 def _all_small_cases(L_max: int = 12):

@@ -13,7 +13,7 @@ from raylc.dolce import stages
 from raylc.dolce.evaluation import DolceEvaluation
 from raylc.evaluate import evaluate, load_report
 from raylc.run import checkpoint
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.run.skeleton import Run, RunError
 
 OUTPUTS = {name: outputs for name, outputs, _ in DolceEvaluation().stages(None)}

@@ -161,7 +161,8 @@ BAD_TABLES = {
     "two lengths": (lambda o: o.with_columns(L=pl.when((pl.col("C") == 0) & (pl.col("problem_id") == "t-b000")).then(70)
                                              .otherwise(pl.col("L"))), "L", "L="),
     "no partial C": (lambda o: o.filter((pl.col("C") == 0) | (pl.col("C") == pl.col("L"))), "C", "task='t'"),
-    "binary metric non-binary score": (lambda o: o.with_columns(metric=pl.lit("accuracy")), "score", "metric='accuracy'"),
+    "binary metric non-binary score": (lambda o: o.with_columns(metric=pl.lit("accuracy")), "score",
+                                       "metric='accuracy'"),
     "empty table": (lambda o: o.clear(), "task", None),
 }
 

@@ -247,14 +247,16 @@ def test_a_certain_cover_has_probability_exactly_one(method, m, lam, k, L, C):
     assert pig_cover_pmf(m, lam, k, L, C, method=method) == 1.0
 
 
-@pytest.mark.parametrize("m,lam,k,L,C", [(600, 600, 3, 1800, 1013), (1300, 1300, 3, 3900, 1840), (1700, 1700, 3, 5100, 4148),
+@pytest.mark.parametrize("m,lam,k,L,C", [(600, 600, 3, 1800, 1013), (1300, 1300, 3, 3900, 1840), (1700,
+                                                                                                  1700, 3, 5100, 4148),
                                          (2400, 2400, 3, 7200, 4021), (60, 61, 200, 12200, 6000),
                                          (30, 31, 1000, 31000, 15000)])
 def test_cauchy_integral_at_large_m_and_large_k_against_exact_integers(m, lam, k, L, C):
     """Rows the auto method sends to the Cauchy integral: m in the thousands (phi0 keeps exp() in range;
     values down to 1e-293) and k in the hundreds (the point count follows the variance of a group of k)."""
     exact = float(exact_cover_pmf(m, lam, k, L, C))
-    assert float(pig_cover_pmf(m, lam, k, L, C)) == pytest.approx(exact, rel=1e-9, abs=0)  # approx's abs=1e-12 would pass 0
+    # approx's abs=1e-12 would pass 0
+    assert float(pig_cover_pmf(m, lam, k, L, C)) == pytest.approx(exact, rel=1e-9, abs=0)
 
 
 def test_fourier_method_where_the_generating_function_overflows():
@@ -295,7 +297,8 @@ def test_public_calls_emit_no_runtime_warning():
     rng = np.random.default_rng(1)
     problem = np.array(["a"] * 40 + ["b"] * 20)
     s = np.concatenate([np.round(rng.uniform(0, 0.6, 20), 1), np.ones(20), np.round(rng.uniform(0.2, 0.8, 20), 1)])
-    stats = CellStats.from_scores(problem, np.array([20] * 40 + [12] * 20), np.array([4] * 20 + [10] * 20 + [6] * 20), s)
+    stats = CellStats.from_scores(problem, np.array([20] * 40 + [12] * 20),
+                                  np.array([4] * 20 + [10] * 20 + [6] * 20), s)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pig_pmf_mode(20, 10, 300, 50)
@@ -424,7 +427,8 @@ def small_tasks(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obs=small_tasks(), hit_rate=st.sampled_from(["mode", "mean"]), n_steps=st.sampled_from([1, 2, 5]))
 # the C = 0 cell's scores of 1 get no oracle mass once lambda* > 0 (mode 0): line 1105's 0/0 guard
-@example(obs=[("q", 2, 0, 1.0), ("q", 2, 2, 1.0), ("q", 2, 2, 1.0), ("q", 2, 1, 0.5), ("q", 2, 2, 1.0), ("q", 2, 0, 1.0),
+@example(obs=[("q", 2, 0, 1.0), ("q", 2, 2, 1.0), ("q", 2, 2, 1.0), ("q", 2, 1, 0.5), ("q", 2, 2, 1.0),
+              ("q", 2, 0, 1.0),
               ("q", 2, 2, 1.0), ("q", 2, 1, 0.0), ("q", 2, 0, 1.0)], hit_rate="mode", n_steps=5)
 def test_em_matches_literal_algorithm_2(obs, hit_rate, n_steps):
     ref = reference_pig_em(obs, n_steps=n_steps, hit_rate=hit_rate)
@@ -469,7 +473,8 @@ def test_em_options_from_a_table_with_repeated_scores_match_literal_algorithm_2(
         for C in (0, 1, 2, 3, L):
             for _ in range(int(rng.integers(2, 6))):
                 r = rng.random()
-                s = None if r < 0.2 else (float(rng.choice([0.0, 0.25, 0.5, 0.9, 1.0])) if r < 0.8 else float(rng.random()))
+                s = None if r < 0.2 else (float(rng.choice([0.0,
+                                                            0.25, 0.5, 0.9, 1.0])) if r < 0.8 else float(rng.random()))
                 obs.append((f"p{p}", L, C, s))
     table = pl.DataFrame(
         {"task": "t", "problem_id": [o[0] for o in obs], "L": [o[1] for o in obs], "C": [o[2] for o in obs],
@@ -497,14 +502,16 @@ def test_score_counts_are_checked_and_may_hold_lists():
         fit.fit_stats(CellStats(*one, *y, score_counts=two_d))
     for stranger in (["a", "b"], ["0", "a"]):  # after the last problem; between problems
         with pytest.raises(ValueError, match=r"^score_counts holds a problem without statistics$"):
-            fit.fit_stats(CellStats(*one, *y, score_counts=(np.array(stranger), one[2], np.array([0.5, 0.0]), np.ones(2))))
+            fit.fit_stats(CellStats(*one, *y, score_counts=(np.array(stranger), one[2],
+                                                            np.array([0.5, 0.0]), np.ones(2))))
     # a problem without score rows contributes nothing to its pairs' objectives: all 0, the first pair wins
     two = (np.array(["a", "b"]), np.array([10, 4]), np.array([5, 3]))
     fit.fit_stats(CellStats(*two, *y, score_counts=(["a"], [5], [0.5], [1.0])))
     assert fit.loglik_[1] == 0.0 and (fit.lam_[1], fit.k_[1]) == (0, 3)
     np.testing.assert_array_equal(fit.pairs_["loglik"][fit.pairs_["problem"] == 1], 0.0)
     with pytest.raises(ValueError, match=r"^C must hold integers, got non-integral values$"):
-        fit.fit_stats(CellStats(*one, *y, score_counts=(one[0], np.array([5.5, 3.0]), np.array([0.5, 0.0]), np.ones(2))))
+        fit.fit_stats(CellStats(*one, *y, score_counts=(one[0], np.array([5.5, 3.0]),
+                                                        np.array([0.5, 0.0]), np.ones(2))))
 
 
 def test_cell_stats_from_counts_equal_from_scores_and_merge_duplicates():
@@ -614,7 +621,8 @@ def test_bin_density_broadcasts_and_names_the_bin_range():
     def want(b, lam, k, L, C):  # 10 P(bin b | O), the bin of m / lam in integer arithmetic
         return 10 * float(sum(exact_cover_pmf(m, lam, k, L, C) for m in range(lam + 1) if min(10 * m // lam, 9) == b))
 
-    assert isinstance(pig_bin_density(9, 2, 1, 4, 2), float) and pig_bin_density(9, 2, 1, 4, 2) == pytest.approx(want(9, 2, 1, 4, 2), rel=1e-12)
+    assert (isinstance(pig_bin_density(9, 2, 1, 4, 2), float)
+            and pig_bin_density(9, 2, 1, 4, 2) == pytest.approx(want(9, 2, 1, 4, 2), rel=1e-12))
     # lambda = 2 leaves bins 1-4 and 6-8 empty; the last entry's bin (4) is one of them
     bins = np.array([0, 5, 9, 4])
     got = pig_bin_density(bins[:, None], 2, np.array([1, 2, 3]), 6, 3)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from raylc.cli import app
 from raylc.dolce import stages
 from raylc.dolce.plan import PlanError, plan, prefill_tokens, prefix_order, prompt_pieces, prompt_tokens
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.spec import load_job
 from raylc.text.prompts import render_prompts
 from raylc.text.sampling import Sampling, sample_spans

@@ -6,13 +6,12 @@ import struct
 
 import polars as pl
 import pytest
+from dolce_reference import synth_task
 
 from raylc.dolce.compare import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
 from raylc.dolce.plots import category_bar_order, exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
-
-from dolce_reference import synth_task
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -35,7 +34,8 @@ def assert_png(path, min_bytes=8_000, min_px=200):
 def fitted():
     obs = pl.concat([synth_task("mix", 11, 11, seed=1, stride=1), synth_task("pig", 0, 6, seed=4, stride=1),
                     synth_task("cow", 5, 0, seed=3, stride=1)])
-    problems, tasks = fit_observations(obs, FitOptions(uncertainty_steps=20))  # intervals drawn; 10x cheaper than 200 steps
+    problems, tasks = fit_observations(obs,
+                                       FitOptions(uncertainty_steps=20))  # intervals drawn; 10x cheaper than 200 steps
     sens = run_sensitivity(obs, every=(2, 5), thresholds=(0.25, 0.5, 0.75))
     return problems, tasks, sens
 

@@ -23,7 +23,8 @@ CATEGORIES_TABLE = pl.DataFrame({
 def test_category_matrix_is_one_row_per_subset_with_n():
     matrix = category_matrix(CATEGORIES_TABLE)
     assert matrix.columns == ["subset", "scenario", "n", "I", "II", "III", "IV", "V"]
-    assert matrix.rows() == [("qa", "cow", 4, 0.25, 0.0, 0.5, 0.25, 0.0), ("sum-pig", "pig", 4, 0.0, 0.0, 0.0, 0.25, 0.75)]
+    assert matrix.rows() == [("qa", "cow", 4, 0.25, 0.0, 0.5, 0.25, 0.0),
+                             ("sum-pig", "pig", 4, 0.0, 0.0, 0.0, 0.25, 0.75)]
 
 
 def test_category_matrix_fills_categories_no_problem_has():
@@ -32,7 +33,8 @@ def test_category_matrix_fills_categories_no_problem_has():
 
 
 def test_summary_markdown_has_the_legend_the_shares_and_recovery():
-    recovery = pl.DataFrame({"task": ["qa", "(all)"], "n_problems": [4, 4], "recovered": [3, 3], "recovery": [0.75, 0.75]})
+    recovery = pl.DataFrame({"task": ["qa", "(all)"], "n_problems": [4, 4], "recovered": [3, 3],
+                             "recovery": [0.75, 0.75]})
     text = markdown({"categories": CATEGORIES_TABLE, "recovery": recovery},
                     {"run_id": "r1", "job": {"name": "quick"}, "seed": 7, "fingerprint": "abc"})
     assert text.startswith("# raylc report: r1\n") and "Job `quick`, seed 7, fingerprint `abc`." in text

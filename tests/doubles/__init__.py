@@ -1,5 +1,6 @@
-"""Test doubles. ``tests/doubles/vllm`` is a timed stand-in for vLLM 0.33.0, importable as
-``vllm`` once ``DOUBLES_DIR`` is on ``sys.path`` / ``PYTHONPATH`` (Ray workers:
+"""Test doubles. ``doubles.openai_server`` is a fault-injecting OpenAI-compatible HTTP server
+(:class:`~doubles.openai_server.SimulatedOpenAIServer`). ``tests/doubles/vllm`` is a timed
+stand-in for vLLM 0.33.0, importable as ``vllm`` once ``DOUBLES_DIR`` is on ``sys.path`` / ``PYTHONPATH`` (Ray workers:
 ``runtime_env={"env_vars": {"PYTHONPATH": DOUBLES_DIR}}``).
 
     from doubles import vllm_double

@@ -132,7 +132,7 @@ def english_like_text(n_sentences: int, seed: int = 0) -> list[str]:
         total += 1.0 / (i + 1)
         cum.append(total)
     lines = []
-    for i in range(n_sentences):
+    for _i in range(n_sentences):
         k = rng.randint(4, 18)
         rare = rng.choices(words, cum_weights=cum, k=k)
         picked = [rng.choice(common) if rng.random() < 0.45 else rare[j] for j in range(k)]

@@ -176,7 +176,8 @@ def test_run_refuses_a_documents_task_that_is_not_a_safe_name(tmp_path, task, in
     before = _tree(tmp_path)
     err = _one_line_exit_2(*_raylc(cwd, "run", str(job), "--store", "store", "--run-id", "r",
                                    in_process=in_process))
-    assert err.startswith(f"error: {job.parent / 'docs.jsonl'}: row 1 (id 'qa-1'): task ") and "is not a safe name" in err
+    assert (err.startswith(f"error: {job.parent / 'docs.jsonl'}: row 1 (id 'qa-1'): task ")
+            and "is not a safe name" in err)
     assert _tree(tmp_path) == before  # nothing written anywhere, not even the store
 
 

@@ -12,12 +12,11 @@ import boto3
 import polars as pl
 import pytest
 import yaml
+from conftest import S3_CREDS, S3_PORT
 from polars.testing import assert_frame_equal
 
 from raylc.evaluate import evaluate
 from raylc.spec import load_job
-
-from conftest import S3_CREDS, S3_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "raylc-test"
@@ -95,7 +94,8 @@ def test_s3_tables_equal_local_run_in_polars_and_duckdb(s3, runs):
     infer_s3 = pl.read_parquet(f"s3://{BUCKET}/runs/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys)
     infer_local = pl.read_parquet(f"{local}/qs/infer/**/*.parquet", hive_partitioning=True).sort(keys)
     assert infer_s3.equals(infer_local)
-    n = con.execute(f"SELECT count(*) FROM read_parquet('s3://{BUCKET}/runs/qs/infer/*/*.parquet', hive_partitioning=true)").fetchone()[0]
+    n = con.execute(f"SELECT count(*) FROM read_parquet('s3://{BUCKET}/runs/qs/infer/*/*.parquet', "
+                    "hive_partitioning=true)").fetchone()[0]
     assert n == infer_local.height
     manifest = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key="runs/qs/manifest.json")["Body"].read())
     assert all(v["status"] == "done" for v in manifest["stages"].values())

@@ -150,7 +150,8 @@ def test_read_input_relative_name_and_whole_file_schema(tmp_path, monkeypatch):
     assert read_input("late.csv")["x"].dtype == pl.Float64  # every row decides the type
     for name in ("bad.ndjson", "bad.jsonl"):
         (tmp_path / name).write_text('{"a": 1}\n[2]\n')
-        with pytest.raises(StoreError, match=rf"^{name.replace('.', '[.]')}: line 2: expected a JSON object, got list$"):
+        with pytest.raises(StoreError,
+                           match=rf"^{name.replace('.', '[.]')}: line 2: expected a JSON object, got list$"):
             read_input(name)
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import polars as pl
 import psutil
 import pytest
-
 from real.conftest import DOLCE_JOB, HELMET_JOB, MODEL, env, infer_table, no_traceback, raylc, sets
 
 pytestmark = pytest.mark.ray

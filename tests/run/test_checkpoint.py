@@ -20,7 +20,7 @@ from polars.testing import assert_frame_equal
 from raylc.dolce import stages
 from raylc.io.store import Store
 from raylc.run import checkpoint
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]

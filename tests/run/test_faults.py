@@ -14,7 +14,7 @@ import yaml
 from raylc.dolce import stages
 from raylc.evaluate import evaluate
 from raylc.io.store import Store, StoreError
-from raylc.run.inference import infer_frame
+from in_process import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]

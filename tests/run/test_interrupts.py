@@ -22,7 +22,8 @@ suite: {kind: planted, tasks: [planted-a, planted-b], problems_per_task: 2, min_
 inference: {shard_rows: 500, shard_seconds: 0.5}
 ray: {actors: 1, actor_num_cpus: 0.5, batch_size: 256}
 """
-LINE = re.compile(r"^interrupted( \(SIGTERM\))? during infer; (\d+) requests stored; re-run with --run-id (\S+) to resume$")
+LINE = re.compile(r"^interrupted( \(SIGTERM\))? during infer; (\d+) requests stored; re-run with --run-id (\S+) to "
+                  r"resume$")
 RAY_INFO = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+INFO ")
 
 

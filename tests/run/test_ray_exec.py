@@ -86,7 +86,9 @@ def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_p
 def test_engine_that_dies_is_restarted_and_the_run_completes(ray_session, tmp_path):
     stats = tmp_path / "stats"
     model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 200, "stats_dir": str(stats)})
-    run = evaluate(_job(model, tmp_path / "s", max_engine_restarts=5), "r", log=lambda m: None)
+    # CPU engines: the engine actor of the failed start-up test may still hold the session's one GPU
+    run = evaluate(_job(model, tmp_path / "s", max_engine_restarts=5, device="cpu", engine_num_cpus=0.25), "r",
+                   log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
     spans = run.read("sample/spans.parquet")
     assert shards["request_id"].n_unique() == spans.height and shards["error"].null_count() == shards.height
@@ -97,7 +99,8 @@ def test_engine_restarts_are_bounded(ray_session, tmp_path):
     model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 5})
     t0 = time.monotonic()
     with pytest.raises(InferenceFailed) as err:
-        evaluate(_job(model, tmp_path / "s", max_engine_restarts=1), "r", log=lambda m: None)
+        evaluate(_job(model, tmp_path / "s", max_engine_restarts=1, device="cpu", engine_num_cpus=0.25), "r",
+                 log=lambda m: None)
     message = str(err.value)
     assert time.monotonic() - t0 < 120 and "\n" not in message
     assert "EngineRestartsExceeded: the vLLM engine died 2 times, more than probe.max_engine_restarts = 1 allows" in message
@@ -139,7 +142,7 @@ def test_workers_import_the_drivers_raylc_from_a_folder_holding_another(tmp_path
 
 
 def test_concurrent_batches_keep_twice_max_num_seqs_in_flight():
-    from raylc.run.ray_exec import concurrent_batches
+    from raylc.backends.vllm_engine import concurrent_batches
     from raylc.spec import VLLMProbe
 
     probe = VLLMProbe(backend="vllm", model="m")

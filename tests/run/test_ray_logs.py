@@ -47,7 +47,8 @@ def test_ray_data_error_records_leave_the_console_unless_verbose(monkeypatch, ve
 
 def test_verbose_is_passed_to_a_submitted_run():
     assert build_entrypoint("jobs/q.yaml", None, None).split()[:4] == ["python", "-m", "raylc", "run"]
-    assert build_entrypoint("jobs/q.yaml", None, None, verbose=True).split()[:5] == ["python", "-m", "raylc", "--verbose", "run"]
+    assert build_entrypoint("jobs/q.yaml", None, None, verbose=True).split()[:5] == ["python", "-m",
+                                                                                     "raylc", "--verbose", "run"]
 
 
 @pytest.mark.ray
@@ -63,7 +64,8 @@ def test_a_run_log_has_no_ray_noise_unless_verbose(tmp_path, verbose):
     job_file.write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k not in (ray_exec.VERBOSE_ENV, "RAY_BACKEND_LOG_LEVEL")}
     flags = ["--verbose"] if verbose else []
-    proc = subprocess.run([sys.executable, "-m", "raylc", *flags, "run", str(job_file), "--store", str(tmp_path / "runs"),
+    proc = subprocess.run([sys.executable, "-m", "raylc", *flags, "run", str(job_file), "--store",
+                           str(tmp_path / "runs"),
                            "--run-id", "r"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (proc.stdout + proc.stderr).splitlines()

@@ -26,7 +26,8 @@ STAGES = ["build", "sample", "infer", "score", "fit", "report"]  # the quickstar
 
 def _manifest(stages: dict, **extra) -> dict:
     job = load_job(ROOT / "jobs" / "quickstart.yaml")
-    return {"run_id": "r", "job": job.resolved(), "plan": STAGES, "stages": stages, "created_at": "2026-11-24T10:00:00+00:00",
+    return {"run_id": "r", "job": job.resolved(), "plan": STAGES, "stages": stages,
+            "created_at": "2026-11-24T10:00:00+00:00",
             "updated_at": "2026-11-24T10:05:00+00:00", **extra}
 
 
@@ -67,7 +68,8 @@ def test_a_killed_run_is_interrupted_with_stored_and_planned(tmp_path):
 
 
 def test_a_running_run_has_an_eta(tmp_path):
-    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": PROGRESS}}
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"},
+              "infer": {"status": "running", "progress": PROGRESS}}
     store = _write(tmp_path, "r", _manifest(stages), _live_lock())
     st = run_status(store, "r", now=1061.0)
     assert st["state"] == "running" and st["stages"]["infer"] == "running"
@@ -79,7 +81,8 @@ def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
     250 by 1030 s: 40 requests/s since the first shard, not 8.3 since the stage began."""
     progress = {**PROGRESS, "reused": 0, "to_run": 1000, "done": 250, "started_at": 1000.0, "updated_at": 1030.0,
                 "first_at": 1025.0, "first_done": 50}
-    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": progress}}
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"},
+              "infer": {"status": "running", "progress": progress}}
     st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), "r", now=1031.0)
     assert st["infer"]["eta_s"] == pytest.approx(750 / 40.0)
     waiting = {**progress, "done": 0, "prompt_tokens": 0, "generated_tokens": 0, "updated_at": 1000.0}
@@ -87,7 +90,8 @@ def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
     stages["infer"]["progress"] = waiting
     _write(tmp_path, "w", _manifest(stages), _live_lock())
     st = run_status(Store(str(tmp_path)), "w", now=1009.0)
-    assert "last_update_s" not in st["infer"] and st["infer"]["waiting_s"] == pytest.approx(9.0) and "eta_s" not in st["infer"]
+    assert ("last_update_s" not in st["infer"] and st["infer"]["waiting_s"] == pytest.approx(9.0)
+            and "eta_s" not in st["infer"])
     out = RUNNER.invoke(app, ["status", str(tmp_path / "w")])
     assert "no shard stored yet" in out.output and "last shard" not in out.output
 
@@ -123,7 +127,8 @@ def test_a_finished_run_is_done(tmp_path):
 def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
     done = {s: {"status": "done"} for s in STAGES}
     _write(tmp_path, "old", _manifest(done, updated_at="2026-11-20T10:00:00+00:00"))
-    _write(tmp_path, "new", _manifest({"build": {"status": "running"}}, updated_at="2026-11-24T10:00:00+00:00"), _live_lock())
+    _write(tmp_path, "new", _manifest({"build": {"status": "running"}},
+                                      updated_at="2026-11-24T10:00:00+00:00"), _live_lock())
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / ".hidden").mkdir()
     table = list_runs(Store(str(tmp_path)))
@@ -134,7 +139,8 @@ def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
     empty = RUNNER.invoke(app, ["runs", str(tmp_path / "not-a-run")])
     assert empty.exit_code == 0 and "no runs" in empty.output
     missing = RUNNER.invoke(app, ["runs", str(tmp_path / "typo")])
-    assert missing.exit_code == 2 and missing.output == f"error: {tmp_path}/typo: no such store (the folder does not exist)\n"
+    assert (missing.exit_code == 2
+            and missing.output == f"error: {tmp_path}/typo: no such store (the folder does not exist)\n")
 
 
 def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(tmp_path, monkeypatch):
@@ -152,13 +158,15 @@ def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(t
 
 
 def test_status_cli_lines(tmp_path):
-    stages = {"build": {"status": "done"}, "sample": {"status": "done"}, "infer": {"status": "running", "progress": PROGRESS}}
+    stages = {"build": {"status": "done"}, "sample": {"status": "done"},
+              "infer": {"status": "running", "progress": PROGRESS}}
     _write(tmp_path, "r", _manifest(stages), _dead_lock())
     out = RUNNER.invoke(app, ["status", str(tmp_path / "r")])
     assert out.exit_code == 0, out.output
     first = out.output.splitlines()[0]
     assert first.startswith(f"run r ({tmp_path}/r): interrupted; job quickstart, model simulated")
-    assert "stored 400 of 1,000 requests (40.0%), errors 2; 5.0 req/s, 10,000 prompt tok/s, 50 generated tok/s" in out.output
+    assert ("stored 400 of 1,000 requests (40.0%), errors 2; 5.0 req/s, 10,000 prompt tok/s, "
+            "50 generated tok/s" in out.output)
     assert "--run-id r" in out.output.splitlines()[-1]
     missing = RUNNER.invoke(app, ["status", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and missing.output.startswith(f"error: {tmp_path}/nope: no raylc run here")

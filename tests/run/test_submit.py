@@ -7,7 +7,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-
 from raycluster import LocalHead
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +119,8 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         try:
-            running = json.loads((run / "manifest.json").read_text())["stages"].get("infer", {}).get("status") == "running"
+            running = (json.loads((run / "manifest.json").read_text())["stages"].get("infer", {}).get("status")
+                       == "running")
         except (OSError, ValueError, KeyError):
             running = False
         if running and any((run / "infer").rglob("part-*.parquet")):

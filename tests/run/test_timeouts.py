@@ -193,7 +193,8 @@ def scenarios(tmp_path_factory):
         RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
     runs["submit-silent"] = (_submit(root / "submit-silent", f"http://{address}", 2), {"address": f"http://{address}"})
     runs["submit-hang"] = (_submit(root / "submit-hang", hang.address, 2), {"address": hang.address})
-    runs["submit-status"] = (_submit(root / "submit-status", status.address, 2), {"address": status.address, "api": status})
+    runs["submit-status"] = (_submit(root / "submit-status", status.address, 2),
+                             {"address": status.address, "api": status})
     try:
         yield runs
     finally:
@@ -210,7 +211,8 @@ def test_stale_ray_address_closed_port_fails_fast(scenarios):
     launched, ctx = scenarios["stale"]
     took, proc = launched.result()
     assert proc.returncode == 1
-    assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the connection "
+    assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the "
+                               "connection "
                                f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
     assert took < 30, took
     assert not ctx["store"].exists()
@@ -242,9 +244,11 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
     wd.mkdir()
     (wd / "job.yaml").write_text(SMALL)
     t0 = time.monotonic()
-    run = subprocess.Popen([*RAYLC, "run", "job.yaml", "--store", str(tmp_path / "store")], cwd=wd, stdout=subprocess.PIPE,
+    run = subprocess.Popen([*RAYLC, "run", "job.yaml", "--store", str(tmp_path / "store")], cwd=wd,
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=_env(RAY_ADDRESS=f"127.0.0.1:{silent.port}"))
-    sub = subprocess.Popen([*RAYLC, "submit", "job.yaml", "--address", f"http://127.0.0.1:{silent.port}", "--working-dir", str(wd)],
+    sub = subprocess.Popen([*RAYLC, "submit", "job.yaml", "--address", f"http://127.0.0.1:{silent.port}",
+                            "--working-dir", str(wd)],
                            cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     ended = {}
     for name, proc in (("run", run), ("submit", sub)):
@@ -252,7 +256,8 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
         ended[name] = (time.monotonic() - t0, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     took, proc = ended["run"]
     assert proc.returncode == 1 and took < 70, (took, proc.stderr[-2000:])
-    assert _one_line(proc).startswith(f"error: RAY_ADDRESS=127.0.0.1:{silent.port} (from the environment) did not answer within 60 s")
+    assert _one_line(proc).startswith(f"error: RAY_ADDRESS=127.0.0.1:{silent.port} (from the environment) did not "
+                                      "answer within 60 s")
     assert not (tmp_path / "store").exists()
     took, proc = ended["submit"]
     assert proc.returncode == 1 and took < 70, (took, proc.stderr[-2000:])
@@ -306,7 +311,8 @@ def test_live_gcs_passes_the_check(ray_session):
     assert time.monotonic() - t0 < 2
     api = FakeJobsAPI("hang")
     try:
-        with pytest.raises(RayUnavailable, match=r"^ray.address 127.0.0.1:\d+ \(from the job file\) answered, but not as a Ray cluster"):
+        with pytest.raises(RayUnavailable,
+                           match=r"^ray.address 127.0.0.1:\d+ \(from the job file\) answered, but not as a Ray cluster"):
             check_ray_address(api.address.removeprefix("http://"), 5, "ray.address")
     finally:
         api.close()

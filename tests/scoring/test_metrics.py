@@ -249,7 +249,8 @@ def test_recall_and_match_part_equal_ruler(rows):
 def test_rouge_l_lin_2004_examples_without_stemming():
     # Lin (2004), Section 3.1: reference S1 "police killed the gunman";
     # S2 "police kill the gunman" has LCS "police the gunman" (3/4); S3 "the gunman kill police" LCS 2/4.
-    got = rouge_l(["police kill the gunman", "the gunman kill police"], ["police killed the gunman"] * 2, use_stemmer=False)
+    got = rouge_l(["police kill the gunman", "the gunman kill police"],
+                  ["police killed the gunman"] * 2, use_stemmer=False)
     assert got.to_list() == pytest.approx([0.75, 0.5])
 
 
@@ -284,13 +285,16 @@ LEV = {"matcher": "levenshtein"}
 
 def test_edit_sim_known_values():
     # InDel: kitten/sitting LCS "ittn" = 4 -> distance 6 + 7 - 8 = 5 -> 1 - 5/13 = 61.54% -> 62
-    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False, **LEV).item() == pytest.approx(8 / 13)
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False,
+                    integer_percent=False, **LEV).item() == pytest.approx(8 / 13)
     assert edit_sim(["kitten"], ["sitting"], first_code_line=False, **LEV).item() == 0.62
     # rapidfuzz docs: ratio("this is a test", "this is a test!") = 96.55 -> 1 - 1/29
-    assert edit_sim(["this is a test"], ["this is a test!"], integer_percent=False, **LEV).item() == pytest.approx(28 / 29)
+    assert edit_sim(["this is a test"], ["this is a test!"],
+                    integer_percent=False, **LEV).item() == pytest.approx(28 / 29)
     assert edit_sim(["return a+b"], ["return a + b"], integer_percent=False, **LEV).item() == pytest.approx(20 / 22)
     # difflib (Ratcliff-Obershelp, 2M/T): kitten/sitting: "itt", then "n" right of it -> M = 4 -> 8/13 too
-    assert edit_sim(["kitten"], ["sitting"], first_code_line=False, integer_percent=False).item() == pytest.approx(8 / 13)
+    assert edit_sim(["kitten"], ["sitting"], first_code_line=False,
+                    integer_percent=False).item() == pytest.approx(8 / 13)
 
 
 def test_edit_sim_difflib_and_levenshtein_differ_as_the_official_eval_did():
@@ -433,7 +437,8 @@ def test_ndcg_equals_sklearn_definition(rows):
 
 def test_registry_and_score_frame():
     assert set(METRICS) == {
-        "accuracy", "exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "edit_sim_levenshtein", "ndcg@10", "recall", "match_part",
+        "accuracy", "exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "edit_sim_levenshtein", "ndcg@10",
+        "recall", "match_part",
         "candidate_accuracy", "qa_f1_zh", "rouge_longbench", "rouge_zh", "classification", "retrieval", "retrieval_zh",
         "count",
     }

@@ -19,7 +19,8 @@ def spans(rows):
 
 def test_each_template_scores_by_its_rule_in_input_order():
     done = spans([
-        ("t", "c", 9, 1, 0, "The correct answer is (B)"), ("t", "p", 9, 1, 0, "42"), ("t", "q", 9, 1, 0, "city of paris"),
+        ("t", "c", 9, 1, 0, "The correct answer is (B)"), ("t", "p", 9, 1, 0, "42"),
+        ("t", "q", 9, 1, 0, "city of paris"),
         ("t", "c", 9, 1, 1, "E"), ("t", "q", 9, 1, 1, "Unanswerable"), ("t", "s", 9, 2, 0, "the cat sat"),
         ("t", "c", 9, 1, 2, "(A)"), ("t", "p", 9, 1, 1, "41"),
     ])

@@ -74,7 +74,8 @@ def test_templates_per_task_sampling_and_task_filter():
 def test_csv_and_parquet_inputs(tmp_path):
     csv = tmp_path / "d.csv"
     pl.DataFrame({
-        "task": ["mc", "open"], "id": [1, 2], "context": ["One. Two. Three.", "Alpha.\nBeta."], "question": ["Q1?", "Q2?"],
+        "task": ["mc", "open"], "id": [1, 2], "context": ["One. Two. Three.", "Alpha.\nBeta."],
+        "question": ["Q1?", "Q2?"],
         "answer": ["C", "beta"], "choice_A": ["a", None], "choice_B": ["b", None], "choice_C": ["c", None],
         "choice_D": ["d", None],
     }).write_csv(csv)
@@ -116,7 +117,8 @@ def test_bad_choices(tmp_path):
         read_documents(write_jsonl(tmp_path / "a.jsonl", rows))
     rows = [dict(r) for r in ROWS]
     rows[4]["answer"] = "the tax office"
-    with pytest.raises(DocumentsError, match=r"row 5 \(id 'mc-2'\): field 'answer' of a four-choice question must be one of A"):
+    with pytest.raises(DocumentsError,
+                       match=r"row 5 \(id 'mc-2'\): field 'answer' of a four-choice question must be one of A"):
         read_documents(write_jsonl(tmp_path / "b.jsonl", rows))
     with pytest.raises(DocumentsError, match="no such file"):
         read_documents(str(tmp_path / "missing.jsonl"))
@@ -127,7 +129,8 @@ def test_documents_suite_in_job_files():
                                               "task_units": {"t": "rlt"}, "task_templates": {"t": "summary"}}})
     assert job.suite.kind == "documents" and job.suite.task_units == {"t": "rlt"} and job.suite.template == "auto"
     for suite_data, key in [({"units": "lz"}, "suite.units"), ({"task_units": {"t": "q9"}}, "suite.task_units"),
-                            ({"template": "poem"}, "suite.template"), ({"task_templates": {"t": "x"}}, "suite.task_templates")]:
+                            ({"template": "poem"}, "suite.template"),
+                            ({"task_templates": {"t": "x"}}, "suite.task_templates")]:
         with pytest.raises(JobSpecError, match=key):
             parse_job({"name": "d", "suite": {"kind": "documents", "data": "x.jsonl", **suite_data}})
 
@@ -199,7 +202,8 @@ def test_units_cli(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Units of" in result.stdout and "qa" in result.stdout and "tok/u" in result.stdout
     stats = pl.read_parquet(out)
-    assert stats.select("task", "spec").rows() == [("mc", "b"), ("mc", "ls"), ("qa", "b"), ("qa", "ls"), ("sum", "b"), ("sum", "ls")]
+    assert stats.select("task", "spec").rows() == [("mc", "b"), ("mc", "ls"), ("qa", "b"), ("qa", "ls"),
+                                                   ("sum", "b"), ("sum", "ls")]
     qa = stats.filter((pl.col("task") == "qa") & (pl.col("spec") == "ls")).row(0, named=True)
     assert qa["problems"] == 3 and qa["units_max"] == 7 and qa["units_p50"] == 5.0  # 5, 4 and 7 units
 
@@ -222,15 +226,19 @@ def test_units_cli(tmp_path):
 def test_units_cli_with_a_local_hf_tokenizer(tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     words = sorted({w for r in ROWS for w in r["context"].split()})
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}, unk_token="[UNK]"))
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0,
+                                                            **{w: i + 1 for i,
+                                                               w in enumerate(words)}}, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     out = tmp_path / "s.parquet"
-    result = CliRunner().invoke(app, ["units", str(DATA), "--spec", "ls", "--tokenizer", f"hf:{path}", "--out", str(out)])
+    result = CliRunner().invoke(app, ["units", str(DATA), "--spec", "ls", "--tokenizer",
+                                      f"hf:{path}", "--out", str(out)])
     assert result.exit_code == 0, result.output
     qa = pl.read_parquet(out).filter(pl.col("task") == "qa").row(0, named=True)
     expected = sorted(len(r["context"].split()) for r in ROWS if r["task"] == "qa")
     assert qa["ctx_tokens_max"] == expected[-1] and qa["ctx_tokens_p50"] == expected[1]  # whitespace words
     result = CliRunner().invoke(app, ["units", str(DATA), "--tokenizer", "bogus"])
-    assert result.exit_code == 2 and result.stderr.strip().splitlines() == ["error: unknown tokenizer 'bogus': use 'default' or 'hf:<name-or-path>'"]
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == ["error: unknown tokenizer 'bogus': use "
+                                                                            "'default' or 'hf:<name-or-path>'"]

@@ -51,7 +51,8 @@ def test_prompts_and_lengths_are_the_config_files_byte_for_byte():
 def test_metric_map_and_first_line_rule_are_eval_py():
     assert set(DATASET_METRIC) == set(DATASET_PROMPTS) == set(DATASET_MAXLEN)
     assert FIRST_LINE_DATASETS == ("trec", "triviaqa", "samsum", "lsht")
-    expected = {"multifieldqa_zh": "qa_f1_zh", "dureader": "rouge_zh", "vcsum": "rouge_zh", "gov_report": "rouge_longbench",
+    expected = {"multifieldqa_zh": "qa_f1_zh", "dureader": "rouge_zh", "vcsum": "rouge_zh",
+                "gov_report": "rouge_longbench",
                 "samsum": "rouge_longbench", "trec": "classification", "lsht": "classification", "triviaqa": "f1",
                 "passage_count": "count", "passage_retrieval_en": "retrieval", "passage_retrieval_zh": "retrieval_zh",
                 "lcc": "edit_sim", "repobench-p": "edit_sim", "narrativeqa": "f1"}
@@ -112,7 +113,8 @@ def _predictions(samples: pl.DataFrame) -> pl.DataFrame:
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
             rows.append({"task": path.stem, "index": i, "completion": json.loads(line)["pred"]})
     numbered = samples.with_columns(index=pl.int_range(pl.len()).over("task", order_by="record"))
-    return numbered.join(pl.DataFrame(rows), on=["task", "index"], how="inner").with_columns(error=pl.lit(None, pl.String))
+    return numbered.join(pl.DataFrame(rows),
+                         on=["task", "index"], how="inner").with_columns(error=pl.lit(None, pl.String))
 
 
 def test_scores_equal_the_official_eval_py_on_the_fixture_predictions():
@@ -192,7 +194,8 @@ def test_loader_errors_are_one_line_naming_file_record_and_field(tmp_path):
         tmp_path, [{k: v for k, v in good[0].items() if k != "all_classes"}])
     assert "unknown dataset 'nq'" in _bad(tmp_path, [dict(good[0], dataset="nq")])
     assert "field 'answers' must be a list of strings" in _bad(tmp_path, [dict(good[0], answers="Dijon")])
-    assert "line 2: duplicate _id 'lb1-fx-hotpotqa-1' in dataset 'hotpotqa' (first at" in _bad(tmp_path, [good[0], good[0]])
+    assert ("line 2: duplicate _id 'lb1-fx-hotpotqa-1' in dataset 'hotpotqa' (first at"
+            in _bad(tmp_path, [good[0], good[0]]))
     with pytest.raises(LongBenchDataError, match="missing.jsonl: no such file"):
         load_longbench(str(tmp_path / "missing.jsonl"))
     with pytest.raises(LongBenchDataError, match="dataset 'qasper' of suite.datasets has no records"):
@@ -212,7 +215,8 @@ def test_documents_suite_reads_the_released_format_with_dolce_table_4_units():
     assert problems["answers"].to_list() == [r["answers"] for r in records]
     specs = dict(problems.select("task", "unit_spec").unique().iter_rows())
     assert specs == {**{t: DOLCE_UNITS[t] for t in specs}, "lcc": "b"}  # Table 4's unit unless the job names one
-    assert (DOLCE_UNITS["hotpotqa"], DOLCE_UNITS["trec"], DOLCE_UNITS["triviaqa"], DOLCE_UNITS["samsum"]) == ("b", "c", "q", "u")
+    assert (DOLCE_UNITS["hotpotqa"], DOLCE_UNITS["trec"], DOLCE_UNITS["triviaqa"],
+            DOLCE_UNITS["samsum"]) == ("b", "c", "q", "u")
     hotpot = problems.filter(pl.col("task") == "hotpotqa").row(0, named=True)
     assert hotpot["L"] == 3 and hotpot["units"][1].startswith("Passage 2:")  # blank-line blocks: the three passages
 

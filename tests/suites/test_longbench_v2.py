@@ -51,7 +51,8 @@ def test_loader_errors_are_one_line_naming_file_record_and_field(tmp_path):
     no_answer = [dict(good[0]), {k: v for k, v in good[1].items() if k != "answer"}]
     assert "record 1 (_id='lb2-fx-02'): missing field 'answer'" in _bad(tmp_path, no_answer)
     bad_letter = [dict(good[0], answer="E")]
-    assert "record 0 (_id='lb2-fx-01'): field 'answer' must be one of A, B, C, D (got 'E')" in _bad(tmp_path, bad_letter)
+    assert ("record 0 (_id='lb2-fx-01'): field 'answer' must be one of A, B, C, D (got 'E')"
+            in _bad(tmp_path, bad_letter))
     bad_difficulty = [dict(good[0]), dict(good[1]), dict(good[2], difficulty="medium")]
     assert "record 2 (_id='lb2-fx-03'): field 'difficulty'" in _bad(tmp_path, bad_difficulty)
     assert "field 'length' must be one of short, medium, long" in _bad(tmp_path, [dict(good[0], length="8k")])

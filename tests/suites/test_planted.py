@@ -47,7 +47,8 @@ def test_answer_derivable_exactly_when_a_copy_is_covered(problems):
     spans = spans.join(problems.select("problem_id", "answer", "planted_lam", "evidence_starts"), on="problem_id")
     got = _answers(problems, spans, quiet)
     for row, answer in zip(spans.iter_rows(named=True), got):
-        covered = any(row["start"] <= s and s + row["planted_lam"] <= row["start"] + row["C"] for s in row["evidence_starts"])
+        covered = any(row["start"] <= s and s + row["planted_lam"] <= row["start"] + row["C"]
+                      for s in row["evidence_starts"])
         assert answer == (row["answer"] if covered else IDK_ANSWER)
 
 

@@ -75,14 +75,16 @@ def test_registered_kinds_are_job_suites():
     job = parse_job({"name": "t", "suite": {"kind": "toy_colour", "samples": 2}})
     assert isinstance(job.suite, ColourSuite) and job.suite.samples == 2
     assert type(evaluation_for(job)).__name__ == "SweepEvaluation"
-    assert type(evaluation_for(parse_job({"name": "t", "suite": {"kind": "toy_counting"}}))).__name__ == "DolceEvaluation"
+    assert type(evaluation_for(parse_job({"name": "t",
+                                          "suite": {"kind": "toy_counting"}}))).__name__ == "DolceEvaluation"
     assert job.resolved()["suite"] == {"kind": "toy_colour", "lengths": [256, 512, 1024], "base_lengths": [256],
                                         "samples": 2}
 
 
 @pytest.mark.parametrize("suite, message", [
     ({"kind": "toy_colour", "samples": 0}, "key 'suite.samples': Input should be greater than or equal to 1"),
-    ({"kind": "toy_colour", "colour": "red"}, "unknown key 'suite.colour' (allowed: kind, lengths, base_lengths, samples)"),
+    ({"kind": "toy_colour", "colour": "red"},
+     "unknown key 'suite.colour' (allowed: kind, lengths, base_lengths, samples)"),
     ({"kind": "toy_nothing"}, "key 'suite.kind': 'toy_nothing' is not one of 'documents', "),
 ])
 def test_a_registered_suite_is_validated_like_the_others(suite, message):

@@ -31,7 +31,8 @@ def test_no_figures_writes_the_same_tables_and_no_png(tmp_path):
     rows = [("m", "a", 2048, 0.9), ("m", "a", 8192, 0.5), ("n", "a", 2048, 0.8), ("n", "a", 8192, 0.6)]
     pl.DataFrame(rows, schema=["model", "task", "length", "score"], orient="row").write_csv(tmp_path / "s.csv")
     for flag in ("--figures", "--no-figures"):
-        proc = raylc("longscore", tmp_path / "s.csv", "--out", tmp_path / flag, "--base-lengths", "2048", "--no-ray", flag)
+        proc = raylc("longscore", tmp_path / "s.csv", "--out", tmp_path / flag, "--base-lengths",
+                     "2048", "--no-ray", flag)
         assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "--no-figures").iterdir()) == ["per_length.parquet", "summary.parquet"]
     assert {"score_vs_length.png", "longscore_vs_length.png"} <= {p.name for p in (tmp_path / "--figures").iterdir()}

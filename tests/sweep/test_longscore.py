@@ -226,7 +226,8 @@ def test_base_nonpositive_is_null_with_warning(base_score):
     assert ok["rank_lc"] == 1 and ok["avg_lc"] == pytest.approx(-20.0) and ok["warning"] is None
     # Base given directly
     with pytest.warns(UserWarning):
-        res2 = longscore(scores.filter(pl.col("length") > 4096), base=pl.DataFrame({"model": ["bad"], "base": [base_score]}))
+        res2 = longscore(scores.filter(pl.col("length") > 4096),
+                         base=pl.DataFrame({"model": ["bad"], "base": [base_score]}))
     row = res2["summary"].filter(pl.col("model") == "bad").row(0, named=True)
     assert row["avg_lc"] is None and "<= 0" in row["warning"]
 
@@ -327,7 +328,8 @@ def test_results_open_in_duckdb(tmp_path):
     write_longscore_result(T5_RESULT, Store(str(tmp_path)))  # what `raylc longscore` and a sweep's report write
     rows = duckdb.sql(f"select model, rank_lc from '{tmp_path / 'summary.parquet'}' where rank_lc = 1").fetchall()
     assert rows == [("Yi (34B)", 1)]
-    assert set(pl.read_parquet(tmp_path / "per_length.parquet").columns) >= {"model", "task", "length", "score", "base", "lc",
+    assert set(pl.read_parquet(tmp_path / "per_length.parquet").columns) >= {"model", "task", "length", "score", "base",
+                                                                             "lc",
                                                                               "lc_lo", "lc_hi"}
 
 

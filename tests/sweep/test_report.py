@@ -40,7 +40,8 @@ def test_a_figure_that_fails_leaves_nothing_written(tmp_path, monkeypatch):
 
 def test_printed_report_has_the_scores_longscore_and_the_suites_sections():
     result = longscore(SCORES, [1024])
-    per = SCORES.group_by("task", "length").agg(n=pl.len(), score=pl.col("score").mean(), context_tokens=pl.col("length"))
+    per = SCORES.group_by("task", "length").agg(n=pl.len(), score=pl.col("score").mean(),
+                                                context_tokens=pl.col("length"))
     extra = pl.DataFrame({"task": ["a"], "samples": [3], "dropped": [1]})
     out = io.StringIO()
     print_length_report({"per_task_length": per.sort("task", "length"), **result, "prior_knowledge": extra},

@@ -88,19 +88,22 @@ def test_judge_metrics_need_a_judge():
 
 
 def test_simulated_probe_on_samples_decays_with_length_and_runs_two_calls():
+    """The simulated probe knows the samples table it is built with and finds a batch's
+    requests there by their keys; a two-call sample's first call gets the fixed reasoning line."""
     s = samples()
     probe = JOB.probe.model_copy(update={"accuracy": 1.0, "half_life_tokens": 10**9})
     backend = make_backend(JOB.model_copy(update={"probe": probe}), s)
-    assert isinstance(backend, SimulatedLengthBackend)
     reqs = length.requests(s, JOB)
+    assert isinstance(backend.for_rows(reqs), SimulatedLengthBackend)
     parts = list(zip(reqs["head"], reqs["context"], reqs["tail"]))
-    out = [g["completion"] for g in backend.generate(parts)]
+    out = [g["completion"] for g in backend.for_rows(reqs).generate(parts)]
     assert out[:3] == ["17", "17", "5"] and out[3:] == [SIMULATED_COT] * 2
-    q1 = s.filter(pl.col("sample_id") == "q1").row(0, named=True)
-    (final,) = backend.generate([("", "", q1["followup"].replace("{completion}", SIMULATED_COT))])
+    second = length.requests(s, JOB, reqs.with_columns(completion=pl.Series(out)))
+    q1 = second.filter(pl.col("sample_id") == "q1")
+    (final,) = backend.for_rows(q1).generate(list(zip(q1["head"], q1["context"], q1["tail"])))
     assert final["completion"] == "The correct answer is (B)"
     never = make_backend(JOB.model_copy(update={"probe": probe.model_copy(update={"half_life_tokens": 1})}), s)
-    assert [g["completion"] for g in never.generate(parts[:3])] == [IDK_ANSWER] * 3
+    assert [g["completion"] for g in never.for_rows(reqs[:3]).generate(parts[:3])] == [IDK_ANSWER] * 3
 
 
 def test_prior_filter_marks_length_zero_rows_not_kept_without_a_threshold():

@@ -110,7 +110,8 @@ def test_per_length_strides_take_exactly_every_sth_start(Ls, strides, fraction):
     sampling = Sampling(every=strides, stride_fraction=fraction)
     problems = _problems(Ls)
     spans = sample_spans(problems, sampling)
-    assert spans.equals(sample_spans(problems, Sampling(every=dict(reversed(strides.items())), stride_fraction=fraction)))
+    assert spans.equals(sample_spans(problems, Sampling(every=dict(reversed(strides.items())),
+                                                        stride_fraction=fraction)))
     got = {(p, C): starts for p, C, starts in spans.group_by("problem_id", "C").agg("start").rows()}
     for pid, L in zip(problems["problem_id"], Ls):
         for C in exponential_ladder(L)[1:]:  # lengths the mapping does not list use stride 1
@@ -123,7 +124,8 @@ def test_per_length_strides_take_exactly_every_sth_start(Ls, strides, fraction):
 def test_every_mapping_validation_and_scalar_equivalence():
     problems = _problems([120, 37])
     ladder = exponential_ladder(120)
-    assert sample_spans(problems, Sampling(every={c: 3 for c in ladder})).equals(sample_spans(problems, Sampling(every=3)))
+    assert sample_spans(problems,
+                        Sampling(every={c: 3 for c in ladder})).equals(sample_spans(problems, Sampling(every=3)))
     assert Sampling(every={"5": "2", 1: 4}).every == {1: 4, 5: 2}  # YAML/JSON keys are normalized and sorted
     for bad in (0, {5: 0}, {-1: 2}, "x", 2.5, {5: 2.5}, [3], None):
         with pytest.raises(ValueError, match="every must be a stride >= 1 or a mapping"):

@@ -123,7 +123,8 @@ def test_refuse_and_impossible_windows():
 
 
 def test_split_prompt_matches_render_prompts():
-    problems = pl.DataFrame({"problem_id": ["p"], "units": [["Alpha one.", "Beta\n\nQuestion: two."]], "question": [QUESTION]})
+    problems = pl.DataFrame({"problem_id": ["p"], "units": [["Alpha one.", "Beta\n\nQuestion: two."]],
+                             "question": [QUESTION]})
     spans = pl.DataFrame({"problem_id": ["p"], "C": [2], "start": [0]})
     prompt = render_prompts(spans, problems)[0]
     head, context, tail = split_prompt(prompt)
@@ -142,8 +143,10 @@ def bpe_path(tmp_path_factory):
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = [TEMPLATE, QUESTION, words(3000)] + [f"Ledger entry {i} of 9 for vault V-{i}: add {i * 7}." for i in range(200)]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    corpus = [TEMPLATE,
+              QUESTION, words(3000)] + [f"Ledger entry {i} of 9 for vault V-{i}: add {i * 7}." for i in range(200)]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return path

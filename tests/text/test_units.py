@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from raylc.text.tokenize import get_tokenizer
 from raylc.text.units import LETTERS, UnitSpecError, parse_spec, split_units, unit_stats
 
-# Pieces that exercise every letter: markers, line breaks of all kinds, Unicode spaces, commas, pretokenized punctuation.
+# Pieces that exercise every letter: markers, line breaks of all kinds, Unicode spaces, commas, pretokenized
+# punctuation.
 PIECES = ["Review #1 ", "Review #23", "Passage 4:", "Passage:", "Question:", "Answer:\n", "Dialogue:", "Summary:",
           "Dr.", "U.S.", "word", "héllo", "🙂", ",", ", ", ".", " . ", "!", "?", " ", "  ", "\n", "\n\n", "\r\n", "\t",
           "\u00a0", "\u2003", "\u2029", "\x1c", "1,000", "Cat sat.", "It ran!", "` ", "''"]
@@ -88,18 +89,21 @@ def test_marker_letters_keep_markers_and_preamble():
     assert split_units(q, "q").texts == [
         "Answer these.", "Passage: foo\nbar\nQuestion: who?\nAnswer:\nme", "Passage: p2\nQuestion: q2\nAnswer:\na2"]
     u = "Dialogue: A: hi\nB: yo\nSummary: they greet.\n\nDialogue: C: x\nSummary: y\nThe end."
-    assert split_units(u, "u").texts == ["Dialogue: A: hi\nB: yo\nSummary: they greet.", "Dialogue: C: x\nSummary: y", "The end."]
+    assert split_units(u, "u").texts == ["Dialogue: A: hi\nB: yo\nSummary: they greet.",
+                                         "Dialogue: C: x\nSummary: y", "The end."]
 
 
 def test_sentences_and_pretokenized():
     assert split_units("Dr. Smith met Mr. Jones at 5 p.m. on Monday. They talked! Why? Nobody knows", "s").texts == [
         "Dr. Smith met Mr. Jones at 5 p.m. on Monday.", "They talked!", "Why?", "Nobody knows"]
     pretok = "the cat sat on the mat . it ran away ! why ? because , well , it did ."
-    assert split_units(pretok, "t").texts == ["the cat sat on the mat .", "it ran away !", "why ?", "because , well , it did ."]
+    assert split_units(pretok, "t").texts == ["the cat sat on the mat .", "it ran away !", "why ?",
+                                              "because , well , it did ."]
     assert split_units(pretok, "rt").texts[-3:] == ["because .", "well .", "it did ."]
     emoji = "Hi 🙂 there. Ünïcode works. Done."
     u = split_units(emoji, "s")
-    assert u.texts == ["Hi 🙂 there.", "Ünïcode works.", "Done."] and [emoji[a:b] for a, b in zip(u.starts, u.ends)] == u.texts
+    assert u.texts == ["Hi 🙂 there.", "Ünïcode works.", "Done."] and [emoji[a:b] for a,
+                                                                      b in zip(u.starts, u.ends)] == u.texts
 
 
 def test_empty_and_blank_documents():

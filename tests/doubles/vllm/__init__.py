@@ -33,13 +33,14 @@ _NOT_MODELLED = (
 IS_DOUBLE = True  # lets a test tell the double from the real package
 
 if typing.TYPE_CHECKING:
-    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
-    from vllm.engine.async_llm_engine import AsyncLLMEngine
-    from vllm.engine.llm_engine import LLMEngine
-    from vllm.entrypoints.llm import LLM
-    from vllm.inputs import PromptType, TextPrompt, TokensPrompt
-    from vllm.outputs import CompletionOutput, RequestOutput
-    from vllm.sampling_params import SamplingParams
+    # Re-exports (listed in __all__ through MODULE_ATTRS) for type checkers only.
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs  # noqa: F401
+    from vllm.engine.async_llm_engine import AsyncLLMEngine  # noqa: F401
+    from vllm.engine.llm_engine import LLMEngine  # noqa: F401
+    from vllm.entrypoints.llm import LLM  # noqa: F401
+    from vllm.inputs import PromptType, TextPrompt, TokensPrompt  # noqa: F401
+    from vllm.outputs import CompletionOutput, RequestOutput  # noqa: F401
+    from vllm.sampling_params import SamplingParams  # noqa: F401
 else:
 
     def __getattr__(name: str) -> typing.Any:

@@ -137,7 +137,8 @@ class SamplingParams:
                 f"temperature must be in [0, 2], got {self.temperature}.",
                 parameter="temperature", value=self.temperature)
         if not 0.0 < self.top_p <= 1.0:
-            raise VLLMValidationError(f"top_p must be in (0, 1], got {self.top_p}.", parameter="top_p", value=self.top_p)
+            raise VLLMValidationError(f"top_p must be in (0, 1], got {self.top_p}.",
+                                      parameter="top_p", value=self.top_p)
         if self.top_k < -1:
             raise VLLMValidationError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
         if not isinstance(self.top_k, int):

@@ -212,8 +212,10 @@ class DoubleTokenizer:
         hf_config = hf_config or {}
         # tokenizer_config.json decides (a null bos_token, as in Qwen2's, means none); without the
         # key, fall back to the ids in config.json
-        self.bos_token = self._token_str(tc.get("bos_token"), None if "bos_token" in tc else hf_config.get("bos_token_id"))
-        self.eos_token = self._token_str(tc.get("eos_token"), None if "eos_token" in tc else hf_config.get("eos_token_id"))
+        self.bos_token = self._token_str(tc.get("bos_token"),
+                                         None if "bos_token" in tc else hf_config.get("bos_token_id"))
+        self.eos_token = self._token_str(tc.get("eos_token"),
+                                         None if "eos_token" in tc else hf_config.get("eos_token_id"))
         self.pad_token = self._token_str(tc.get("pad_token"), None)
         added = self._tok.get_added_tokens_decoder()
         self._special_ids = sorted(i for i, t in added.items() if t.special)

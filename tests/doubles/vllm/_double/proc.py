@@ -28,7 +28,10 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # at run time subprocess is imported in start(): the child imports this module too
+    import subprocess
 
 # tests/doubles (this file is tests/doubles/vllm/_double/proc.py): put first on the child's sys.path
 DOUBLES_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""A real OpenAI-compatible HTTP server serving the simulated probe (tests and demos).
+"""A fault-injecting OpenAI-compatible HTTP server serving the simulated probe (a test double).
 
 Routes: ``POST /v1/chat/completions`` (the last user message is the prompt),
 ``POST /v1/completions`` and ``GET /v1/models``. Completions are
@@ -23,10 +23,14 @@ HTTP 200 with a body that is not JSON (a proxy's HTML page), ``error_body`` repl
 body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``, and
 ``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes)
 in :attr:`SimulatedOpenAIServer.requests`. :attr:`SimulatedOpenAIServer.stats` counts requests,
-injected failures, null replies, and the maximum number of requests in flight.
+injected failures, null replies, the maximum number of requests in flight, and the TCP
+connections clients opened (``connections``; HTTP/1.1 keep-alive: a client that pools its
+connections opens few). :meth:`SimulatedOpenAIServer.stop` closes the connections still open, as
+a server that goes away does (a pooled client must not keep talking to a stopped server).
+``tls=(certfile, keyfile)`` serves HTTPS (each new connection costs a TLS handshake).
 
-Run ``python -m raylc.backends.testserver --port 8000 [--job job.yaml]`` to serve a job's
-simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
+Run ``.venv/bin/python tests/doubles/openai_server.py --port 8000 [--job job.yaml]`` to serve a
+job's simulated probe at ``http://127.0.0.1:8000/v1`` (model ``simulated``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import argparse
 import fnmatch
 import hashlib
 import json
+import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,9 +60,23 @@ def _unit(*parts: Any) -> float:
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as uvicorn and other servers set it: the headers and the body go out in two writes,
+    # and with Nagle's algorithm the second waits for the client's delayed ACK (~40 ms per reply on a
+    # kept-alive connection)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.owner._opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.owner._closed(self.connection)
 
     def _reply(self, status: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
         self._reply_bytes(status, json.dumps(payload).encode(), headers, "application/json")
@@ -205,6 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # listen backlog (socketserver's 5 resets connections beyond it; uvicorn's is 2048)
     owner: "SimulatedOpenAIServer"
 
 
@@ -240,6 +261,7 @@ class SimulatedOpenAIServer:
         error_body: Optional[bytes] = None,
         stall_models_s: float = 0.0,
         record: bool = False,
+        tls: Optional[tuple[str, str]] = None,
     ):
         self.backend = backend or SimulatedBackend(SimulatedProbe(), {}, seed=0)
         self.model, self.port = model, port
@@ -252,9 +274,11 @@ class SimulatedOpenAIServer:
         self.echo_key = echo_key
         self.drop_rate, self.bad_json_rate, self.error_body = drop_rate, bad_json_rate, error_body
         self.stall_models_s, self.record = stall_models_s, record
+        self.tls = tls
         self.requests: list[dict[str, Any]] = []  # with record: every request, in arrival order
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
-                      "in_flight": 0, "max_in_flight": 0}
+                      "in_flight": 0, "max_in_flight": 0, "connections": 0}
+        self._open: set[socket.socket] = set()  # connections not yet closed
         self._seen: dict[bytes, int] = {}
         self.routes: list[str] = []  # the completion route of every request, in arrival order
         self._lock = threading.Lock()
@@ -266,7 +290,7 @@ class SimulatedOpenAIServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     def _enter(self) -> None:
         with self._lock:
@@ -278,6 +302,15 @@ class SimulatedOpenAIServer:
     def _leave(self) -> None:
         with self._lock:
             self.stats["in_flight"] -= 1
+
+    def _opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.stats["connections"] += 1
+            self._open.add(conn)
+
+    def _closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(conn)
 
     def serves(self, model: Any) -> bool:
         """Whether a request for ``model`` is served: ``self.model``, or any name its wildcard matches."""
@@ -312,9 +345,13 @@ class SimulatedOpenAIServer:
     def start(self) -> "SimulatedOpenAIServer":
         self._httpd = _Server(("127.0.0.1", self.port), _Handler)
         self._httpd.owner = self
+        if self.tls:  # the handshake happens in the connection's thread, at its first read
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self.tls)
+            self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="raylc-testserver", daemon=True
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-test-server", daemon=True
         )
         self._thread.start()
         return self
@@ -324,6 +361,13 @@ class SimulatedOpenAIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            still_open, self._open = list(self._open), set()
+        for conn in still_open:  # kept-alive connections: closed, as by a server that goes away
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> "SimulatedOpenAIServer":
         return self.start()
@@ -345,7 +389,7 @@ def backend_for_job(job) -> SimulatedBackend:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m raylc.backends.testserver", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="tests/doubles/openai_server.py", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--job", help="serve this job's simulated probe (default: SimulatedProbe(), no knowledge)")
     ap.add_argument("--model", default="simulated")
