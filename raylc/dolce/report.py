@@ -136,18 +136,22 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
 
 
 def em_note(fit: dict[str, Any]) -> str:
-    """What ``em_steps`` and ``em_ll_change`` mean for the job's fit options (the ``fit`` block)."""
+    """What ``em_steps`` and ``em_ll_change`` mean for the job's fit options (the ``fit`` block;
+    a key it lacks takes :class:`~raylc.dolce.options.FitOptions`' default)."""
+    from raylc.dolce.options import FitOptions
+
+    opts = {**FitOptions().model_dump(), **fit}
     meaning = ("em_ll_change is the last step's change of the subset's summed log-likelihood (all its "
                "problems' observations, in nats)")
-    tol = float(fit.get("em_tol") or 0.0)
+    tol = float(opts["em_tol"] or 0.0)
     if tol > 0:
-        return (f"The EM ran to a tolerance: until |em_ll_change| <= {tol:g}, at most {fit.get('em_max_steps', 1000)} "
+        return (f"The EM ran to a tolerance: until |em_ll_change| <= {tol:g}, at most {opts['em_max_steps']} "
                 f"steps; {meaning}. A subset whose em_steps reached that bound stopped before the tolerance.")
-    return (f"The EM ran the paper's fixed T steps (Algorithms 1 and 2: {fit.get('em_steps_cow', 10)} for COW, "
-            f"{fit.get('em_steps_pig', 5)} for PIG), as DOLCE reports its results, not to a tolerance; {meaning}. "
+    return (f"The EM ran the paper's fixed T steps (Algorithms 1 and 2: {opts['em_steps_cow']} for COW, "
+            f"{opts['em_steps_pig']} for PIG), as DOLCE reports its results, not to a tolerance; {meaning}. "
             "A change other than 0 says the objective was still rising when the T steps ended, which the paper's "
-            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for example "
-            "1e-6.")
+            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for "
+            "example 1e-6.")
 
 
 def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:

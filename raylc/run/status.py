@@ -120,17 +120,17 @@ def list_runs(store: Store, now: Optional[float] = None) -> pl.DataFrame:
     created (UTC, to the second), seconds since it was created (``age_s``) and since its last
     update (``updated_s``), newest first."""
     rows = []
+    now = time.time() if now is None else now  # one instant for every run's ages
     for run_id in store.folders():
         try:
             status = run_status(store, run_id, now)
         except StoreError:
             continue  # not a run (another folder in the store)
         created = _when(status["created_at"])
-        now_s = time.time() if now is None else now
         rows.append({**{k: status[k] for k in ("run_id", "job", "model", "state")},
                      "created": None if created is None else dt.datetime.fromtimestamp(created, dt.timezone.utc)
                      .strftime("%Y-%m-%d %H:%M:%S UTC"),
-                     "age_s": None if created is None else now_s - created, "updated_s": status["age_s"]})
+                     "age_s": None if created is None else now - created, "updated_s": status["age_s"]})
     schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
               "created": pl.String, "age_s": pl.Float64, "updated_s": pl.Float64}
     return pl.DataFrame(rows, schema=schema).sort("age_s", nulls_last=True)
