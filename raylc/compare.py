@@ -7,7 +7,7 @@ their kept scores, relabelled so that LongScore (:func:`raylc.sweep.longscore.lo
 runs, not only models: two runs of one model stay two rows. From the DOLCE runs come the
 category shares per task with 95% Wilson intervals over the problems, and, for every pair of
 DOLCE runs over the same problems, the agreement of Section 6 (Spearman's rho of lambda and k,
-:func:`raylc.dolce.compare.compare_fits`). Every table carries ``run_id`` and ``model`` (the
+:func:`raylc.dolce.sensitivity.compare_fits`). Every table carries ``run_id`` and ``model`` (the
 probe's model; ``simulated`` for the simulated probe).
 """
 
@@ -174,7 +174,7 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
     question and units are the same (different probes, or settings, on one suite): Section 6's
     metrics (Spearman's rho of lambda and k, median relative changes, category agreement,
     KL of the noise), the first run as reference."""
-    from raylc.dolce.compare import COMPARE_SCHEMA, compare_fits
+    from raylc.dolce.sensitivity import COMPARE_SCHEMA, compare_fits
 
     dolce = [r for r in runs if r.job.suite.family == "dolce"]
     fits = {r.uri: (r.read("fits/problems.parquet"), r.read("fits/tasks.parquet")) for r in dolce}

@@ -323,7 +323,7 @@ class Inference(_Strict):
     max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
-class Store(_Strict):
+class StoreConfig(_Strict):
     """Where stage tables go: ``<path>/<run_id>/<stage>/``."""
 
     path: str = "./runs"
@@ -360,7 +360,7 @@ class Job(_Strict):
     fit: FitOptions = FitOptions()
     judge: Optional[Probe] = None
     inference: Inference = Inference()
-    store: Store = Store()
+    store: StoreConfig = StoreConfig()
     ray: RayResources = RayResources()
 
     @model_validator(mode="after")

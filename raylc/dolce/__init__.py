@@ -15,7 +15,7 @@ _LAZY = {
     "PIGFit": "raylc.dolce.pig",
     "assign_categories": "raylc.dolce.categories",
     "category_thresholds": "raylc.dolce.categories",
-    "compare_fits": "raylc.dolce.compare",
+    "compare_fits": "raylc.dolce.sensitivity",
     "cow_cover_prob": "raylc.dolce.cover",
     "fit_cow_task": "raylc.dolce.cow",
     "fit_observations": "raylc.dolce.fit",
@@ -25,7 +25,7 @@ _LAZY = {
     "pig_cover_pmf": "raylc.dolce.pig",
     "pig_density": "raylc.dolce.pig",
     "pig_pmf_mode": "raylc.dolce.pig",
-    "run_sensitivity": "raylc.dolce.compare",
+    "run_sensitivity": "raylc.dolce.sensitivity",
     "select_scenarios": "raylc.dolce.scenario",
     "validate_observations": "raylc.dolce.fit",
 }

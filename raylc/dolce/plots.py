@@ -237,7 +237,7 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
 def plot_sensitivity(sensitivity: pl.DataFrame, path) -> Path:
     """Spearman rho(lambda) and rho(k) per setting (Section 6, Appendix K.1 / K.4).
 
-    ``sensitivity`` is the frame of :func:`raylc.dolce.compare.run_sensitivity` (experiment,
+    ``sensitivity`` is the frame of :func:`raylc.dolce.sensitivity.run_sensitivity` (experiment,
     setting, task, subset, rho_lam, rho_k). One row of panels per experiment (a sampling
     strategy's setting, or the binarization threshold), left rho(lambda), right rho(k); one
     line per (task, subset).

@@ -3,7 +3,7 @@
 Builds the quickstart suite (``jobs/quickstart.yaml``: 2 tasks x 100 problems, L in
 [50, 400], exponential ladder) with the pipeline's plain functions, observes every span
 (sampling strategy ``enumerate``, stride 1) with the simulated probe in-process, scores it, and
-runs :func:`raylc.dolce.compare.run_sensitivity` with the take-every experiment. The reference
+runs :func:`raylc.dolce.sensitivity.run_sensitivity` with the take-every experiment. The reference
 is the fit of the full enumeration; the test fits keep the rows with start % N == 0 and reuse
 the reference's scenario selection. Prints, per task and N, the median relative changes
 delta(lambda), delta(k), Spearman rho(lambda), rho(k), the KL divergence of P(x | z = N)
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from raylc.dolce import stages  # noqa: E402
-from raylc.dolce.compare import run_sensitivity  # noqa: E402
+from raylc.dolce.sensitivity import run_sensitivity  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 from in_process import infer_frame  # noqa: E402
 from raylc.spec import load_job  # noqa: E402

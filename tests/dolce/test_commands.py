@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 
 from raylc import __version__
 from raylc.dolce import stages
-from raylc.dolce.compare import run_sensitivity
+from raylc.dolce.sensitivity import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
 from in_process import infer_frame

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from dolce_reference import synth_task
 
-from raylc.dolce.compare import run_sensitivity
+from raylc.dolce.sensitivity import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
 from raylc.dolce.plots import category_bar_order, exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity

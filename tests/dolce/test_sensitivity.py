@@ -14,7 +14,7 @@ from dolce_reference import identity_mapper_pickled, synth_task
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
-from raylc.dolce.compare import (
+from raylc.dolce.sensitivity import (
     COMPARE_SCHEMA,
     SENSITIVITY_SCHEMA,
     check_full_enumeration,
