@@ -365,7 +365,8 @@ def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
     random = sampling.strategy in ("sample_rate", "sample_ip_rate")
     single = (pl.col("C") == 0) | (pl.col("C") == pl.col("L"))
     return (
-        spans.with_columns(length=pl.when(pl.col("C") == pl.col("L")).then(pl.lit("L")).otherwise(pl.col("C").cast(pl.String)),
+        spans.with_columns(length=pl.when(pl.col("C") == pl.col("L")).then(pl.lit("L"))
+                           .otherwise(pl.col("C").cast(pl.String)),
                            order=pl.when(pl.col("C") == pl.col("L")).then(pl.lit(None)).otherwise(pl.col("C")),
                            stride=pl.when(single | pl.lit(random)).then(None).otherwise(stride_expr(sampling)))
         .group_by("length")

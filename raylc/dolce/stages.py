@@ -71,8 +71,8 @@ def _sha(keys: pl.Series) -> pl.Series:
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """The observation table (``task, problem_id, L, C, start, score, metric``), sorted."""
-    return score_spans(completions, problems, job.scoring.metric, job.scoring.idk_patterns).sort("task",
-                                                                                                 "problem_id", "C", "start")
+    return score_spans(completions, problems, job.scoring.metric, job.scoring.idk_patterns).sort(
+        "task", "problem_id", "C", "start")
 
 
 def merge_observations(parts: list[pl.DataFrame]) -> pl.DataFrame:

@@ -204,7 +204,8 @@ def f1(predictions: Predictions, references: References) -> pl.Series:
 
     def counts(col: str) -> pl.DataFrame:
         return (
-            toks.select("_pair", tok=pl.col(col)).explode("tok").drop_nulls("tok").group_by("_pair", "tok").agg(n=pl.len())
+            toks.select("_pair", tok=pl.col(col)).explode("tok").drop_nulls("tok")
+            .group_by("_pair", "tok").agg(n=pl.len())
         )
 
     common = (
@@ -414,7 +415,8 @@ def ndcg(predictions: Predictions | pl.Series, qrels: Qrels, *, k: int = 10) -> 
 
 #: the Chinese punctuation ``normalize_zh_answer`` deletes besides ``string.punctuation``
 #: (``LongBench/metrics.py``; the set ends with an ASCII period)
-ZH_PUNCTUATION = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿"
+ZH_PUNCTUATION = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～"
+                  "｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿"
                   "–—‘’‛“”„‟…‧﹏.")
 _ZH_DROP = frozenset(string.punctuation + ZH_PUNCTUATION)
 

@@ -54,7 +54,8 @@ DATASET_PROMPTS: dict[str, str] = {
     'multifieldqa_en': 'Read the following text and answer briefly.\n\n{context}\n\nNow, answer the following question '
                        'based on the above text, only give me the answer and do not output any other '
                        'words.\n\nQuestion: {input}\nAnswer:',
-    'multifieldqa_zh': '阅读以下文字并用中文简短回答：\n\n{context}\n\n现在请基于上面的文章回答下面的问题，只告诉我答案，不要输出任何其他字词。\n\n问题：{input}\n回答：',
+    'multifieldqa_zh': '阅读以下文字并用中文简短回答：\n\n{context}\n\n'
+                       '现在请基于上面的文章回答下面的问题，只告诉我答案，不要输出任何其他字词。\n\n问题：{input}\n回答：',
     'hotpotqa': 'Answer the question based on the given passages. Only give me the answer and do not output any other '
                 'words.\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the given '
                 'passages. Only give me the answer and do not output any other words.\n\nQuestion: {input}\nAnswer:',
@@ -64,7 +65,8 @@ DATASET_PROMPTS: dict[str, str] = {
     'musique': 'Answer the question based on the given passages. Only give me the answer and do not output any other '
                'words.\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the given '
                'passages. Only give me the answer and do not output any other words.\n\nQuestion: {input}\nAnswer:',
-    'dureader': '请基于给定的文章回答下述问题。\n\n文章：{context}\n\n请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：',
+    'dureader': '请基于给定的文章回答下述问题。\n\n文章：{context}\n\n'
+                '请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：',
     'gov_report': 'You are given a report by a government agency. Write a one-page summary of the '
                   'report.\n\nReport:\n{context}\n\nNow, write a one-page summary of the report.\n\nSummary:',
     'qmsum': 'You are given a meeting transcript and a query containing a question or instruction. Answer the query in '
@@ -89,8 +91,11 @@ DATASET_PROMPTS: dict[str, str] = {
     'passage_retrieval_en': 'Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which '
                             'paragraph the abstract is from.\n\n{context}\n\nThe following is an '
                             'abstract.\n\n{input}\n\nPlease enter the number of the paragraph that the abstract is '
-                            'from. The answer format must be like "Paragraph 1", "Paragraph 2", etc.\n\nThe answer is: ',
-    'passage_retrieval_zh': '以下是若干段落文字，以及其中一个段落的摘要。请确定给定的摘要出自哪一段。\n\n{context}\n\n下面是一个摘要\n\n{input}\n\n请输入摘要所属段落的编号。答案格式必须是"段落1"，"段落2"等格式\n\n答案是：',
+                            'from. The answer format must be like "Paragraph 1", "Paragraph 2", etc.\n\n'
+                            'The answer is: ',
+    'passage_retrieval_zh': '以下是若干段落文字，以及其中一个段落的摘要。请确定给定的摘要出自哪一段。\n\n'
+                            '{context}\n\n下面是一个摘要\n\n{input}\n\n'
+                            '请输入摘要所属段落的编号。答案格式必须是"段落1"，"段落2"等格式\n\n答案是：',
     'lcc': 'Please complete the code given below. \n{context}Next line of code:\n',
     'repobench-p': 'Please complete the code given below. \n{context}{input}Next line of code:\n',
 }
@@ -272,7 +277,8 @@ def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
     if suite.datasets is not None:
         missing = sorted(set(suite.datasets) - set(data["dataset"].to_list()))
         if missing:
-            raise LongBenchDataError(f"{', '.join(suite.data)}: dataset {missing[0]!r} of suite.datasets has no records")
+            raise LongBenchDataError(
+                f"{', '.join(suite.data)}: dataset {missing[0]!r} of suite.datasets has no records")
         data = data.filter(pl.col("dataset").is_in(suite.datasets))
     tok = get_tokenizer(suite.tokenizer)
     rows = []

@@ -68,9 +68,10 @@ class LongBench100Suite(LengthSuite):
     real source documents (``sources``) and a pool of distractor documents (``distractors``),
     JSONL/Parquet/CSV, local or s3://. QA samples scoring at least ``prior_knowledge_threshold``
     with no context are dropped from the statistics (0 or null disables the filter, as
-    ``eval_trec.py`` ``scorer``'s ``if qa_filter>0``; the no-context rows are then not built). Appendix A.2 settings: ``kv_pairs`` chained UUID pairs
-    (KV Retrieval), ``star_passages`` star-count sentences (Counting Stars), each Passage Count
-    document repeated 1..``max_repeats`` times."""
+    ``eval_trec.py`` ``scorer``'s ``if qa_filter>0``; the no-context rows are then not built).
+    Appendix A.2 settings: ``kv_pairs`` chained UUID pairs (KV Retrieval), ``star_passages``
+    star-count sentences (Counting Stars), each Passage Count document repeated 1..``max_repeats``
+    times."""
 
     kind: Literal["longbench100"]
     tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]

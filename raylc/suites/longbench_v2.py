@@ -112,7 +112,8 @@ def _read_bytes(uri: str) -> bytes:
         with store.fs.open_input_file(store.path(name)) as fh:
             return fh.read()
     except OSError as exc:
-        raise StoreError(f"{uri}: cannot read ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc
+        raise StoreError(f"{uri}: cannot read ({first})") from None
 
 
 def _records(uri: str, data: bytes) -> list[tuple[str, Any]]:

@@ -39,7 +39,8 @@ TEMPLATES: dict[str, str] = {
         f'If the question cannot be answered based on the information in the context, write "{IDK_CHOICE}" '
         f'for "unanswerable".\n\nContext:\n{{context}}\n\nQuestion: {{question}}\n{{choices}}\nAnswer:'
     ),
-    "summary": "Read the context and follow the instruction.\n\nContext:\n{context}\n\nInstruction: {question}\nAnswer:",
+    "summary": "Read the context and follow the instruction.\n\nContext:\n{context}\n\n"
+               "Instruction: {question}\nAnswer:",
 }
 #: The answer that means "IDK" under each template (None: the template offers no IDK answer).
 TEMPLATE_IDK: dict[str, str | None] = {"planted": IDK_ANSWER, "qa": IDK_ANSWER, "choice": IDK_CHOICE, "summary": None}
