@@ -241,6 +241,8 @@ def simulate_cow_task(
     noise=None,
     replant_each_observation: bool = False,
     task: str = "sim",
+    stride_fraction: float = 0.0,
+    p_closed_book: float = 0.0,
 ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     """Observation table drawn from the COW model with planted (lambda, k) per problem.
 
@@ -249,7 +251,10 @@ def simulate_cow_task(
     non-overlapping positions, once per problem (or afresh for every span when
     ``replant_each_observation``, which makes P(1 | O) exactly pi as the model assumes).
     Observation lengths: ``ladder`` below L plus C = L, starts 0, e, 2e, ... <= L - C with
-    e = ``take_every`` (C = 0 has one empty span). Each outcome is noise with probability
+    e = max(``take_every``, floor(``stride_fraction`` C)) (take-every strides,
+    :class:`raylc.text.sampling.Sampling`; C = 0 has one empty span). With probability
+    ``p_closed_book`` a problem is closed-book: lambda = 0 (k = 1), the oracle answers 1 at
+    every C, C = 0 included. Each outcome is noise with probability
     rho_i ~ U(0, rho_max) (task noise distribution over 1, 0, IDK; Dirichlet(2, 2, 2) unless
     given), else oracle: for C >= lambda, 1 if the span covers a copy, else IDK; for
     C < lambda, 0 with probability ``p_zero_below``, else IDK.
@@ -267,11 +272,16 @@ def simulate_cow_task(
         k = int(rng.choice([k for k in PLANTED_KS if k * lam <= L]))
         rho = float(rng.uniform(0.0, rho_max))
         copies = plant_copies(rng, L, lam, k)
+        if p_closed_book and rng.random() < p_closed_book:
+            lam, k = 0, 1
         pid = f"p{n:04d}"
         for C in [c for c in ladder if c < L] + [L]:
-            starts = np.zeros(1, dtype=np.int64) if C == 0 else np.arange(0, L - C + 1, take_every)
+            every = max(take_every, int(stride_fraction * C))
+            starts = np.zeros(1, dtype=np.int64) if C == 0 else np.arange(0, L - C + 1, every)
             m = starts.size
-            if C >= lam:
+            if lam == 0:
+                x = np.ones(m, dtype=np.int64)
+            elif C >= lam:
                 spans_copies = plant_copies(rng, L, lam, k, size=m) if replant_each_observation else copies
                 x = np.where(covers(starts, C, spans_copies, lam), 1, 2)
             else:
@@ -345,13 +355,25 @@ def identity_mapper_pickled(fn, frames, *args):
 
 # ------------------------------------------------------------------------------ calibration (issue 17)
 
+#: The COW calibration generators (issue 29): keyword arguments of :func:`simulate_cow_task`.
+#: "model": copies re-placed for every span (Eq. 3 exactly); "fixed": copies fixed per problem,
+#: as in a real document; "mix": fixed copies, 15% closed-book problems (lambda = 0), noise
+#: mostly IDK, take-every strides (every 2, at least C / 2), L from 50 to 1,000.
+COW_GENERATORS = {
+    "model": dict(replant_each_observation=True),
+    "fixed": dict(replant_each_observation=False),
+    "mix": dict(replant_each_observation=False, p_closed_book=0.15, noise=(0.1, 0.15, 0.75), take_every=2,
+                stride_fraction=0.5, L_range=(50, 1000)),
+}
+
+
 def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2, uncertainty_steps: int = 200,
-                      **fit_kw) -> pl.DataFrame:
-    """Tasks drawn from the model itself (COW: copies re-placed for every span, Eq. 3; PIG: m
-    drawn from rho~ for every span, Eq. 6, uniform noise), every span observed, fitted with
-    the posterior of :mod:`raylc.dolce.uncertainty`: one row per problem with seed, confidence,
-    right (reported category = planted), covered (planted lambda in [lam_low, lam_high], open
-    = up to L)."""
+                      generator: str = "model", **fit_kw) -> pl.DataFrame:
+    """Tasks drawn per ``generator`` (COW: :data:`COW_GENERATORS`; PIG: "model", m drawn from
+    rho~ for every span, Eq. 6, or "fixed", one placement of the members per problem; uniform
+    noise), fitted with the posterior of :mod:`raylc.dolce.uncertainty`: one row per problem
+    with seed, truth (the planted category), category (reported), confidence, right, covered
+    (planted lambda in [lam_low, lam_high], open = up to L)."""
     from pig_reference import simulate_pig_task
 
     from raylc.dolce.categories import assign_categories
@@ -361,10 +383,11 @@ def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2
     rows = []
     for seed in seeds:
         if kind == "COW":
-            obs, planted, _ = simulate_cow_task(n_problems, seed, rho_max=rho_max, replant_each_observation=True)
+            obs, planted, _ = simulate_cow_task(n_problems, seed, rho_max=rho_max, **COW_GENERATORS[generator])
             fit = COWFit(uncertainty_steps=uncertainty_steps, **fit_kw).fit(obs)
         else:
-            obs, planted = simulate_pig_task(n_problems, seed, rho_max=rho_max, redraw_each_observation=True,
+            obs, planted = simulate_pig_task(n_problems, seed, rho_max=rho_max,
+                                             redraw_each_observation=generator == "model",
                                              noise_kind="uniform")
             fit = PIGFit(uncertainty_steps=uncertainty_steps, **fit_kw).fit(obs)
         problems, _ = fit.frames()
@@ -374,7 +397,8 @@ def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2
         truth = assign_categories(df["planted_lam"].to_numpy(), df["planted_k"].to_numpy(), fit.lam_p_, fit.k_p_,
                                   df["lam_q"].to_numpy())
         rows.append(df.select(
-            seed=pl.lit(seed), confidence="confidence", right=pl.col("category") == pl.Series(truth),
+            seed=pl.lit(seed), truth=pl.Series(truth), category="category", confidence="confidence",
+            right=pl.col("category") == pl.Series(truth),
             covered=(pl.col("lam_low") <= pl.col("planted_lam"))
             & (pl.col("lam_high").is_null() | (pl.col("planted_lam") <= pl.col("lam_high"))),
         ))

@@ -322,6 +322,10 @@ class CellFit:
     _em_start: float = 0.5
     #: The EM starts (values of ``_em_start``) whose fixed points the posterior integrates over.
     _posterior_starts: tuple = (0.5,)
+    #: Step (b)'s argmax of the posterior's EM runs: the pair of largest prior x marginal
+    #: likelihood (:mod:`raylc.dolce.uncertainty`) instead of the largest objective, so that the
+    #: nuisance parameters they settle at are fitted to the pair the posterior favours.
+    _marginal_argmax: bool = False
 
     def _check_params(self) -> None:
         if int(self.n_steps) < 1:
@@ -367,17 +371,17 @@ class CellFit:
 
     def _posterior_fits(self, stats: CellStats) -> list["CellFit"]:
         """The fits whose last step's pair objectives give the posterior, one per EM start of
-        ``_posterior_starts``: each run for ``uncertainty_steps`` / (number of starts) steps, or
-        to the tolerance when ``tol`` > 0; this fit itself for its own start if it ran as many
-        steps (or to a tolerance)."""
+        ``_posterior_starts``: each run with ``_marginal_argmax`` for ``uncertainty_steps`` /
+        (number of starts) steps, or to the tolerance when ``tol`` > 0 (this fit itself if it
+        was such a run)."""
         steps = max(1, int(self.uncertainty_steps) // len(self._posterior_starts))
         fits = []
         for start in self._posterior_starts:
-            if start == self._em_start and (self.tol > 0 or self.n_iter_ >= steps):
+            if start == self._em_start and self._marginal_argmax and (self.tol > 0 or self.n_iter_ >= steps):
                 fits.append(self)
                 continue
             run = copy.copy(self)
-            run._em_start = start
+            run._em_start, run._marginal_argmax = start, True
             if run.tol <= 0:
                 run.n_steps = steps
             fits.append(run.fit_stats(stats))
@@ -417,11 +421,14 @@ class CellFit:
         cols["lam_high"] = pl.Series("lam_high", u["lam_high"], dtype=pl.Int64).replace(OPEN, None)
         return cols
 
-    def _set_pairs(self, problem, lam, k, loglik) -> None:
+    def _set_pairs(self, problem, lam, k, loglik, **below) -> None:
         """The last step's objective of every scored (lambda, k) pair (``pairs_``: problem index,
-        lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty."""
+        lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty; COW adds
+        ``below_ll`` (the plug-in part of loglik below lambda) and ``below_n`` (V, 3: the counts
+        of 1, 0, IDK below lambda) for the marginal of :mod:`raylc.dolce.uncertainty`."""
         self.pairs_ = dict(problem=np.asarray(problem, dtype=np.int64), lam=np.asarray(lam, dtype=np.int64),
-                           k=np.asarray(k, dtype=np.int64), loglik=np.asarray(loglik, dtype=np.float64))
+                           k=np.asarray(k, dtype=np.int64), loglik=np.asarray(loglik, dtype=np.float64),
+                           **{c: np.asarray(v, dtype=np.float64) for c, v in below.items()})
 
     def frames(self) -> tuple[pl.DataFrame, dict]:
         """The fit of :meth:`fit` as (problems, info): problems has columns task, problem_id,

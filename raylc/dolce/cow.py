@@ -12,6 +12,7 @@ import polars as pl
 from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
 from raylc.dolce.cover import cover_prob_partial
 from raylc.dolce.scenario import binarization_cut
+from raylc.dolce.uncertainty import log_dirichlet_multinomial, log_pair_prior
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES"]
 
@@ -110,7 +111,8 @@ class COWFit(CellFit):
     Algorithm 1 assigns P_ij(x|O) = 1 to outcomes x != x_ij (exponent 0); only the observed
     outcome ever enters the likelihood and the q's, which is what is computed here.
     Initialisation: q_ij(z|x) = 0.5, P_i(z) = 0.5 (the posterior also runs the EM from a
-    second start, :attr:`~raylc.dolce.cells.CellFit._posterior_starts`).
+    second start, :attr:`~raylc.dolce.cells.CellFit._posterior_starts`, and its runs pick step
+    (b)'s pair by prior x marginal likelihood, :mod:`raylc.dolce.uncertainty`).
 
     Guards (no epsilon floors are used): 0/0 in P_nonpar (no oracle responsibility below
     lambda) gives P_nonpar = 0, leaving those observations to the noise component; 0/0 in the
@@ -319,6 +321,11 @@ class COWFit(CellFit):
         cells = np.arange(Mc)
         below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)[d["b_order"]]  # prefix ends by rank
 
+        vp = np.repeat(ar, d["pair_reps"])
+        below = self._below_setup(d, cnt, vp)
+        if self._marginal_argmax:  # per pair: log prior + DirMult(counts below lambda), constant over steps
+            shift = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P) + below["dm"][below["group"]]
+
         cum = np.zeros((3, P, Mc + 1))
         pi_one = np.append(d["pi"], 1.0)
         qN = np.full(cnt.shape, self._em_start)
@@ -342,7 +349,15 @@ class COWFit(CellFit):
             # argmax per problem over its pairs in (lambda, k) order: the first pair within
             # LL_TIE_RTOL of the maximum wins (all -inf: the first valid pair)
             ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
-            v_star = pad[ar, first_near_max(ll.take(pad), pad < ll.size - 1)]
+            scored_with = prior_N, prior_O
+            score = ll
+            if self._marginal_argmax:  # the marginal m of module uncertainty, its DirMult part in shift
+                part, profile = self._below_parts(below, noise, nonpar, prior_N, prior_O, per_group=True)
+                with np.errstate(invalid="ignore"):
+                    m = ll[:-1] - part.take(below["group"])
+                m = np.fmax(np.where(np.isnan(m), -np.inf, m), profile.take(below["group"])) + shift
+                score = np.append(m, -np.inf)
+            v_star = pad[ar, first_near_max(score.take(pad), pad < ll.size - 1)]
             loglik = ll[v_star]
             l_star = d["l_v"][v_star]
 
@@ -371,8 +386,48 @@ class COWFit(CellFit):
                 break
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
-        vp = np.repeat(ar, d["pair_reps"])
-        self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1])
+        self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1],
+                        **self._below_parts(below, noise, nonpar, *scored_with))
+
+    @staticmethod
+    def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
+        """What the marginal below lambda needs, once per fit, per distinct (problem, lambda) of the
+        kept pairs (``group``: each pair's; pairs are sorted by problem, lambda): the counts n_x of
+        outcomes 1, 0, IDK below lambda ``n`` (G, 3), their Dirichlet-multinomial ``dm``, the
+        rank of the P_nonpar column, and at lambda = 0 the problem's counts (``tot``)."""
+        P, Mc, M = d["P"], d["Mc"], d["M"]
+        pl_v = vp * M + d["l_v"]
+        first = np.flatnonzero(np.r_[True, pl_v[1:] != pl_v[:-1]])
+        group = np.cumsum(np.r_[True, pl_v[1:] != pl_v[:-1]]) - 1
+        pl_g, p_g = pl_v[first], vp[first]
+        cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(cnt, axis=2)], axis=2)  # (3, P, Mc + 1)
+        n = cum.reshape(3, -1)[:, p_g * (Mc + 1) + d["n_below"].reshape(-1)[pl_g]].T  # (G, 3)
+        lam0 = d["cand"].reshape(-1)[pl_g] == 0
+        return dict(group=group, p=p_g, n=n, dm=log_dirichlet_multinomial(n), rank=d["b_rank"][pl_g], lam0=lam0,
+                    tot=cnt.sum(axis=2).T[p_g[lam0]])
+
+    @staticmethod
+    def _below_parts(b: dict, noise, nonpar, prior_N, prior_O, per_group: bool = False):
+        """Per kept pair, of the step that scored the pairs: ``below_ll``, the plug-in part of the
+        objective below lambda, sum_x n_x log[P_nonpar,i(x|O; lambda) P_i(O) + P(x|N) P_i(N)]
+        (0 log 0 = 0); ``below_n``, the counts n_x (V, 3); ``profile_ll``, at lambda = 0 the
+        objective at its best P_i(O) (NaN at other lambdas). ``per_group``: (below_ll, profile_ll)
+        per distinct (problem, lambda) instead."""
+        p, n, g = b["p"], b["n"], b["group"]
+        q = nonpar[:, b["rank"]].T * prior_O[p, None] + noise[None, :] * prior_N[p, None]
+        # lambda = 0 (pi = 1 at every C): l(P_i(O)) = sum_x n_x log(P_i(O) 1[x = 1] + P_i(N) P(x|N)) is
+        # largest at P_i(O) = (n_1 / n - P(1|N)) / (1 - P(1|N)), clipped to [0, 1]
+        tot = b["tot"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            part = np.where(n > 0, n * np.log(q), 0.0).sum(axis=1)
+            pO = np.clip((tot[:, 0] / tot.sum(axis=1) - noise[0]) / (1.0 - noise[0]), 0.0, 1.0)
+            pO = np.where(noise[0] < 1.0, pO, 1.0)  # P(1|N) = 1: every P_i(O) fits alike
+            q0 = np.stack([pO + (1.0 - pO) * noise[0], (1.0 - pO) * noise[1], (1.0 - pO) * noise[2]], axis=1)
+            profile = np.full(p.size, np.nan)
+            profile[b["lam0"]] = np.where(tot > 0, tot * np.log(q0), 0.0).sum(axis=1)
+        if per_group:
+            return part, profile
+        return dict(below_ll=part[g], below_n=n[g], profile_ll=profile[g])
 
 
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:

@@ -40,7 +40,7 @@ class FitOptions(BaseModel):
             "over the candidate pairs (raylc.dolce.uncertainty), and share intervals that include it; none: today's "
             "speed, intervals from the resampling of problems only."))
     uncertainty_steps: int = Field(default=200, ge=1, description=(
-        "EM steps run before the posterior is read (calibrated at 200 on data drawn from the model); the reported "
+        "EM steps run before the posterior is read (calibrated at 200: docs/figures.md); the reported "
         "lambda and k stay those of the steps above."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")

@@ -22,6 +22,7 @@ from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_ma
 from raylc.dolce.numeric import as_int, lgamma_diff, log_binom
 from raylc.dolce.options import FitOptions
 from raylc.dolce.scenario import N_BINS, bucketize_scores
+from raylc.dolce.uncertainty import log_pair_prior
 
 __all__ = [
     "PIG_HIT_RATES",
@@ -651,6 +652,10 @@ class PIGFit(CellFit):
         prior_N = np.full(P, 0.5)
         prior_O = np.full(P, 0.5)
         n_safe = np.where(cellmask, ncell, 1.0)[:, :, None]
+        vp, vf = np.nonzero(valid_flat)
+        shift = np.zeros(valid_flat.shape)
+        if self._marginal_argmax:  # the posterior's runs: argmax of log prior + objective (module uncertainty)
+            shift[vp, vf] = log_pair_prior(vp, d["cand"][vp, vf // M], P)
         for step in range(self._steps()):
             # (a) M-step: noise P(y | N), shared by the task
             wN = Y * qN
@@ -672,7 +677,7 @@ class PIGFit(CellFit):
                 contrib = np.where(e_w > 0, e_w * np.log(rho * prior_O[e_p] + prior_N[e_p]), 0.0)
             ll = np.bincount(e_flat, weights=contrib, minlength=P * M * M).reshape(P, M * M)
             ll = np.where(valid_flat, ll, -np.inf)
-            best = first_near_max(ll, valid_flat)
+            best = first_near_max(ll + shift, valid_flat)
             loglik = ll[ar, best]
             lam_star = d["cand"][ar, best // M]
             k_star = d["cand"][ar, best % M]
@@ -716,7 +721,6 @@ class PIGFit(CellFit):
                 break
 
         self._set_fit(grid, lam_star, k_star, loglik, prior_O, noise)
-        vp, vf = np.nonzero(valid_flat)
         self._set_pairs(vp, d["cand"][vp, vf // M], d["cand"][vp, vf % M], ll[vp, vf])
         cp, cc = np.nonzero(cellmask)
         self.hit_rate_ = p_oracle[cp, cc, 0]

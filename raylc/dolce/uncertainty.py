@@ -1,30 +1,63 @@
-r"""Per-problem uncertainty of a DOLCE fit: the posterior over the candidate pairs (issue 17).
+r"""Per-problem uncertainty of a DOLCE fit: the posterior over the candidate pairs (issues 17, 29).
 
 Step (b) of Algorithms 1 and 2 scores every valid pair (lambda, k) of problem i's candidate set
 (Section 4) by l_i(lambda, k) = sum_j log[P_ij(x_ij | O; lambda, k) P_i(O) + P(x_ij | N) P_i(N)]
-(Eq. 1; Eq. 5 for PIG) and keeps the argmax. With a uniform prior over the scored pairs and
-the nuisance parameters (P(x | N), P_i(z), P_nonpar) held at the EM's values, the posterior is
+(Eq. 1; Eq. 5 for PIG) and keeps the argmax. The reported (lambda, k) stay that argmax after the
+paper's T steps; the posterior only measures how far to trust them.
 
-    p_i(lambda, k | theta) = exp l_i(lambda, k) / sum_(lambda', k') exp l_i(lambda', k').
+**Prior** (issue 29). Uniform over problem i's candidate lambdas (Section 4), then uniform
+over k given lambda: p(lambda, k) = 1 / (|Lambda_i| n_i(lambda)), n_i(lambda) the scored k at
+lambda. A prior uniform over pairs gave a small lambda one share per equivalent k and pushed
+closed-book problems (lambda = 0) to confidence ~0.25. Pairs that the data cannot tell apart
+(COW: every k at lambda = 0 or lambda > max C, where pi = 1) are scored once by the fit; that
+pair carries its lambda's whole mass. The two candidates above max C (max C + 1 and L) keep a
+share each (merged into one class, the realistic generator, whose lambda = L problems are
+reported at lambda = max C, gave ECE 0.053 instead of 0.044 at a = 1, and the quickstart's
+mean confidence fell).
 
-Evaluated after the paper's T steps it is over-confident (the EM has not converged, so its
-nuisance parameters theta, and with them the likelihood surface, are still off). The EM also
-has more than one fixed point: from the paper's start (q_ij(N) = P_i(N) = 0.5) it often
-settles, on tasks with little noise, where the task's noise P(x|N) is mostly IDK and P_i(N)
-several times too large, hundreds of nats of Eq. 1 below the fixed point reached from a
-low-noise start, and the posterior there is confidently wrong (e.g. lambda = 2, k = 5 for a
-planted k = 2). The posterior therefore integrates over theta: the EM is run from each start
-s of ``CellFit._posterior_starts`` (COW: 0.5 and 0.1, ``uncertainty_steps`` shared out among
-them; a second start of 0.02 or 0.25 gave the same calibration), and with a uniform prior
-over the starts' fixed points theta_s and over the pairs
+**P_nonpar integrated out** (COW). Below lambda (C_ij < lambda, Eq. 4) an observation's
+probability is q(x) = P_nonpar,i(x | O; lambda) P_i(O) + P(x | N) P_i(N), one categorical over
+x in {1, 0, IDK} shared by problem i's n = sum_x n_x observations below lambda. With P_nonpar
+free this q is (nearly) free, and its plug-in fit, sum_x n_x log q^(x), explains any counts:
+candidates with lambda > max C put every partial observation there and tie with the truth.
+With a Dirichlet(a, a, a) prior on q the counts' marginal likelihood is
 
-    p_i(lambda, k) = sum_s w_s p_i(lambda, k | theta_s),
-    w_s proportional to p(x | theta_s) = prod_i mean_(lambda, k) exp l_i(lambda, k; theta_s)
+    DirMult(n) = log Gamma(3a) - log Gamma(n + 3a) + sum_x [log Gamma(n_x + a) - log Gamma(a)]
 
-(theta's posterior taken as point masses at the EM's fixed points; their evidences differ by
-tens to thousands of nats, so in practice the better fixed point is used). It is calibrated
-on data drawn from the model (``tests/benchmarks/calibration.py``). The reported (lambda, k)
-stay those of the paper's T steps; the posterior only measures how much to trust them:
+(one ordered sequence; the same for soft counts), the plug-in fit less an Occam term. a = 1/2
+(Jeffreys) makes that term about log n nats wherever q^ lies; the uniform a = 1 charges 2 log n
+at a vertex, the usual state below lambda (an oracle without its evidence says IDK), and so
+pushed planted lambda = 5, 10 problems of the quickstart to lambda = 1 (mean confidence 84.8%
+against a recovery of 93.0%; docs/figures.md). So
+
+    m_i(lambda, k) = l_i(lambda, k) - sum_x n_x log q^(x) + DirMult(n_1, n_0, n_IDK),
+
+where the fit gives the plug-in part and the counts below lambda per pair (``below_ll``,
+``below_n`` of ``CellFit.pairs_``); pairs without them keep m = l (PIG, the hypothesis tests).
+The observations at or above lambda keep Eq. 3 with the EM's P(x | N), P_i(z), except at
+lambda = 0 (pi = 1 everywhere): there P_i(O) takes its own best value (``profile_ll``,
+(n_1/n - P(1|N)) / (1 - P(1|N)) clipped to [0, 1]) instead of the value the EM fitted for its
+chosen pair, which is near 1 when that pair lets P_nonpar absorb the noise.
+
+PIG (Eq. 5) has no split at lambda: its non-parametric part P_{i,C}(y | O) is one hit rate per
+(problem, C) cell, shared by every candidate (Section 4), so it gives no candidate a free fit
+of the others' data and its Occam term is common to all pairs; only the prior changes.
+
+**Nuisance parameters.** Evaluated after the paper's T steps the posterior is over-confident,
+and the EM has more than one fixed point (from the paper's start q_ij(N) = P_i(N) = 0.5 it
+often settles, on tasks with little noise, at a noise P(x|N) that is mostly IDK, hundreds of
+nats below the fixed point from a low-noise start). The posterior therefore integrates over
+theta = (P(x|N), P_i(z), P_nonpar): the EM is run from each start s of
+``CellFit._posterior_starts`` (COW: 0.5 and 0.1, ``uncertainty_steps`` shared out), its
+step (b) picking the pair of largest p(lambda, k) exp m_i (``CellFit._marginal_argmax``, so
+that theta is fitted to the pair the posterior favours), and
+
+    p_i(lambda, k) = sum_s w_s p_i(lambda, k | theta_s),  p_i(. | theta_s) prop. to p(lambda, k) exp m_i(.; theta_s),
+    w_s proportional to prod_i sum_(lambda, k) p(lambda, k) exp m_i(lambda, k; theta_s)
+
+(theta's posterior as point masses at the EM's fixed points; their evidences differ by tens to
+thousands of nats, so in practice the better one is used). Calibration per generator:
+``tests/benchmarks/calibration.py``, docs/figures.md. Summaries:
 
 * ``confidence``: the posterior mass of the reported category (Figure 1);
 * ``p_I`` .. ``p_V``: the posterior mass of each category;
@@ -32,18 +65,20 @@ stay those of the paper's T steps; the posterior only measures how much to trust
   ``level`` of the lambda-marginal, widened down to one above the next smaller candidate (the
   data cannot tell lambda apart between two candidates). ``lam_high`` is open (None) when the
   set holds a lambda above max C: the data then only say lambda > max C.
-
-Pairs that the data cannot tell apart (COW: every k at lambda = 0 or lambda > max C, where pi = 1)
-are scored once by the fit and so count once.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import gammaln
 
 from raylc.dolce.categories import CATEGORIES, category_codes
 
-__all__ = ["problem_uncertainty", "OPEN"]
+__all__ = ["problem_uncertainty", "log_dirichlet_multinomial", "log_pair_prior", "marginal_loglik", "OPEN"]
+
+#: The Dirichlet(alpha, alpha, alpha) prior of the categorical below lambda: Jeffreys' 1/2
+#: (module docstring; 1, the uniform prior, measured beside it in docs/figures.md).
+DIRICHLET_ALPHA = 0.5
 
 #: ``lam_high`` of an interval open at the top (lambda > max C), before it becomes a null.
 OPEN = -1
@@ -53,6 +88,27 @@ def _segment_max(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     out = np.full(n, -np.inf)
     np.maximum.at(out, owner, values)
     return out
+
+
+def log_dirichlet_multinomial(n: np.ndarray, alpha: float | None = None) -> np.ndarray:
+    """log Gamma(K a) - log Gamma(n + K a) + sum_x [log Gamma(n_x + a) - log Gamma(a)]: the marginal
+    likelihood of one ordered sequence with counts n_x (last axis, K outcomes; soft counts allowed)
+    under a categorical with a Dirichlet(a, ..., a) prior, a = ``alpha`` (default
+    :data:`DIRICHLET_ALPHA`; module docstring); 0 for no observations."""
+    n = np.asarray(n, dtype=np.float64)
+    K = n.shape[-1]
+    a = DIRICHLET_ALPHA if alpha is None else float(alpha)
+    return gammaln(K * a) - gammaln(n.sum(axis=-1) + K * a) + (gammaln(n + a) - gammaln(a)).sum(axis=-1)
+
+
+def log_pair_prior(p: np.ndarray, lam: np.ndarray, P: int) -> np.ndarray:
+    """log p(lambda, k) per scored pair: uniform over the problem's candidate lambdas, then uniform
+    over the scored k at lambda (module docstring)."""
+    p, lam = np.asarray(p, dtype=np.int64), np.asarray(lam, dtype=np.int64)
+    _, pl_of, n_k = np.unique(p * (int(lam.max(initial=0)) + 1) + lam, return_inverse=True, return_counts=True)
+    pl_of = pl_of.reshape(-1)
+    n_lam = np.bincount(p[np.unique(pl_of, return_index=True)[1]], minlength=P)  # lambdas per problem
+    return -np.log(n_lam[p]) - np.log(n_k[pl_of])
 
 
 def _softmax(ll: np.ndarray, p: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,12 +122,27 @@ def _softmax(ll: np.ndarray, p: np.ndarray, P: int) -> tuple[np.ndarray, np.ndar
         return np.nan_to_num(w / z[p]), top + np.log(z)
 
 
+def marginal_loglik(pairs: dict) -> np.ndarray:
+    """m_i(lambda, k) per pair: the objective with the plug-in fit below lambda replaced by the
+    Dirichlet-multinomial marginal of its counts (module docstring), if the pairs carry them
+    (``below_ll``, ``below_n``; a pair whose plug-in part is -inf stays at -inf), and at lambda = 0
+    the objective at its own best P_i(O) where given (``profile_ll``, NaN elsewhere)."""
+    ll = np.asarray(pairs["loglik"], dtype=np.float64)
+    if "below_n" not in pairs:
+        return ll
+    with np.errstate(invalid="ignore"):
+        m = ll - np.asarray(pairs["below_ll"], dtype=np.float64) + log_dirichlet_multinomial(pairs["below_n"])
+    m = np.where(np.isnan(m), -np.inf, m)
+    return np.fmax(m, pairs["profile_ll"]) if "profile_ll" in pairs else m
+
+
 def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int, k_p: int,
                         lam_q: np.ndarray, level: float = 0.9) -> dict:
     """Posterior summaries per problem from a fit's scored pairs.
 
     ``pairs``: :attr:`raylc.dolce.cells.CellFit.pairs_` (problem index, lambda, k, loglik, one
-    row per scored pair), or a list of them, one per EM start (the same rows; the posterior
+    row per scored pair; optionally ``below_ll`` and ``below_n`` (V, 3) for the marginal below
+    lambda), or a list of them, one per EM start (the same rows; the posterior
     integrates over their fixed points, module docstring); ``reported``: the reported category
     per problem ("I" .. "V");
     ``lam_p``, ``k_p``: the task's thresholds; ``lam_q``: max C per problem. Returns
@@ -88,7 +159,8 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
         raise ValueError("every problem needs at least one scored pair")
     # p_i(lambda, k | theta_s) per start, and log p(x | theta_s) up to a constant shared by the
     # starts (problems at -inf in every start drop out)
-    post, lse = zip(*(_softmax(np.asarray(r["loglik"], dtype=np.float64), p, P) for r in runs))
+    log_prior = log_pair_prior(p, lam, P)
+    post, lse = zip(*(_softmax(marginal_loglik(r) + log_prior, p, P) for r in runs))
     lse = np.array(lse)
     lse = lse[:, np.isfinite(lse).any(axis=0)]
     evidence = lse.sum(axis=1)
@@ -112,7 +184,7 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     prev = np.where(np.r_[False, mp[1:] == mp[:-1]], np.r_[0, ml[:-1]], -1)  # next smaller candidate
     # the smallest set: candidates by mass (ties: smaller lambda first), kept while the mass
     # before them is below level
-    by_mass = np.lexsort((ml, -mw, mp))
+    by_mass = np.lexsort((ml, -np.round(mw, 12), mp))  # masses equal to 1e-12 tie (rounding of the sums)
     cum = np.cumsum(mw[by_mass])
     first_of = np.r_[0, np.flatnonzero(mp[by_mass][1:] != mp[by_mass][:-1]) + 1]
     base = np.repeat(cum[first_of] - mw[by_mass][first_of], np.diff(np.r_[first_of, by_mass.size]))

@@ -1,15 +1,18 @@
-"""Calibration of the DOLCE per-problem uncertainty (issue 17 items 1, 4 and 5).
+"""Calibration of the DOLCE per-problem uncertainty (issue 17 items 1, 4, 5; issue 29 item 1).
 
-    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--cost-only] [--paper-start-only]
+    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--cost-only]
+        [--paper-start-only] [--pig-hit-rate] [--dirichlet-alpha 1]
 
-1. Tasks drawn from the COW model (150 problems per seed, every span, noise prior rho_max 0.1
-   and 0.2) and from the PIG model (40 problems, ``--pig-likelihood binned``), in groups of 5
-   seeds: the reliability table (confidence bins against accuracy), the expected calibration
-   error, the share of problems at confidence >= 0.9 and their accuracy, and the coverage of
-   the 90% lambda interval; for COW also the candidate measured beside it, the posterior read
-   after the paper's T = 10 steps (``uncertainty_steps=10``). ``--paper-start-only``: the
-   posterior of the EM run from the paper's start alone (``COWFit._posterior_starts = (0.5,)``,
-   all ``uncertainty_steps`` from it), the posterior before the second start.
+1. Per generator (``dolce_reference.COW_GENERATORS``): COW "model" (copies re-placed for every
+   span, Eq. 3 exactly), "fixed" (copies fixed per problem), "mix" (fixed copies, 15%
+   closed-book problems, noise mostly IDK, take-every strides, L 50-1,000), 150 problems per
+   seed, noise prior rho_max 0.2; PIG "model" and "fixed" (``--pig-likelihood binned``, 40
+   problems per seed; ``--pig-hit-rate`` adds one group of Algorithm 2's hit-rate likelihood).
+   In groups of 5 seeds: per group the expected calibration error, the share of problems at
+   confidence >= 0.9 and their accuracy, the coverage of the 90% lambda interval; then mean,
+   min and max over the groups, and the reliability table of the first group.
+   ``--paper-start-only``: the posterior of the EM run from the paper's start alone
+   (``COWFit._posterior_starts = (0.5,)``); ``--dirichlet-alpha``: another prior below lambda.
 2. The cost of the posterior (default) against ``uncertainty="none"`` on the 1,000 x 1,000
    benchmark frame of ``bench_cow_fit.py``: ``COWFit`` on the frame as built, and ``DolceFit``
    on it with one row per span (it refuses repeated spans); medians of 3 runs, and the ratios.
@@ -30,21 +33,38 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from dolce_reference import calibration_frame, reliability  # noqa: E402
+from dolce_reference import COW_GENERATORS, calibration_frame, reliability  # noqa: E402
 
 from raylc.dolce.fit import DolceFit  # noqa: E402
 from raylc.dolce.options import FitOptions  # noqa: E402
 
 
-def summarize(label: str, frame: pl.DataFrame, show_table: bool) -> None:
+def summarize(label: str, frame: pl.DataFrame, show_table: bool) -> dict:
+    """Print one group's figures (and its reliability table if ``show_table``); return them."""
     table, ece = reliability(frame)
     sure = frame.filter(pl.col("confidence") >= 0.9)
-    print(f"{label}: ECE {ece:.3f}; confidence >= 0.9: {sure.height / frame.height:.3f} of problems, "
-          f"{sure['right'].mean():.3f} right; 90% lambda interval covers {frame['covered'].mean():.3f}; "
+    got = dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean(), covered=frame["covered"].mean())
+    print(f"{label}: ECE {ece:.3f}; confidence >= 0.9: {got['sure']:.3f} of problems, "
+          f"{got['right']:.3f} right; 90% lambda interval covers {got['covered']:.3f}; "
           f"accuracy {frame['right'].mean():.3f} (n = {frame.height})", flush=True)
     if show_table:
         with pl.Config(tbl_rows=12, float_precision=3):
             print(table)
+    return got
+
+
+def over_groups(label: str, kind: str, groups: int, n_problems: int, **kw) -> None:
+    """One generator in ``groups`` groups of 5 seeds: each group, then mean, min, max over them."""
+    rows = []
+    if groups < 1:
+        return
+    for g in range(groups):
+        seeds = range(5 * g, 5 * g + 5)
+        rows.append(summarize(f"{label} seeds {seeds.start}-{seeds.stop - 1}",
+                              calibration_frame(kind, seeds, n_problems, **kw), show_table=g == 0))
+    figs = {k: [r[k] for r in rows] for k in rows[0]}
+    print(f"{label}, {groups} groups of 5 seeds x {n_problems} problems: " + "; ".join(
+        f"{k} mean {statistics.fmean(v):.3f} min {min(v):.3f} max {max(v):.3f}" for k, v in figs.items()), flush=True)
 
 
 def _medians(fits: dict, repeat: int) -> dict:
@@ -81,27 +101,30 @@ def cost(repeat: int = 3) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--groups", type=int, default=4, help="groups of 5 seeds (seeds 0 .. 5 * groups - 1)")
+    ap.add_argument("--groups", type=int, default=4, help="COW: groups of 5 seeds (seeds 0 .. 5 * groups - 1)")
+    ap.add_argument("--pig-groups", type=int, default=2, help="PIG: groups of 5 seeds")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument("--pig-hit-rate", action="store_true", help="add one group of PIG with Algorithm 2's likelihood")
     ap.add_argument("--paper-start-only", action="store_true",
                     help="COW posterior from the EM of the paper's start alone (no second start)")
+    ap.add_argument("--dirichlet-alpha", type=float, default=None,
+                    help="the Dirichlet prior below lambda (raylc.dolce.uncertainty.DIRICHLET_ALPHA; default 1/2)")
     args = ap.parse_args()
+    if args.dirichlet_alpha is not None:
+        from raylc.dolce import uncertainty
+
+        uncertainty.DIRICHLET_ALPHA = args.dirichlet_alpha
     if args.paper_start_only:
         from raylc.dolce.cow import COWFit
 
         COWFit._posterior_starts = (0.5,)
     if not args.cost_only:
-        for rho in (0.1, 0.2):
-            for g in range(args.groups):
-                seeds = range(5 * g, 5 * g + 5)
-                summarize(f"COW rho_max {rho} seeds {seeds.start}-{seeds.stop - 1}",
-                          calibration_frame("COW", seeds, 150, rho_max=rho), show_table=g == 0)
-            summarize(f"COW rho_max {rho} seeds 0-4, posterior after T = 10 steps",
-                      calibration_frame("COW", range(5), 150, rho_max=rho, uncertainty_steps=10), show_table=True)
-        for g in range(args.groups):
-            seeds = range(5 * g, 5 * g + 5)
-            summarize(f"PIG binned rho_max 0.2 seeds {seeds.start}-{seeds.stop - 1}",
-                      calibration_frame("PIG", seeds, 40, likelihood="binned"), show_table=g == 0)
+        for gen in COW_GENERATORS:
+            over_groups(f"COW {gen}", "COW", args.groups, 150, generator=gen)
+        for gen in ("model", "fixed"):
+            over_groups(f"PIG {gen} binned", "PIG", args.pig_groups, 40, generator=gen, likelihood="binned")
+        if args.pig_hit_rate:
+            over_groups("PIG fixed hit_rate (Algorithm 2)", "PIG", 1, 40, generator="fixed")
     cost()
 
 
