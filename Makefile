@@ -5,7 +5,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11 python3.10; 
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-test clean install-real real-demo test-real bench-real
+.PHONY: demo test lint install install-test clean install-real real-demo test-real bench-real
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.10 on PATH (or PYTHON=...)" >&2; exit 2; }
@@ -25,6 +25,10 @@ install-test: $(VENV)/.installed-test
 
 demo: install
 	$(BIN)/raylc run jobs/quickstart.yaml
+
+# ruff over the package and the tests (configuration: [tool.ruff] in pyproject.toml).
+lint: install-test
+	$(BIN)/ruff check raylc tests
 
 # The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
 # in one process (one shared Ray instance; Ray's own workers need the cores).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -53,6 +54,38 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+_Errors = tuple[Any, ...]  # exception classes, or "module:Class" imported only when a command fails
+_UNAVAILABLE: _Errors = (StoreUnavailable, RayUnavailable)  # the store or Ray did not answer: exit 1
+_BAD_INPUT: _Errors = (JobSpecError, StoreError)  # a bad job, file, folder or table: exit 2
+
+
+def _classes(errors: _Errors) -> tuple[type[BaseException], ...]:
+    return tuple(getattr(importlib.import_module(e.partition(":")[0]), e.partition(":")[2]) if isinstance(e, str)
+                 else e for e in errors)
+
+
+def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Callable[[Callable[..., None]],
+                                                                                Callable[..., None]]:
+    """The one place a command's exceptions become exit codes: an exception of ``exit1`` (a
+    service that did not answer, a missing optional package) is one ``error: <message>`` line
+    and exit 1, one of ``exit2`` (bad input) the same line and exit 2; ``exit1`` is tried first,
+    so a subclass listed there (StoreUnavailable of StoreError) wins. Anything else escapes. A
+    class may be named ``"module:Class"``, so the command line imports its module only on failure."""
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            try:
+                command(*args, **kwargs)
+            except Exception as exc:  # typer.Exit and click's errors are in neither tuple: they escape
+                if isinstance(exc, _classes(exit1)):
+                    _fail(str(exc), 1)
+                if isinstance(exc, _classes(exit2)):
+                    _fail(str(exc))
+                raise
+        return wrapper
+    return decorate
+
+
 def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
     """Refuse (:class:`raylc.backends.preflight.PreflightError`, a JobSpecError) a vLLM job that vLLM would
     refuse at start-up; warnings go to stderr. Without ``hub`` only local configs are read, and a
@@ -65,6 +98,10 @@ def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
 
 
 @app.command()
+@_errors(exit1=(*_UNAVAILABLE, "raylc.backends.base:BackendUnavailable", "raylc.run.skeleton:InferenceFailed",
+                ImportError),  # an optional package the job needs here (a tokenizer's transformers)
+         exit2=(*_BAD_INPUT, "raylc.run.skeleton:RunError", "raylc.io.names:UnsafeName",
+                "raylc.dolce.fit:ObservationError"))
 def run(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
     store: Optional[str] = typer.Option(None, "--store",
@@ -76,12 +113,11 @@ def run(
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
-    """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report; length-controlled suites: build, infer, score, report)."""
-    from raylc.backends.base import BackendUnavailable
-    from raylc.dolce.fit import ObservationError
+    """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report;
+    length-controlled suites: build, infer, score, report)."""
     from raylc.evaluate import evaluate
     from raylc.io.names import UnsafeName, path_segment
-    from raylc.run.skeleton import InferenceFailed, NothingWritten, RunError, RunInterrupted, default_run_id
+    from raylc.run.skeleton import NothingWritten, RunInterrupted, default_run_id
 
     try:
         overrides = parse_overrides(settings)
@@ -104,29 +140,21 @@ def run(
     except KeyboardInterrupt:  # before the run started (loading, checking the job)
         typer.echo("interrupted before the run started; nothing was written", err=True)
         raise typer.Exit(130) from None
-    except NothingWritten as exc:  # the store failed before the run's first write
-        _fail(str(exc), 1)
+    except NothingWritten:  # the store failed before the run's first write: exit 1, no resume hint
+        raise
     except StoreUnavailable as exc:
         _fail(f"{exc} (finished stages are kept; re-run with --run-id {run_id} to resume)", 1)
-    except (BackendUnavailable, InferenceFailed, RayUnavailable) as exc:
-        _fail(str(exc), 1)
-    except (JobSpecError, RunError, StoreError, UnsafeName, ObservationError) as exc:
-        _fail(str(exc))
-    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
-        _fail(str(exc), 1)
 
 
 @app.command()
+@_errors(exit1=())  # a store that does not answer is exit 2 here, as it always was
 def report(run_dir: str = typer.Argument(...,
                                          help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
-    """Print a finished run's report tables: DOLCE categories and planted recovery, or scores per length and LongScore (also in report/summary.md)."""
-    from raylc.evaluate import load_report
+    """Print a finished run's report: its page's sections (report/index.html), in the page's order."""
+    from raylc.evaluate import report_page
+    from raylc.io.tables import console
 
-    try:
-        tables, _, evaluation = load_report(run_dir)
-    except StoreError as exc:
-        _fail(str(exc))
-    evaluation.print_report(tables)
+    report_page(run_dir).print(console())  # the page's sections, in the page's order
 
 
 def _run_folder(run_dir: str) -> tuple[Any, str]:
@@ -138,18 +166,14 @@ def _run_folder(run_dir: str) -> tuple[Any, str]:
 
 
 @app.command()
+@_errors()
 def status(run_dir: str = typer.Argument(...,
                                          help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """What a run is doing: each stage's state; for inference the requests stored against planned, rates and an ETA."""
     from raylc.io.tables import console, rich_table
     from raylc.run.status import duration, run_status
 
-    try:
-        st = run_status(*_run_folder(run_dir))
-    except (StoreUnavailable, RayUnavailable) as exc:
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
+    st = run_status(*_run_folder(run_dir))
     rows = []
     for stage, state in st["stages"].items():
         counts = st["rows"].get(stage) or {}
@@ -167,15 +191,17 @@ def status(run_dir: str = typer.Argument(...,
         seconds = st["seconds"].get(stage)
         rows.append({"stage": stage, "state": state, "seconds": "" if seconds is None else f"{seconds:.1f}",
                      "detail": detail})
-    typer.echo(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, "
-               f"updated {duration(st['age_s'])} ago")
-    console().print(rich_table(pl.DataFrame(rows), "stages"))
+    screen = console()  # the first line wraps between words on a narrow terminal: the run id stays whole
+    screen.print(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, "
+                 f"updated {duration(st['age_s'])} ago", highlight=False, markup=False)
+    screen.print(rich_table(pl.DataFrame(rows), "stages"))
     if st["state"] in ("interrupted", "failed"):
         typer.echo(f"re-run the job with --run-id {st['run_id']} (and the same --store) to resume: finished "
                    "stages and stored requests are kept")
 
 
 @app.command()
+@_errors()
 def runs(store: str = typer.Argument("./runs", help="A store root (local folder or s3://bucket/prefix); "
                                                      "default ./runs, where jobs write unless store.path says "
                                                      "otherwise.")) -> None:
@@ -184,15 +210,10 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
     from raylc.io.tables import console, rich_table
     from raylc.run.status import duration, list_runs
 
-    try:
-        where = Store(store)
-        if "://" not in store and not where.exists():
-            _fail(f"{store}: no such store (the folder does not exist)")
-        table = list_runs(where)
-    except StoreUnavailable as exc:
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
+    where = Store(store)
+    if "://" not in store and not where.exists():
+        _fail(f"{store}: no such store (the folder does not exist)")
+    table = list_runs(where)
     if not table.height:
         typer.echo(f"{store}: no runs")
         return
@@ -203,6 +224,7 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
 
 
 @app.command()
+@_errors(exit1=(*_UNAVAILABLE, "raylc.run.submit:SubmitError"))
 def submit(
     job_file: Path = typer.Argument(..., help="Job YAML file inside the working directory."),
     address: str = typer.Option(..., "--address", help="Ray dashboard address, e.g. http://HEAD:8265."),
@@ -216,19 +238,16 @@ def submit(
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
     """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
-    from raylc.run.submit import SubmitError
     from raylc.run.submit import submit as do_submit
 
-    try:
-        _preflight(load_job(job_file, parse_overrides(settings)), job_file, hub=True)
-        job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo,
-                                   settings=settings)
-    except (JobSpecError, SubmitError) as exc:
-        _fail(str(exc), 2 if isinstance(exc, JobSpecError) else 1)
+    _preflight(load_job(job_file, parse_overrides(settings)), job_file, hub=True)
+    job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo,
+                               settings=settings)
     typer.echo(f"{job_id} {status}")
 
 
 @app.command()
+@_errors()
 def longscore(
     scores: list[str] = typer.Argument(...,
                                        help="Scores tables (Parquet/CSV/JSONL, local or s3://: model, task, length, "
@@ -239,8 +258,11 @@ def longscore(
     base_lengths: Optional[str] = typer.Option(None, "--base-lengths",
                                                help="Comma-separated base lengths in tokens (default: the runs' own, "
                                                     "else 2048,4096,6144)."),
-    n_boot: int = typer.Option(0, "--n-boot", help="Bootstrap resamples for confidence intervals (needs sample_id)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0,
+                                         help="Bootstrap resamples for confidence intervals (needs sample_id; default: "
+                                              "a run's own, as its report stated; 0 for score tables)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0,
+                                       help="Bootstrap seed (default: a run's own; 0 for score tables)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray",
                                        help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is "
                                             "set)."),
@@ -259,67 +281,45 @@ def longscore(
             lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
         except ValueError:
             _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
-    try:
-        from raylc.run.ray_exec import task_mapper
+    from raylc.run.ray_exec import task_mapper
 
-        result = run_longscore(scores, out, lengths, n_boot, seed,
-                               task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),
-                               figures=figures)
-    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
-    cols = ["model", "task", "base", "avg_score", "avg_lc", "rank_base", "rank_score", "rank_lc", "warning"]
+    result = run_longscore(scores, out, lengths, n_boot, seed,
+                           task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),  # RAY_ADDRESS: a cluster
+                           figures=figures)
+    from raylc.sweep.report import bootstrap_note
+
+    cols = ["model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "rank_base", "rank_score",
+            "rank_lc", "n_boot", "boot_seed", "warning"]
     if result["summary"]["run_id"].is_not_null().any():
         cols.insert(0, "run_id")
-    summary = result["summary"].select(cols).with_columns(pl.col("base", "avg_score", "avg_lc").round(2))
-    console().print(rich_table(summary, "LongScore (LC in %, averaged over long lengths)"))
+    summary = result["summary"].select(cols).with_columns(
+        pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2))
+    console().print(rich_table(summary, f"LongScore (LC in %, averaged over long lengths; "
+                                        f"{bootstrap_note(result['summary'])})"))
 
 
 @app.command()
+@_errors()
 def compare(
     runs: list[str] = typer.Argument(...,
                                      help="Finished runs: <store>/<run_id> (local or s3://), or globs such as "
                                           "runs/quickstart-*."),
     out: str = typer.Option(..., "--out",
                             help="Output folder (local or s3://) for the leaderboard tables and figures."),
-    n_boot: int = typer.Option(200, "--n-boot", help="Bootstrap resamples for LongScore's confidence intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0,
+                                         help="Bootstrap resamples for LongScore's confidence intervals (default: "
+                                              "each run's own, as its report stated)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default: each run's own)."),
 ) -> None:
-    """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category shares with 95% intervals, agreement between probes, figures."""
-    from raylc.compare import compare_runs, find_runs
-    from raylc.io.tables import console, rich_table
+    """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category
+    shares with 95% intervals, agreement between probes, figures."""
+    from raylc.compare import compare_runs, find_runs, write_compare_page
+    from raylc.io.tables import console
 
-    try:
-        found = find_runs(runs)
-        tables = compare_runs(found, out, n_boot=n_boot, seed=seed)
-    except StoreUnavailable as exc:
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
-    screen = console()
-    screen.print(rich_table(tables["runs"], f"{len(found)} runs"))
-    if "summary" in tables:
-        cols = ["run_id", "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "rank_base",
-                "rank_score", "rank_lc"]
-        screen.print(rich_table(tables["summary"].select(cols).with_columns(
-            pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)),
-            "LongScore per run (LC in %, averaged over long lengths; 95% bootstrap CI)"))
-    if "categories" in tables:
-        wide = tables["categories"].with_columns(
-            cell=pl.format("{}% [{}, {}]", *(pl.col(c).mul(100).round(1) for c in ("share", "share_lo", "share_hi"))))
-        wide = wide.pivot("category", index=["run_id", "model", "task", "subset", "n_problems"], values="cell")
-        screen.print(rich_table(wide, "DOLCE category shares per run (95% Wilson interval over problems)"))
-        from raylc.dolce.report import print_legend
-
-        print_legend(screen)
-        if tables["agreement"].height:
-            screen.print(rich_table(tables["agreement"].select(
-                "run_a", "run_b", "task", "subset", "n_problems", "rho_lam", "rho_k",
-                "category_agreement").with_columns(
-                pl.col("rho_lam", "rho_k", "category_agreement").round(3)),
-                                    "Agreement between runs (Spearman, DOLCE Section 6)"))
-    typer.echo(f"tables and figures -> {out}", err=True)
+    found = find_runs(runs)
+    tables = compare_runs(found, out, n_boot=n_boot, seed=seed)
+    write_compare_page(found, tables, out).print(console())  # the page's sections, in the page's order
+    typer.echo(f"tables, figures and index.html -> {out}", err=True)
 
 
 def _with_fit_options(command: Callable[..., None], omit: tuple[str, ...] = ()) -> Callable[..., None]:
@@ -373,6 +373,7 @@ def _table_mapper(ray: Optional[bool]) -> Any:
 
 
 @app.command()
+@_errors()
 @_with_fit_options
 def fit(
     observations: str = typer.Argument(...,
@@ -397,13 +398,7 @@ def fit(
     from raylc.dolce.report import category_matrix
     from raylc.io.tables import console, rich_table
 
-    try:
-        out_frames = run_fit(observations, out, options, compare_uri=compare,
-                             mapper=_table_mapper(ray), figures=figures)
-    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
+    out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray), figures=figures)
     screen = console()
     problems = out_frames["problems"]
     counts = problems.group_by("task", "subset", "scenario", "category").len("n").with_columns(
@@ -415,6 +410,7 @@ def fit(
 
 
 @app.command()
+@_errors()
 @functools.partial(_with_fit_options, omit=POSTERIOR_FIELDS)
 def sensitivity(
     observations: str = typer.Argument(..., help="Observation table from full enumeration (every start)."),
@@ -422,7 +418,8 @@ def sensitivity(
                             help="Output folder for sensitivity.parquet, sensitivity.png and sensitivity.json."),
     experiments: str = typer.Option("take_every,threshold", "--experiments",
                                     help="Comma-separated: take_every, take_ip_rate, sample_rate, sample_ip_rate, "
-                                         "min_length, max_length (Appendix K.1, vs full enumeration), threshold (K.4)."),
+                                         "min_length, max_length (Appendix K.1, vs full enumeration), "
+                                         "threshold (K.4)."),
     every: str = typer.Option("2,5,10", "--every", help="Take-every strides N to compare with full enumeration."),
     thresholds: str = typer.Option("0,0.25,0.5,0.75,1", "--thresholds",
                                    help="Binarization thresholds to compare with the reference's --threshold (0.5)."),
@@ -434,7 +431,9 @@ def sensitivity(
     *,
     options: FitOptions,
 ) -> None:
-    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold (DOLCE Section 6); the reference and every refit use the fit options (point estimates: no posterior)."""
+    """Sensitivity of lambda, k and the noise to sampling strategy and binarization threshold
+    (DOLCE Section 6); the reference and every refit use the fit options (point estimates: no
+    posterior)."""
 
     from raylc.dolce.commands import run_sensitivity_grid
     from raylc.io.tables import console, rich_table
@@ -455,20 +454,17 @@ def sensitivity(
             _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
     names = [e.strip() for e in experiments.split(",") if e.strip()]
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment
-    try:
-        sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings, seed=seed,
-                                    mapper=_table_mapper(ray))
-    except (StoreUnavailable, RayUnavailable) as exc:  # RAY_ADDRESS: a cluster that does not answer
-        _fail(str(exc), 1)
-    except StoreError as exc:
-        _fail(str(exc))
+    sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings, seed=seed,
+                                mapper=_table_mapper(ray))
     console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
 
 
 @app.command()
+@_errors(exit2=(*_BAD_INPUT, "raylc.suites.documents:DocumentsError"))
 def units(
     data: str = typer.Argument(...,
-                               help="Problems file (JSONL/Parquet/CSV, local or s3://) with a task and a context field."),
+                               help="Problems file (JSONL/Parquet/CSV, local or s3://) with a task and a "
+                                    "context field."),
     spec: str = typer.Option("s", "--spec",
                              help="Unit spec (DOLCE Table 3 letters, e.g. ls); comma-separated to compare: b,ls."),
     task_field: str = typer.Option("task", "--task-field", help="Field holding the task name."),
@@ -480,14 +476,9 @@ def units(
     from rich import box
 
     from raylc.io.tables import console, rich_table
-    from raylc.suites.documents import DocumentsError, unit_report
+    from raylc.suites.documents import unit_report
 
-    try:
-        stats = unit_report(data, [s.strip() for s in spec.split(",")], task_field, context_field, tokenizer, out)
-    except StoreUnavailable as exc:
-        _fail(str(exc), 1)
-    except (DocumentsError, StoreError) as exc:
-        _fail(str(exc))
+    stats = unit_report(data, [s.strip() for s in spec.split(",")], task_field, context_field, tokenizer, out)
     shown = stats.with_columns(pl.selectors.float().round(1)).rename(
         lambda c: c.replace("ctx_tokens_", "ctx\n").replace("unit_tokens_", "tok/u\n").replace("units_", "units\n"))
     table = rich_table(shown.rename({"problems": "n"}), f"Units of {data}")
@@ -499,6 +490,8 @@ def units(
 
 
 @app.command()
+@_errors(exit1=(*_UNAVAILABLE, ImportError),  # an optional package the job needs here (a tokenizer's transformers)
+         exit2=(ValueError, StoreError))  # JobSpecError, PlanError, a suite's data errors: bad input
 def plan(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
     budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens",
@@ -514,7 +507,8 @@ def plan(
     overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0,
                                         help="Tokens a chat template adds to each request."),
     write: Optional[Path] = typer.Option(None, "--write",
-                                         help="Write the planned job (chosen strides) as YAML that `raylc run` accepts."),
+                                         help="Write the planned job (chosen strides) as YAML that "
+                                              "`raylc run` accepts."),
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
@@ -523,17 +517,10 @@ def plan(
     from raylc.evaluate import evaluation_for
     from raylc.io.tables import console, rich_table
 
-    try:
-        job = load_job(job_file, parse_overrides(settings))
-        _preflight(job, job_file)
-        planned = evaluation_for(job).plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
-                                           tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
-    except StoreUnavailable as exc:
-        _fail(str(exc), 1)
-    except (ValueError, StoreError) as exc:  # JobSpecError, PlanError, a suite's data errors: bad input
-        _fail(str(exc))
-    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
-        _fail(str(exc), 1)
+    job = load_job(job_file, parse_overrides(settings))
+    _preflight(job, job_file)
+    planned = evaluation_for(job).plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+                                       tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     if write is not None:
         try:
             planned.write(write)
@@ -552,6 +539,7 @@ def plan(
 
 
 @app.command()
+@_errors(exit1=(*_UNAVAILABLE, ImportError))  # JobSpecError: a bad job, what vLLM would refuse, an endpoint down
 def check(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/dolce-vllm.yaml)."),
     gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0,
@@ -564,14 +552,9 @@ def check(
     from raylc.backends.preflight import preflight
     from raylc.evaluate import evaluation_for
 
-    try:
-        job = load_job(job_file, parse_overrides(settings))
-        reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job),
-                            endpoints=True)
-    except JobSpecError as exc:  # a bad job file, what vLLM would refuse, an endpoint down (PreflightError)
-        _fail(str(exc))
-    except ImportError as exc:  # an optional package the job needs here (a tokenizer's transformers)
-        _fail(str(exc), 1)
+    job = load_job(job_file, parse_overrides(settings))
+    reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job),
+                        endpoints=True)
     if not reports:
         backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge")
                                      if getattr(job, s) is not None}))

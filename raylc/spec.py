@@ -18,6 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Sequence, Union
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -41,7 +42,9 @@ class JobSpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # serialize_by_alias: a field renamed in Python keeps the key users write (``probe.sampling``
+    # is ``generation`` in Python) in every dump, hence in job.yaml, fingerprints and request ids
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
 
 
 class ProbeConfig(_Strict):
@@ -50,7 +53,7 @@ class ProbeConfig(_Strict):
     The methods answer what the run needs to know of any probe."""
 
     def max_tokens(self) -> int:
-        """The default completion bound (``sampling.max_tokens``)."""
+        """The default completion bound (``sampling.max_tokens`` of the job file)."""
         return GenerationParams().max_tokens
 
     def window(self) -> Optional[int]:
@@ -59,7 +62,7 @@ class ProbeConfig(_Strict):
 
     def model_name(self) -> str:
         """The model name for score tables (the backend's name when there is no model)."""
-        return str(getattr(self, "backend"))
+        return str(self.backend)  # type: ignore[attr-defined]
 
     def count_tokenizer(self, suite_spec: Optional[str]) -> Optional[str]:
         """The tokenizer prompts are counted with, given the suite's (None: the offline default)."""
@@ -67,10 +70,11 @@ class ProbeConfig(_Strict):
 
 
 class _ModelProbe(ProbeConfig):
-    """A probe of a real model: ``model``, ``tokenizer``, ``max_model_len`` and ``sampling``."""
+    """A probe of a real model: ``model``, ``tokenizer``, ``max_model_len`` and ``sampling`` (its
+    :class:`GenerationParams`, the attribute ``generation`` in Python)."""
 
     def max_tokens(self) -> int:
-        return self.sampling.max_tokens  # type: ignore[attr-defined]
+        return self.generation.max_tokens  # type: ignore[attr-defined]
 
     def window(self) -> Optional[int]:
         return self.max_model_len  # type: ignore[attr-defined]
@@ -112,7 +116,9 @@ class SimulatedProbe(ProbeConfig):
 
 
 class GenerationParams(_Strict):
-    """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request).
+    """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request): a
+    probe's ``sampling`` section in the job file, its ``generation`` attribute in Python (the job's
+    own ``sampling`` is span sampling, :class:`raylc.text.sampling.Sampling`).
 
     The ranges are vLLM's own (``sampling_params.py:653-733``: a finite temperature in [0, 2],
     top_p in (0, 1], max_tokens >= 1, no empty stop string), so a job vLLM would refuse request
@@ -123,6 +129,13 @@ class GenerationParams(_Strict):
     max_tokens: int = Field(default=32, ge=1)
     stop: list[Annotated[str, Field(min_length=1)]] = []
     seed: Optional[int] = None
+
+
+def _generation() -> Any:
+    """A probe's :class:`GenerationParams`: the attribute ``generation``, written and dumped as
+    ``sampling`` (the one key a job file, ``--set probe.sampling.*`` and a constructor take), so
+    job files, fingerprints and request ids keep that key."""
+    return Field(default=GenerationParams(), alias="sampling")
 
 
 Truncation = Literal["middle", "end", "start", "refuse"]
@@ -172,7 +185,7 @@ class VLLMProbe(_ModelProbe):
     dtype: str = "auto"
     hf_overrides: dict[str, Any] = {}
     chat_template: bool = True
-    sampling: GenerationParams = GenerationParams()
+    generation: GenerationParams = _generation()
     truncation: Truncation = "middle"
     #: the model's config.json (or a folder holding one) for ``raylc check``'s preflight, offline
     hf_config: Optional[str] = None
@@ -243,7 +256,7 @@ class OpenAIProbe(_ModelProbe):
     retry_budget_s: float = Field(default=300.0, ge=0.0, allow_inf_nan=False)
     tokenizer: Optional[str] = None
     max_model_len: Optional[int] = Field(default=None, ge=1)
-    sampling: GenerationParams = GenerationParams()
+    generation: GenerationParams = _generation()
     truncation: Truncation = "middle"
     empty_ok: bool = False
     check_model: bool = True
@@ -256,7 +269,7 @@ class OpenAIProbe(_ModelProbe):
 
         try:
             parts = urlsplit(v)
-            parts.port  # a port out of range or not a number raises
+            _ = parts.port  # a port out of range or not a number raises
         except ValueError as exc:
             raise ValueError(f"not a URL ({exc})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -301,7 +314,8 @@ class Scoring(_Strict):
     unset means :data:`raylc.scoring.extract.IDK_PATTERNS`.
     """
 
-    metric: Literal["exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "recall", "match_part"] = "exact_match"
+    metric: Literal["exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "recall",
+                    "match_part"] = "exact_match"
     idk_patterns: Optional[list[str]] = Field(default=None, min_length=1)
 
     @field_validator("idk_patterns")
@@ -430,6 +444,21 @@ def _members(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
+def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by every key a job file may give them: the name and its validation aliases."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias
+        keys = alias.choices if isinstance(alias, AliasChoices) else [alias] if isinstance(alias, str) else []
+        out.update({str(key): field for key in [name, *keys]})
+    return out
+
+
+def _written_keys(model: type[BaseModel]) -> list[str]:
+    """A model's keys as a job file writes them (a renamed field under its serialization alias)."""
+    return [field.serialization_alias or name for name, field in model.model_fields.items()]
+
+
 def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseModel]], list[str]]:
     """Follow ``loc`` through the model tree: (model holding the last key, key path). ``data``
     (the raw job) names the config model of a registry-backed field (``suite``, ``probe``, ``judge``)."""
@@ -441,11 +470,11 @@ def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseMod
         if isinstance(part, int):
             path.append(str(part))
             continue
-        holder = next((m for m in models if part in m.model_fields), None)
+        holder = next((m for m in models if part in _fields_by_key(m)), None)
         path.append(str(part))
         if holder is None:
             return None, path
-        models = _members(holder.model_fields[part].annotation)
+        models = _members(_fields_by_key(holder)[part].annotation)
         if models in ([SuiteConfig], [ProbeConfig]):  # a registry decides which config the section is
             config = config_of(data) if models == [SuiteConfig] else probe_config_of(data)
             models = [config] if config is not None else models
@@ -458,7 +487,7 @@ def _describe(err: dict[str, Any], data: Any = None) -> str:
     _, path = _walk(loc, data)
     key = ".".join(path) or "(top level)"
     if err["type"] == "extra_forbidden":
-        allowed = ", ".join(parent.model_fields) if parent else "?"
+        allowed = ", ".join(_written_keys(parent)) if parent else "?"
         return f"unknown key '{key}' (allowed: {allowed})"
     if err["type"] == "missing":
         return f"missing key '{key}'"
@@ -476,7 +505,8 @@ def _describe(err: dict[str, Any], data: Any = None) -> str:
 def parse_job(data: Any, source: str = "<job>") -> Job:
     """Validate already-parsed YAML data into a :class:`Job`."""
     if not isinstance(data, dict):
-        raise JobSpecError(f"{source}: the job file must be a YAML mapping of sections (allowed: {', '.join(Job.model_fields)})")
+        raise JobSpecError(f"{source}: the job file must be a YAML mapping of sections "
+                           f"(allowed: {', '.join(Job.model_fields)})")
     try:
         return Job.model_validate(data)
     except ValidationError as exc:

@@ -23,7 +23,7 @@ def test_vllm_job_engine_arguments():
     assert "hf_overrides" not in kw  # the model's native window: no YaRN
     assert kw["distributed_executor_backend"] == "uni"
     assert actor_options(job.probe, verbose=True) == {"num_gpus": 1}
-    assert sampling_kwargs(job.probe.sampling) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16}
+    assert sampling_kwargs(job.probe.generation) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16}
 
 
 def test_vllm_128k_job_engine_arguments():

@@ -128,7 +128,8 @@ def test_unreachable_s3_store_nothing_written(tmp_path):
                            "--run-id", "r1"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1
     line = proc.stderr.strip()
-    assert "\n" not in line and line.startswith("error: s3://bucket/runs/r1/") and line.endswith("; nothing was written"), proc.stderr
+    assert ("\n" not in line and line.startswith("error: s3://bucket/runs/r1/")
+            and line.endswith("; nothing was written")), proc.stderr
     assert "kept" not in line
 
 
@@ -288,7 +289,9 @@ def test_relative_data_paths_resolve_against_the_job_files_folder(tmp_path, monk
     (jobs / "data").mkdir(parents=True)
     docs = (ROOT / "jobs" / "data" / "documents" / "example.jsonl").read_text()
     (jobs / "data" / "docs.jsonl").write_text(docs)
-    text = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace("data/documents/example.jsonl", "data/docs.jsonl")
+    text = (ROOT / "jobs" / "dolce-documents.yaml").read_text().replace(
+        "data/documents/example.jsonl", "data/docs.jsonl"
+    )
     (jobs / "job.yaml").write_text(text)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -311,3 +314,19 @@ def test_relative_data_paths_resolve_against_the_job_files_folder(tmp_path, monk
     assert job.suite.data_path("missing.jsonl") == str(jobs / "missing.jsonl")
     for given in ("s3://bucket/docs.jsonl", str(tmp_path / "abs.jsonl")):
         assert job.suite.data_path(given) == given
+
+
+def test_a_probes_generation_params_are_written_and_dumped_as_sampling(tmp_path):
+    """``probe.generation`` in Python (``job.sampling`` is span sampling) is the key ``sampling``
+    in a job file, in ``--set`` and in every dump, so job.yaml and request ids keep it."""
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: x\n"
+                        "probe: {backend: openai, base_url: 'http://h', model: m, sampling: {max_tokens: 7}}\n")
+    job = load_job(job_file, {"probe.sampling.temperature": 0.5})
+    assert (job.probe.generation.max_tokens, job.probe.generation.temperature) == (7, 0.5)
+    assert job.max_tokens() == 7
+    dumped = job.resolved()["probe"]
+    assert dumped["sampling"]["temperature"] == 0.5 and "generation" not in dumped
+    assert Job.model_validate(job.resolved()).resolved() == job.resolved()  # a stored job.yaml loads back
+    with pytest.raises(JobSpecError, match=r"unknown key 'probe.generation' \(allowed: .*, sampling, "):
+        load_job(job_file, {"probe.generation.temperature": 0.5})

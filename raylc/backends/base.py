@@ -8,8 +8,8 @@ true ``raw`` flag sends that prompt without the chat template.
 Each dict (:class:`Generation`) has ``completion`` (None when the request failed),
 ``prompt_tokens`` (as sent, after truncation), ``generated_tokens``, ``cached_tokens``
 (prefix-cache hits when the backend reports them, else None), ``finish_reason``,
-``latency_s`` (None where nothing was timed), ``error`` (None on success) and ``truncated_tokens`` (context tokens cut to
-fit the window). :data:`GENERATION_SCHEMA` is the matching Polars schema;
+``latency_s`` (None where nothing was timed), ``error`` (None on success) and
+``truncated_tokens`` (context tokens cut to fit the window). :data:`GENERATION_SCHEMA` is the matching Polars schema;
 :func:`generations_frame` builds the table.
 """
 
@@ -125,7 +125,9 @@ def request_raw(raw: RawFlags, n: int) -> list[bool]:
 
 
 class Backend:
-    """Base class: ``generate`` is required; ``check_endpoint`` fails fast before a run."""
+    """Base class: ``generate`` is required; ``check_endpoint`` fails fast before a run;
+    ``close`` releases what the backend holds (connections), and whoever builds a backend calls
+    it (or uses the backend as a context manager) when done with it."""
 
     name = "backend"
 
@@ -139,3 +141,13 @@ class Backend:
     def for_rows(self, rows: pl.DataFrame) -> "Backend":
         """The backend that serves these rendered request rows (default: itself)."""
         return self
+
+    def close(self) -> None:
+        """Release what the backend holds, e.g. kept connections (default: nothing). Idempotent;
+        a backend used after ``close`` may open them again."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -94,7 +94,8 @@ class OpenAI(BackendPlugin):
         return OpenAIBackend(job.probe, seed=job.seed)  # type: ignore[arg-type]
 
     def check_endpoint(self, job: Job) -> None:
-        self.text_backend(job, None).check_endpoint()
+        with self.text_backend(job, None) as backend:
+            backend.check_endpoint()
 
     def preflight(self, job: Job, section: str, *, endpoints: bool = False, source: Any = None, prompts: Any = None,
                   **_: Any) -> Any:

@@ -251,12 +251,6 @@ class OpenAIBackend(Backend):
         """Close the kept connections (a later request opens new ones)."""
         self._client.close()
 
-    def __enter__(self) -> "OpenAIBackend":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __getstate__(self) -> dict[str, Any]:
         return {"probe": self.probe, "seed": self.seed, "base_url": self.base_url, "endpoint": self.endpoint}
 
@@ -313,7 +307,8 @@ class OpenAIBackend(Backend):
                 env = self.probe.api_key_env
                 hint = (f"check the key in ${env}" if env else
                         "no key was sent; set probe.api_key_env to the environment variable holding it")
-                raise _Auth(f"HTTP {status} (invalid API key?): {hint}" + (f"; server said{said}" if said else "")) from None
+                raise _Auth(f"HTTP {status} (invalid API key?): {hint}"
+                            + (f"; server said{said}" if said else "")) from None
             raise _Fatal(f"HTTP {status}{said}") from None
         try:
             return json.loads(raw)
@@ -326,7 +321,7 @@ class OpenAIBackend(Backend):
         return self.base_url + ("/chat/completions" if chat else "/completions")
 
     def _body(self, prompt: str, max_tokens: int, chat: Optional[bool] = None) -> bytes:
-        p, s = self.probe, self.probe.sampling
+        p, s = self.probe, self.probe.generation
         body: dict[str, Any] = {"model": p.model}
         if self._endpoint(chat).endswith("/chat/completions"):
             body["messages"] = [{"role": "user", "content": prompt}]
@@ -353,9 +348,9 @@ class OpenAIBackend(Backend):
             self.usage_mismatch = (reported, ours)
         print(
             f"warning: {endpoint} reported {reported} prompt tokens for a prompt of {ours} tokens by raylc's count "
-            f"(tokenizer {self.probe.tokenizer or 'default'}), more than probe.usage_check_factor = {factor:g}x apart: "
-            "the prompt_tokens stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; "
-            "reported once per worker)",
+            f"(tokenizer {self.probe.tokenizer or 'default'}), more than probe.usage_check_factor = {factor:g}x "
+            "apart: the prompt_tokens stored in infer/ are the server's and may be wrong (check the server and "
+            "probe.tokenizer; reported once per worker)",
             file=sys.stderr, flush=True,
         )
 
@@ -374,7 +369,8 @@ class OpenAIBackend(Backend):
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         completion_tokens, reported, cached = (
-            _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")), _count(details.get("cached_tokens")))
+            _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens")),
+            _count(details.get("cached_tokens")))
         ours = None
         if reported is None or (self.probe.usage_check_factor is not None and self.usage_mismatch is None):
             ours = self._tokenizer.count(prompt)
@@ -465,7 +461,7 @@ class OpenAIBackend(Backend):
         ``chat`` mode a prompt whose ``raw`` flag is set goes to ``/completions`` as it is (no
         chat template), as LongBench v1 ``pred.py`` sends its few-shot and code datasets."""
         p = self.probe
-        limits = request_max_tokens(max_tokens, len(prompts), p.sampling.max_tokens)
+        limits = request_max_tokens(max_tokens, len(prompts), p.generation.max_tokens)
         chat = [False if r else None for r in request_raw(raw, len(prompts))]  # None: the probe's mode
         fitted: list[Optional[str]] = []
         cuts: list[int] = []
@@ -474,7 +470,8 @@ class OpenAIBackend(Backend):
             text, cut = prompt_text(prompt), 0
             if p.max_model_len is not None:
                 try:
-                    text, cut = fit_to_window(*prompt_parts(prompt), self._tokenizer, p.max_model_len, limit, p.truncation)
+                    text, cut = fit_to_window(*prompt_parts(prompt), self._tokenizer, p.max_model_len, limit,
+                                              p.truncation)
                 except PromptTooLong as exc:
                     results[i] = generation(prompt_tokens=self._tokenizer.count(text), error=f"prompt too long: {exc}")
                     text = None
@@ -482,7 +479,8 @@ class OpenAIBackend(Backend):
             cuts.append(cut)
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
-            with ThreadPoolExecutor(max_workers=min(p.concurrency, len(todo)), thread_name_prefix="raylc-openai") as pool:
+            workers = min(p.concurrency, len(todo))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="raylc-openai") as pool:
                 done = pool.map(lambda i: self._request(i, fitted[i], cuts[i], limits[i], chat[i]), todo)  # type: ignore[arg-type]
                 for i, r in zip(todo, done):
                     results[i] = r

@@ -160,9 +160,10 @@ def resolve_hf_config(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = 
                       timeout_s: float = HUB_TIMEOUT_S, section: str = "probe") -> tuple[Optional[dict[str, Any]], str]:
     """``(config, where)``: the model's config.json as a dict and where it came from, or
     ``(None, what was tried)``. Order: ``hf_config`` (relative paths against the job
-    file's folder, then the working directory, as data paths: :meth:`SuiteConfig.data_path`), ``model`` as a local folder, the Hugging Face cache,
-    the Hub (only with ``hub``; ``HF_HUB_OFFLINE`` is honoured). A ``hf_config`` that does not
-    exist is a :class:`PreflightError`."""
+    file's folder, then the working directory, as data paths: :meth:`SuiteConfig.data_path`),
+    ``model`` as a local folder, the Hugging Face cache, the Hub (only with ``hub``;
+    ``HF_HUB_OFFLINE`` is honoured). A ``hf_config`` that does not exist is a
+    :class:`PreflightError`."""
     if probe.hf_config:
         given = Path(probe.hf_config).expanduser()
         bases = ([Path(source).resolve().parent] if source is not None else []) + [Path.cwd()]
@@ -299,7 +300,8 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def rope_parameters(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict per layer type, or the single one (``iter_rope_parameters``, ``transformers_utils/config.py:690-699``)."""
+    """One dict per layer type, or the single one (``iter_rope_parameters``,
+    ``transformers_utils/config.py:690-699``)."""
     rope = config.get("rope_parameters")
     if not isinstance(rope, dict) or not rope:
         return []
@@ -341,8 +343,9 @@ def derive_max_len(text: dict[str, Any], section: str = "probe") -> tuple[float,
         for rp in params:
             if "rope_type" not in rp:
                 raise PreflightError(
-                    f"{section}.hf_overrides: rope parameters {rp} have no 'rope_type': vLLM {VLLM_VERSION} applies dict "
-                    "overrides after normalizing RoPE and reads rp['rope_type'] (vllm/config/model.py:2608); "
+                    f"{section}.hf_overrides: rope parameters {rp} have no 'rope_type': vLLM {VLLM_VERSION} "
+                    "applies dict overrides after normalizing RoPE and reads rp['rope_type'] "
+                    "(vllm/config/model.py:2608); "
                     "write rope_type: <type> (not type: <type>)")
             if rp["rope_type"] not in SCALED_ROPE_TYPES:
                 factor = rp.get("factor", factor)
@@ -421,11 +424,13 @@ class Report:
             f"{s}.model: {self.model} (config: {self.config_source})",
             f"derived max length (vLLM {VLLM_VERSION}): {limit}",
             f"{s}.max_model_len: {self.max_model_len}",
-            f"{s}.tensor_parallel_size: {self.tensor_parallel_size} ({self.attention_heads} attention heads, "
-            f"{self.kv_heads} KV heads, {self.kv_heads_per_gpu} per GPU, head_dim {self.head_dim}, {self.layers} layers)",
+            f"{s}.tensor_parallel_size: {self.tensor_parallel_size} ({self.attention_heads} "
+            f"attention heads, {self.kv_heads} KV heads, {self.kv_heads_per_gpu} per GPU, "
+            f"head_dim {self.head_dim}, {self.layers} layers)",
             f"KV cache per GPU ({self.dtype}): {self.kv_bytes_per_token:,} bytes/token, "
             f"{self.kv_bytes_per_seq / GIB:.2f} GiB per {self.max_model_len}-token sequence",
-            f"weights per GPU: ~{self.weight_bytes_per_gpu / GIB:.1f} GiB ({self.parameters / 1e9:.2f}B parameters, unquantized)",
+            f"weights per GPU: ~{self.weight_bytes_per_gpu / GIB:.1f} GiB "
+            f"({self.parameters / 1e9:.2f}B parameters, unquantized)",
         ]
         if self.engine_args:
             out.append(f"{s}.engine_args: {', '.join(f'{k}={v!r}' for k, v in self.engine_args.items())} "
@@ -443,7 +448,8 @@ class Report:
                        "activations not counted)")
         p = self.prompts
         if p is not None:
-            fit = ("fits" if not p.cut else f"{p.cut:,} of {p.requests:,} requests above it: truncation cuts their context")
+            fit = ("fits" if not p.cut
+                   else f"{p.cut:,} of {p.requests:,} requests above it: truncation cuts their context")
             out.append(f"longest prompt: {p.longest_prompt:,} tokens + {p.longest_max_tokens} max_tokens "
                        f"{'<=' if not p.cut else 'vs'} max_model_len {self.max_model_len}: {fit} "
                        f"({p.requests:,} requests, tokenizer {p.tokenizer}{', estimate' if p.estimated else ''}; "
@@ -477,8 +483,8 @@ def check_tensor_parallel(tp: int, heads: int, kv_heads: int, section: str = "pr
     if heads and heads % tp:
         reason = f"does not divide the model's {heads} attention heads (vllm/config/model.py:1559)"
     elif kv_heads and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
-        reason = (f"does not split the model's {kv_heads} KV heads: vLLM needs kv_heads % tp == 0, or tp % kv_heads == 0 "
-                  "when tp > kv_heads (vllm/model_executor/models/llama.py:148-155)")
+        reason = (f"does not split the model's {kv_heads} KV heads: vLLM needs kv_heads % tp == 0, "
+                  "or tp % kv_heads == 0 when tp > kv_heads (vllm/model_executor/models/llama.py:148-155)")
     else:
         return
     ok = ", ".join(map(str, valid_tensor_parallel_sizes(heads, kv_heads or heads)))
@@ -524,7 +530,8 @@ def _dtype(probe: VLLMProbe, config: dict[str, Any], text: dict[str, Any], secti
     return name, DTYPE_BYTES[name]
 
 
-def gpu_memory(probe: VLLMProbe, gpu_memory_gib: Optional[float]) -> tuple[Optional[float], Optional[str], Optional[str]]:
+def gpu_memory(probe: VLLMProbe,
+               gpu_memory_gib: Optional[float]) -> tuple[Optional[float], Optional[str], Optional[str]]:
     """(GiB, name, warning): ``--gpu-memory-gib``, else :data:`GPU_MEMORY_GIB` of ``accelerator_type``."""
     if gpu_memory_gib is not None:
         return float(gpu_memory_gib), probe.accelerator_type, None
@@ -565,7 +572,8 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
     loaded = apply_hf_overrides(config, probe.hf_overrides)
     text = text_config(loaded)
     report = Report(section=section, model=probe.model, config_source=where, max_model_len=probe.max_model_len,
-                    tensor_parallel_size=probe.tensor_parallel_size, gpu_memory_utilization=probe.gpu_memory_utilization,
+                    tensor_parallel_size=probe.tensor_parallel_size,
+                    gpu_memory_utilization=probe.gpu_memory_utilization,
                     device=probe.device, engine_args=dict(probe.engine_args),
                     engine_args_source=engine_arg_names()[1] if probe.engine_args else "")
     report.rope_types = tuple(str(rp.get("rope_type")) for rp in rope_parameters(text))
@@ -575,15 +583,17 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
             and any("rope_theta" in rp for rp in original):
         report.warnings.append(
             f"{section}.hf_overrides.{replaced[0]} replaces the config's rope parameters whole "
-            f"(vllm/config/model.py:570), dropping rope_theta={original[0].get('rope_theta')}: vLLM then uses the model "
-            "code's default (10000 unless it sets one, vllm/model_executor/layers/rotary_embedding/__init__.py:64); "
+            f"(vllm/config/model.py:570), dropping rope_theta={original[0].get('rope_theta')}: "
+            "vLLM then uses the model code's default (10000 unless it sets one, "
+            "vllm/model_executor/layers/rotary_embedding/__init__.py:64); "
             "add rope_theta to the override to keep it")
     for rp in rope_parameters(text):
         missing = [k for k in ("factor", "original_max_position_embeddings") if k not in rp]
         if rp.get("rope_type") in ("yarn", "deepseek_yarn") and missing:
             raise PreflightError(
-                f"{section}.hf_overrides: {rp.get('rope_type')} rope parameters lack {' and '.join(missing)}, which vLLM "
-                f"{VLLM_VERSION} reads when it builds the model (vllm/model_executor/layers/rotary_embedding/__init__.py:243-245)")
+                f"{section}.hf_overrides: {rp.get('rope_type')} rope parameters lack {' and '.join(missing)}, "
+                f"which vLLM {VLLM_VERSION} reads when it builds the model "
+                "(vllm/model_executor/layers/rotary_embedding/__init__.py:243-245)")
 
     # length limit
     limit, key, factor = derive_max_len(text, section)
@@ -596,13 +606,14 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
             fix = f"add max_position_embeddings: {probe.max_model_len} to {section}.hf_overrides"
             if allow_long_max_model_len():
                 report.warnings.append(
-                    f"{section}.max_model_len {probe.max_model_len} is above the {_num(limit)} tokens vLLM {VLLM_VERSION} "
-                    f"derives for {probe.model} ({why}); allowed because VLLM_ALLOW_LONG_MAX_MODEL_LEN is set "
+                    f"{section}.max_model_len {probe.max_model_len} is above the {_num(limit)} tokens "
+                    f"vLLM {VLLM_VERSION} derives for {probe.model} ({why}); "
+                    "allowed because VLLM_ALLOW_LONG_MAX_MODEL_LEN is set "
                     "(positions beyond it may give NaN with RoPE); better: " + fix)
             else:
                 raise PreflightError(
-                    f"{section}.max_model_len {probe.max_model_len} is above the {_num(limit)} tokens vLLM {VLLM_VERSION} "
-                    f"derives for {probe.model} ({why}); {fix} (or lower {section}.max_model_len, "
+                    f"{section}.max_model_len {probe.max_model_len} is above the {_num(limit)} tokens "
+                    f"vLLM {VLLM_VERSION} derives for {probe.model} ({why}); {fix} (or lower {section}.max_model_len, "
                     "or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
     elif limit == math.inf:
         report.warnings.append(f"config.json of {probe.model} has none of {', '.join(LENGTH_KEYS)}: vLLM takes "
@@ -644,8 +655,10 @@ def check_probe(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, 
                 f"do not fit in gpu_memory_utilization {probe.gpu_memory_utilization:g} x {where_gpu}; "
                 f"raise {section}.tensor_parallel_size or use a larger GPU")
         short = (f"of KV cache per GPU but at most {room / GIB:.2f} GiB is left on a {where_gpu} "
-                 f"(gpu_memory_utilization {probe.gpu_memory_utilization:g}, weights ~{report.weight_bytes_per_gpu / GIB:.1f} GiB), "
-                 f"so vLLM cannot start (vllm/v1/core/kv_cache_planning.py:78); lower {section}.max_model_len to <= {{fits}}, "
+                 f"(gpu_memory_utilization {probe.gpu_memory_utilization:g}, "
+                 f"weights ~{report.weight_bytes_per_gpu / GIB:.1f} GiB), "
+                 "so vLLM cannot start (vllm/v1/core/kv_cache_planning.py:78); "
+                 f"lower {section}.max_model_len to <= {{fits}}, "
                  f"raise {section}.tensor_parallel_size or use a larger GPU")
     else:
         return report
@@ -689,7 +702,8 @@ def prompt_fit(job: Job, evaluation: Any, max_len: Optional[int] = None) -> Prom
             job = job.model_copy(update={"suite": job.suite.model_copy(update={"tokenizer": None})})
     prompt, max_tokens, scale = evaluation.request_lengths(job, tok, SAMPLE_CAP)
     if scale > 1:
-        notes.append(f"counted on {SAMPLE_CAP} of {job.suite.samples_per_point()} samples per task and length, scaled up")
+        notes.append(f"counted on {SAMPLE_CAP} of {job.suite.samples_per_point()} samples per task and length, "
+                     "scaled up")
     cut = int((prompt + max_tokens > max_len).sum())
     longest = int(np.argmax(prompt)) if len(prompt) else 0
     return PromptFit(tokenizer=spec, requests=round(len(prompt) * scale),
@@ -794,8 +808,9 @@ def check_openai(job: Job, section: str = "probe", *, source: Optional[Union[str
             cut = report.prompts.cut
             if cut and probe.max_model_len is None:
                 report.warnings.append(
-                    f"{cut:,} requests do not fit the server's window of {served} tokens and {section}.max_model_len is "
-                    f"unset, so they are sent whole and refused (error rows); set {section}.max_model_len: {served} "
+                    f"{cut:,} requests do not fit the server's window of {served} tokens and "
+                    f"{section}.max_model_len is unset, so they are sent whole and refused (error rows); "
+                    f"set {section}.max_model_len: {served} "
                     "to truncate them")
             elif cut and probe.truncation == "refuse":
                 report.warnings.append(f"{cut:,} requests do not fit and {section}.truncation is 'refuse': they will "

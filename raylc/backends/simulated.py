@@ -19,7 +19,14 @@ import numpy as np
 import polars as pl
 
 from raylc.backends.base import (
-    PROMPT_PARTS, Backend, Generation, MaxTokens, Prompt, RawFlags, generation, prompt_text,
+    PROMPT_PARTS,
+    Backend,
+    Generation,
+    MaxTokens,
+    Prompt,
+    RawFlags,
+    generation,
+    prompt_text,
 )
 from raylc.scoring.judge import simulated_judgement
 from raylc.spec import SimulatedProbe

@@ -391,7 +391,7 @@ class VLLMEngine:
             raise BackendUnavailable(f"vLLM engine for {probe.model} failed to start: {detail}{where}") from None
         tail.restore()
         tail.release()
-        self._base = sampling_kwargs(probe.sampling)
+        self._base = sampling_kwargs(probe.generation)
         _quiet_deliberate_shutdown(self.engine)
         from vllm.sampling_params import RequestOutputKind
 
@@ -404,7 +404,8 @@ class VLLMEngine:
         return UsageContext.LLM_CLASS
 
     def __repr__(self) -> str:
-        return f"VLLMEngine(model={self.probe.model!r}, device={self.probe.device}, tp={self.probe.tensor_parallel_size})"
+        probe = self.probe
+        return f"VLLMEngine(model={probe.model!r}, device={probe.device}, tp={probe.tensor_parallel_size})"
 
     def _died(self, exc: BaseException) -> "EngineDead":
         """The death with the core's own reason, which its traceback may print a moment later (2 s at most)."""
@@ -427,7 +428,8 @@ class VLLMEngine:
         except Exception as exc:
             if type(exc).__name__ == "EngineDeadError" or getattr(self.engine, "errored", False):
                 raise self._died(exc) from None
-            return generation(prompt_tokens=len(ids), error=f"vLLM refused the request: {one_line(exc)}", latency_s=None)
+            return generation(prompt_tokens=len(ids), error=f"vLLM refused the request: {one_line(exc)}",
+                              latency_s=None)
         if final is None:
             return generation(prompt_tokens=len(ids), error="vLLM returned no output", latency_s=None)
         comp = final.outputs[0]

@@ -4,13 +4,12 @@ Sections 3-4), each stage a function of the :class:`~raylc.run.skeleton.Run` it 
 The work is in the plain Polars functions of :mod:`raylc.dolce.stages`; this module only
 moves their tables through the run folder: problems in small row groups (an inference actor
 reads the few problems its batch names), spans and observations streamed chunk by chunk, the
-fit as a Ray task (the driver holds the compressed observation table only).
+fit's per-(task, subset) work as Ray tasks started by the driver (:meth:`Run.mapper`).
 """
 
 from __future__ import annotations
 
-import io
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -95,13 +94,9 @@ def score(run: Run) -> Rows:
     return {"observations": n}
 
 
-def _fit_parquet(data: bytes, job: Job, mapper) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The fit stage on an observation table given as Parquet bytes (run as a Ray task)."""
-    return stages.fit(pl.read_parquet(io.BytesIO(data)), job, mapper=mapper)
-
-
 def fit(run: Run) -> Rows:
-    [(problems, tasks)] = run.map_tasks(_fit_parquet, [run.read_bytes(OBSERVATIONS)], run.job, run.mapper())
+    """Validation and scenario selection on the driver, one Ray task per (task, subset) fit."""
+    problems, tasks = stages.fit(run.read(OBSERVATIONS), run.job, mapper=run.mapper())
     run.write(problems, "fits/problems.parquet")
     run.write(tasks, "fits/tasks.parquet")
     return {"problems": problems.height, "tasks": tasks.height}
@@ -151,6 +146,16 @@ class DolceEvaluation:
         from raylc.dolce.report import print_report
 
         print_report(tables)
+
+    @staticmethod
+    def report_page(job: Job, tables: dict[str, pl.DataFrame], manifest: dict[str, Any],
+                    read: Callable[[str], Any]) -> Any:
+        """The run's page (:func:`raylc.dolce.report.page`) from its stored report; ``read(rel)``
+        reads a file of the run (a table for ``.parquet``, bytes otherwise)."""
+        from raylc.dolce.report import page
+
+        pngs = {name: read(f"report/{name}") or b"" for name in ("categories.png", "lambda_k.png")}
+        return page(tables, pngs, manifest, read("fits/tasks.parquet"))
 
     def stages(self, job: Job) -> Sequence[Stage]:
         return (

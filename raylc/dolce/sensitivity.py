@@ -32,8 +32,9 @@ each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such a
 
 The reference and every refit use the same :class:`~raylc.dolce.options.FitOptions` (scenario
 selection, EM steps, PIG options; the threshold experiment varies only its threshold; no
-posterior, since only point estimates are compared), and refits reuse the reference's scenario selection (the paper compares setups on "the same COW
-and PIG splits", Section 6), so both fits cover the same problems and subsets.
+posterior, since only point estimates are compared), and refits reuse the reference's scenario
+selection (the paper compares setups on "the same COW and PIG splits", Section 6), so both fits
+cover the same problems and subsets.
 """
 
 from __future__ import annotations
@@ -306,7 +307,8 @@ def run_sensitivity(
     ``options`` (scenario selection, threshold, EM steps, PIG options), itself mapped per
     subset by ``mapper``; every test fit uses the same ``options`` (the threshold experiment
     replaces its threshold by the setting). Both are point estimates: the grid compares λ, k and
-    categories, so the posterior is not computed (:meth:`FitOptions.point_estimates`). Then every (task, experiment, setting) cell runs
+    categories, so the posterior is not computed (:meth:`FitOptions.point_estimates`). Then every
+    (task, experiment, setting) cell runs
     :func:`sensitivity_cell` through ``mapper(fn, frames, *args)`` (default in-process), for
     every setting of every experiment: ``settings[name]``,
     else ``every`` (take_every), ``thresholds`` (threshold) or the defaults of

@@ -26,7 +26,8 @@ def ensure_ray(job: Job) -> None:
     """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the
     machine. A cluster that does not answer within ``ray.connect_timeout_s`` is a
     :class:`RayUnavailable` (one line naming the address and where it came from)."""
-    address, source = (job.ray.address, "ray.address") if job.ray.address else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS")
+    address, source = ((job.ray.address, "ray.address") if job.ray.address
+                       else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"))
     init_ray(address, job.ray.num_cpus, job.ray.include_dashboard, timeout_s=job.ray.connect_timeout_s, source=source)
 
 
@@ -260,7 +261,8 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
         except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
             who, hint = _who(address, source)
             detail = (str(exc).strip().splitlines() or [""])[0]
-            raise RayUnavailable(f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
+            raise RayUnavailable(
+                f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
 
@@ -346,14 +348,28 @@ def block_rows(job: Job) -> int:
     return max(job.ray.batch_size * backend_of(job.probe).block_factor, 1)
 
 
+def _join(ledger: Any) -> None:
+    """Record the actor this runs in with the stream's ``ledger`` (fire and forget), so that a
+    failed stream can release it (:func:`release_actors`)."""
+    if ledger is None:
+        return
+    import ray
+
+    try:
+        ledger.actor.remote(ray.get_runtime_context().current_actor)
+    except Exception:  # a gone ledger never fails the actor
+        pass
+
+
 class PrepareActor:
     """CPU actor of the prepare stage: reads its request rows, renders their prompts (loading
     only the problems they name) and, for a token engine, fits and tokenizes them with the
-    engine's tokenizer."""
+    engine's tokenizer. ``ledger``: the stream's :class:`EngineLedger`, which it joins."""
 
-    def __init__(self, job: Job, source: RequestSource):
+    def __init__(self, job: Job, source: RequestSource, ledger: Any = None):
         from raylc.run.inference import ProblemSource, PromptTokenizer
 
+        _join(ledger)
         self.job, self.source = job, source
         self.problems = ProblemSource(source.store_root, source.table) if source.table else ProblemSource(
             problems=pl.DataFrame())
@@ -373,16 +389,32 @@ class PrepareActor:
 
 class TextEngineActor(PrepareActor):
     """Prepare and generate in one actor for text backends (simulated, OpenAI-compatible):
-    nothing to tokenize, so no second pool. The backend is built with the suite's table."""
+    nothing to tokenize, so no second pool. The backend is built with the suite's table and
+    closed (its kept connections) when Ray Data lets the actor go (``__ray_shutdown__`` drops the
+    UDF: ``__del__``), or at the latest when the worker's interpreter exits (``atexit``)."""
 
     def __init__(self, job: Job, source: RequestSource):
+        import atexit
+        import weakref
+
         super().__init__(job, source)
         self.backend = backend_of(job.probe).text_backend(job, source.suite_table())
+        close = weakref.WeakMethod(self._close)  # atexit must not keep the actor alive
+        atexit.register(lambda: (method := close()) is not None and method())
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from raylc.run.inference import generate_text
 
         return generate_text(self.prepared(batch), self.backend).to_arrow()
+
+    def _close(self) -> None:
+        """Close the backend once, whichever of ``__del__`` and ``atexit`` comes first."""
+        backend, self.backend = getattr(self, "backend", None), None
+        if backend is not None:
+            backend.close()
+
+    def __del__(self) -> None:
+        self._close()
 
 
 class EngineLedger:
@@ -391,9 +423,12 @@ class EngineLedger:
     out of ``map_batches`` (Ray 2.60 ``data/dataset.py:226-242``) and Ray Data's own default
     restarts an actor without end. ``ready`` and ``batch`` record when engines were built and when
     each batch entered and left an engine (wall clock), so that :meth:`summary` can tell the
-    engines' busy window from the stream's start-up (``bench_real``; ``--verbose``)."""
+    engines' busy window from the stream's start-up (``bench_real``; ``--verbose``). ``actor``
+    records the handle of each actor of the stream (prepare and engine), so that a failed stream
+    can release them (:func:`release_actors`)."""
 
     def __init__(self) -> None:
+        self.members: dict[str, Any] = {}  # actor id -> handle (a restarted actor keeps its id)
         self.count = 0
         self.ready_at: list[float] = []
         self.first_in: Optional[float] = None
@@ -404,6 +439,13 @@ class EngineLedger:
     def died(self) -> int:
         self.count += 1
         return self.count
+
+    def actor(self, handle: Any) -> None:
+        self.members[handle._actor_id.hex()] = handle
+
+    def actors(self) -> list[Any]:
+        """The stream's actors recorded, as handles."""
+        return list(self.members.values())
 
     def ready(self, at: float) -> None:
         self.ready_at.append(at)
@@ -426,10 +468,11 @@ class EngineRestartsExceeded(RuntimeError):
 
 class EngineActor:
     """GPU (or CPU) actor of the engine stage: one vLLM engine, built here (a start-up failure is
-    raised by each batch) and shut down with the pool; an async UDF, so Ray Data keeps ``max_concurrent_batches`` batches in flight on
-    it. A dead engine ends the process (``os._exit``) so that Ray restarts the actor and
-    retries its batches, until the stream's engines died more than ``probe.max_engine_restarts``
-    times (``ledger``, an :class:`EngineLedger` actor): then the batch fails with
+    raised by each batch) and shut down with the pool; an async UDF, so Ray Data keeps
+    ``max_concurrent_batches`` batches in flight on it. A dead engine ends the process
+    (``os._exit``) so that Ray restarts the actor and retries its batches, until the stream's
+    engines died more than ``probe.max_engine_restarts`` times (``ledger``, an
+    :class:`EngineLedger` actor): then the batch fails with
     :class:`EngineRestartsExceeded`. The engine is shut down when Ray Data lets the actor go
     (``__ray_shutdown__`` drops the UDF: ``__del__``), and at the latest when the worker's
     interpreter exits (``atexit``, before its modules are torn down)."""
@@ -438,6 +481,7 @@ class EngineActor:
         self.job, self.ledger = job, ledger
         self.engine: Any = None
         self._failed: Optional[BaseException] = None
+        _join(ledger)  # first: an engine that fails to start is released with the stream
         try:  # here, so that the engine starts while the prepare actors do
             self.engine = self._build()
         except Exception as exc:  # raised by the first batch: one line, where a failed constructor
@@ -522,7 +566,9 @@ def stream_requests(source: RequestSource, job: Job, ledger: Any = None) -> Iter
     actors then ``replicas`` engine actors (with the pool's actor options: GPUs, accelerator
     type); for text backends one pool of ``ray.actors`` actors with ``ray.actor_num_cpus`` CPUs
     (fractional, so the pool never starves other tasks on small machines). ``ledger``: an
-    :class:`EngineLedger` actor to record the engines in (a new one by default)."""
+    :class:`EngineLedger` actor to record the engines in (a new one by default). When the
+    stream fails, is interrupted or is abandoned, an engine pipeline's actors are killed
+    (:func:`release_actors`), so that they hold no GPU or CPU in a long-lived Ray session."""
     if source.frame is None and not source.files:
         return
     import ray.data
@@ -536,22 +582,46 @@ def stream_requests(source: RequestSource, job: Job, ledger: Any = None) -> Iter
                             compute=ray.data.ActorPoolStrategy(size=job.ray.actors), num_cpus=job.ray.actor_num_cpus)
     else:
         pool = backend.engine_pool(job, job.ray.batch_size, verbose())
+        if ledger is None:
+            ledger = ray.remote(num_cpus=0)(EngineLedger).remote()
         ds = ds.map_batches(
-            bound(PrepareActor, **first), batch_size=source.batch_size(job), batch_format="pyarrow",
+            bound(PrepareActor, **first, ledger=ledger), batch_size=source.batch_size(job), batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=pool.prepare_actors), num_cpus=job.ray.actor_num_cpus,
         )
         k = pool.concurrent_batches
         opts = dict(pool.options)  # GPUs (or CPUs), accelerator type, runtime_env: named parameters
-        if ledger is None:
-            ledger = ray.remote(num_cpus=0)(EngineLedger).remote()
         ds = ds.map_batches(
             bound(EngineActor, job=job, ledger=ledger), batch_size=job.ray.batch_size, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=pool.replicas, max_concurrent_calls_per_actor=k,
                                                max_tasks_in_flight_per_actor=2 * k),
             num_cpus=opts.pop("num_cpus", job.ray.actor_num_cpus), **opts,
         )
-    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        yield pl.from_arrow(batch)  # type: ignore[misc]
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            yield pl.from_arrow(batch)  # type: ignore[misc]
+    except BaseException:  # failed, interrupted, or abandoned by its reader (GeneratorExit)
+        if ledger is not None:
+            release_actors(ledger)
+        raise
+
+
+def release_actors(ledger: Any, timeout_s: float = 10.0) -> int:
+    """Kill (no restart) every actor ``ledger`` recorded, and return how many. Ray Data does not
+    stop the actors of a failed stream: in a long-lived Ray session its prepare and engine actors,
+    an engine that failed to start included, would hold their GPUs or CPUs until the driver
+    exits. A finished stream's actors are let go by Ray Data, which shuts their engines down."""
+    import ray
+
+    try:
+        actors = ray.get(ledger.actors.remote(), timeout=timeout_s)
+    except Exception:  # the ledger is gone: nothing to release through it
+        return 0
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # gone already
+            pass
+    return len(actors)
 
 
 def generate_on_ray(prompts: pl.Series, job: Job) -> pl.DataFrame:

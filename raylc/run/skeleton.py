@@ -5,7 +5,8 @@ An :class:`Evaluation` (DOLCE, :mod:`raylc.dolce.evaluation`; length sweeps,
 :func:`run_job` runs them in order. Stages already marked done in the manifest of the same
 run (same job fingerprint) are not run again, so re-running a crashed run picks up at the
 first unfinished stage. The stage functions reach storage, inference and Ray only through
-the :class:`Run` they are given.
+the :class:`Run` they are given: its tables are those of its folder (:class:`raylc.run.folder.RunFolder`),
+and the infer stage's progress record is kept by :class:`raylc.run.progress.InferProgress`.
 """
 
 from __future__ import annotations
@@ -25,23 +26,20 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, NamedTuple, Opti
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from raylc import __version__
 from raylc.backends.registry import backend_of
 from raylc.io.names import UnsafeName, path_segment
 from raylc.io.store import Store, StoreUnavailable
 from raylc.run import checkpoint, ray_exec
+from raylc.run.folder import RunFolder
 from raylc.run.inference import PROBLEM_ROW_GROUP
+from raylc.run.progress import InferProgress
 from raylc.spec import Job
 
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
-INFER = "infer"  # the stage whose progress the manifest records while it runs
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
-SAMPLE_PROBLEMS = 8  # problems sampled at a time
-SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
-OBS_BUCKET_ROWS = 10_000  # observations merged at a time by the score stage (about)
 
 
 class RunError(RuntimeError):
@@ -187,13 +185,12 @@ def default_run_id(job: Job) -> str:
 
 
 @dataclass
-class Run:
-    """A run folder and its manifest, and the services a stage function uses: tables in the
-    run folder, the inference path (request table -> Ray Data -> checkpoint shards), the
-    stored completions, and Ray tasks."""
+class Run(RunFolder):
+    """A run: its folder's tables (:class:`RunFolder`: ``read``, ``write``, ``write_parts``,
+    ``iter_rows``, ``num_rows``), its manifest and lock, and what a stage function needs of the
+    run layer: the job, the log, the inference path (request table -> Ray Data -> checkpoint
+    shards), the stored completions, and Ray."""
 
-    store: Store
-    run_id: str
     manifest: dict[str, Any] = field(default_factory=dict)
     interrupted: Optional[str] = None  # the stage a signal interrupted (:func:`run_job`)
     job: Optional[Job] = None
@@ -201,6 +198,7 @@ class Run:
     built: Optional[pl.DataFrame] = None  # the build stage's table, made before the run wrote anything
     PROBLEM_ROW_GROUP: ClassVar[int] = PROBLEM_ROW_GROUP  # row groups of a problems table the inference path reads
 
+    # ---- manifest and lock ----------------------------------------------------------------
     def save(self) -> None:
         """Write the manifest (last, after the tables it describes) and refresh the lock."""
         self.manifest["updated_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -225,58 +223,7 @@ class Run:
     def done(self, stage: Stage) -> bool:
         """Marked done in the manifest and every output present and readable (else redone)."""
         state = self.manifest.get("stages", {}).get(stage.name, {})
-        if state.get("status") != "done":
-            return False
-        for rel in stage.outputs:
-            parts = rel.split("/")
-            ok = self.store.table_ok(self.run_id, *parts) if rel.endswith(".parquet") or "." not in rel else self.store.exists(self.run_id, *parts)
-            if not ok:
-                return False
-        return True
-
-    def read(self, rel: str) -> pl.DataFrame:
-        return self.store.read_table(self.run_id, *rel.split("/"))
-
-    def write(self, df: pl.DataFrame, rel: str, row_group_size: Optional[int] = None) -> None:
-        self.store.write_table(df, self.run_id, *rel.split("/"), row_group_size=row_group_size)
-
-    def write_parts(self, parts: Iterable[pl.DataFrame], rel: str, empty: pl.DataFrame) -> int:
-        """Write frames of one schema as one Parquet file, a row group each, streamed to the
-        store as they come (memory holds one frame; the file appears when complete); ``empty``
-        is written when there are none. Returns the number of rows."""
-        rows = 0
-        with self.store.open_output(self.run_id, *rel.split("/")) as out:
-            writer = None
-            try:
-                for part in parts:
-                    table = part.to_arrow()
-                    writer = writer or pq.ParquetWriter(out, table.schema, compression="zstd")
-                    writer.write_table(table, row_group_size=max(table.num_rows, 1))
-                    rows += part.height
-                if writer is None:
-                    writer = pq.ParquetWriter(out, empty.to_arrow().schema, compression="zstd")
-                    writer.write_table(empty.to_arrow())
-            finally:  # also when a part fails: the writer closes before its stream, never in __del__
-                if writer is not None:
-                    writer.close()
-        return rows
-
-    def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:
-        """A Parquet file in frames of at most ``rows`` rows, read one row group at a time."""
-        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=rows):
-                yield pl.from_arrow(batch)  # type: ignore[misc]
-
-    def read_bytes(self, rel: str) -> bytes:
-        """A stored file's bytes, as written (a Parquet table stays compressed)."""
-        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
-            return fh.read()
-
-    def num_rows(self, rel: str) -> int:
-        """Rows of a Parquet file, from its footer."""
-        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
-            return pq.read_metadata(fh).num_rows
-
+        return state.get("status") == "done" and all(self.has(rel) for rel in stage.outputs)
 
     # ---- inference and Ray, for the stage functions ---------------------------------------
     def completed(self) -> "np.ndarray":
@@ -298,61 +245,39 @@ class Run:
         the run-relative suite table (DOLCE problems that span references are rendered from, a
         sweep's samples); ``reused``: the stage's requests already stored (for the progress
         ``raylc status`` shows)."""
-        infer_requests(self.job, self, pending, self.log, table=tuple(table.split("/")) if table else (),
-                       reused=reused)
-
-    def start_progress(self, reused: int) -> None:
-        """Open the infer stage's ``progress`` record in the manifest (:mod:`raylc.run.status`
-        reads it): requests stored before this attempt, to run, done so far, tokens, times."""
-        self.manifest["stages"].setdefault(INFER, {"status": "running"})["progress"] = {
-            "reused": reused, "to_run": 0, "done": 0, "errors": 0, "prompt_tokens": 0, "generated_tokens": 0,
-            "started_at": time.time(), "updated_at": time.time()}
-
-    def add_to_run(self, rows: int) -> None:
-        self.manifest["stages"][INFER]["progress"]["to_run"] += rows
-
-    def record_progress(self, stored: pl.DataFrame) -> None:
-        """Count a flushed batch of completions into the progress record and save the manifest,
-        which also refreshes the run's lock (a long infer stage stays visibly alive)."""
-        progress = self.manifest["stages"][INFER]["progress"]
-        ok = stored["error"].is_null() if "error" in stored.columns else pl.Series([True] * stored.height)
-        progress["done"] += stored.height
-        progress["errors"] += stored.height - int(ok.sum())
-        for col in ("prompt_tokens", "generated_tokens"):
-            if col in stored.columns:
-                progress[col] += int(stored.filter(ok)[col].fill_null(0).sum() or 0)
-        progress["updated_at"] = time.time()
-        if "first_at" not in progress:  # the steady rate counts from the first shard (after Ray's and the engines' start)
-            progress["first_at"], progress["first_done"] = progress["updated_at"], progress["done"]
-        self.save()
+        infer_requests(self, pending, table=tuple(table.split("/")) if table else (), reused=reused)
 
     def inference_rows(self, reused: int, total: int) -> Rows:
         """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of
         the ``total`` requests failed than ``inference.max_error_fraction`` allows."""
         rows, first = checkpoint.stored_accounting(self.store, self.run_id, reused)
-        check_errors(self.job, self, rows, total, first)
+        check_errors(self, rows, total, first)
         return rows
 
-    def map_tasks(self, fn: Callable[..., Any], items: list[Any], *args: Any) -> list[Any]:
-        """``fn(item, *args)`` per item as Ray tasks (joining or starting Ray); results in order.
-        An error raised by ``fn`` is raised as itself, not Ray's wrapper."""
-        ray_exec.ensure_ray(self.job)
+    def mapper(self) -> Callable[..., list[Any]]:
+        """A mapper of per-task work, ``mapper(fn, items, *args)``: one Ray task per item from
+        the driver (:func:`ray_exec.map_tasks`; Ray joined or started), results in order. An
+        error raised by ``fn`` is raised as itself, not Ray's wrapper."""
+        ray_exec.ensure_ray(self.job)  # type: ignore[arg-type]
+        return _raising_own_errors(ray_exec.map_tasks)
+
+    def generate(self, prompts: pl.Series, job: Job) -> pl.DataFrame:
+        """Generations for ``prompts`` from ``job``'s probe on Ray (the judge's calls)."""
+        ray_exec.ensure_ray(self.job)  # type: ignore[arg-type]
+        return ray_exec.generate_on_ray(prompts, job)
+
+
+def _raising_own_errors(map_tasks: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """``map_tasks`` raising a task's own exception (Ray's ``RayTaskError.cause``)."""
+
+    def mapped(fn: Callable[..., Any], items: list[Any], *args: Any) -> list[Any]:
         try:
-            return ray_exec.map_tasks(fn, items, *args)
+            return map_tasks(fn, items, *args)
         except Exception as exc:
             cause = getattr(exc, "cause", None)
             raise (cause if isinstance(cause, Exception) else exc) from None
 
-    def mapper(self) -> Callable[..., list[Any]]:
-        """A mapper of per-task work over Ray tasks (:func:`ray_exec.map_tasks`; Ray joined or started)."""
-        ray_exec.ensure_ray(self.job)
-        return ray_exec.map_tasks
-
-    def generate(self, prompts: pl.Series, job: Job) -> pl.DataFrame:
-        """Generations for ``prompts`` from ``job``'s probe on Ray (the judge's calls)."""
-        ray_exec.ensure_ray(self.job)
-        return ray_exec.generate_on_ray(prompts, job)
-
+    return mapped
 
 
 _STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -440,20 +365,21 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     return True
 
 
-def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Callable[[str], None]) -> None:
-    """Write ``batches`` (a lazy stream from the actor pool) as shards as they come. First
-    the backend's checks: its endpoint before Ray starts (fail fast, before any shard), the
-    cluster (GPUs) once Ray is up; a failed actor pool keeps what finished and raises
-    :class:`InferenceFailed` with its root cause."""
+def write_shards(run: Run, batches: Iterable[pl.DataFrame], progress: InferProgress) -> None:
+    """Write ``batches`` (a lazy stream from the actor pool) as shards as they come, each flush
+    counted in ``progress``. First the backend's checks: its endpoint before Ray starts (fail
+    fast, before any shard), the cluster (GPUs) once Ray is up; a failed actor pool keeps what
+    finished and raises :class:`InferenceFailed` with its root cause."""
+    job: Job = run.job  # type: ignore[assignment]
     backend = backend_of(job.probe)
     backend.check_endpoint(job)
     ray_exec.ensure_ray(job)
     try:
-        backend.check_cluster(job, log)
+        backend.check_cluster(job, run.log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None
     writer = checkpoint.ShardWriter(run.store, run.run_id, job.inference.shard_rows, job.inference.shard_seconds,
-                                    on_flush=run.record_progress)
+                                    on_flush=progress.stored)
     try:
         for batch in batches:
             writer.add(batch)
@@ -470,18 +396,19 @@ def write_shards(job: Job, run: Run, batches: Iterable[pl.DataFrame], log: Calla
     writer.flush()
 
 
-def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Callable[[str], None],
-                   table: tuple[str, ...] = (), reused: int = 0) -> None:
+def infer_requests(run: Run, pending: Iterable[pl.DataFrame], table: tuple[str, ...] = (), reused: int = 0) -> None:
     """The one inference path: the ``pending`` request rows (chunks) become a request table in
     the run folder (``requests/<attempt>/``), which Ray Data reads in blocks on the workers and
     streams through the probe's prepare and engine stages (:func:`ray_exec.stream_requests`)
     into checkpoint shards; the table is removed when the stream ends. ``table``: the
-    run-relative path parts of the suite's built table (:class:`ray_exec.RequestSource`)."""
-    run.start_progress(reused)
+    run-relative path parts of the suite's built table (:class:`ray_exec.RequestSource`); ``reused``:
+    the requests stored by earlier attempts (:class:`InferProgress`)."""
+    job: Job = run.job  # type: ignore[assignment]
+    progress = InferProgress(run.manifest, reused, run.save)
 
     def counted(chunks: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
         for chunk in chunks:
-            run.add_to_run(chunk.height)
+            progress.planned(chunk.height)
             yield chunk
 
     files = checkpoint.write_requests(run.store, run.run_id, counted(pending), ray_exec.block_rows(job))
@@ -489,14 +416,15 @@ def infer_requests(job: Job, run: Run, pending: Iterable[pl.DataFrame], log: Cal
     try:
         if files:
             source = ray_exec.RequestSource(run.store.root, files, table=(run.run_id, *table) if table else ())
-            write_shards(job, run, ray_exec.stream_requests(source, job), log)
+            write_shards(run, ray_exec.stream_requests(source, job), progress)
     finally:
         run.store.delete(run.run_id, checkpoint.REQUEST_DIR)
 
 
-def check_errors(job: Job, run: Run, rows: dict[str, int], total: int, first: Optional[str]) -> None:
+def check_errors(run: Run, rows: dict[str, int], total: int, first: Optional[str]) -> None:
     """Raise :class:`InferenceFailed` when more of the ``total`` requests failed than
     ``inference.max_error_fraction`` allows (``first``: one of the errors)."""
+    job: Job = run.job  # type: ignore[assignment]
     if rows["errors"] > job.inference.max_error_fraction * total:
         raise InferenceFailed(
             f"{run.store.uri(run.run_id, 'infer')}: {rows['errors']} of {total} requests failed "
@@ -533,7 +461,8 @@ def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log:
                 ray_exec.ensure_ray(job)
             try:
                 opened = open_run(job, run_id)
-                opened.manifest["overrides"] = dict(overrides or {})  # this invocation's (``--set``, ``--store``, ``--seed``)
+                # this invocation's overrides (``--set``, ``--store``, ``--seed``)
+                opened.manifest["overrides"] = dict(overrides or {})
                 opened.log = log
                 stages = [Stage(*stage) for stage in evaluation.stages(job)]
                 opened.manifest["plan"] = [stage.name for stage in stages]  # the stages to come (raylc status)

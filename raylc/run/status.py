@@ -12,7 +12,8 @@ from typing import Any, Optional
 import polars as pl
 
 from raylc.io.store import Store, StoreError
-from raylc.run.skeleton import INFER, LOCK, MANIFEST, lock_alive
+from raylc.run.progress import INFER
+from raylc.run.skeleton import LOCK, MANIFEST, lock_alive
 
 STATES = ("done", "running", "interrupted", "failed", "pending")
 
@@ -60,7 +61,7 @@ def run_state(states: dict[str, str], alive: bool) -> str:
 
 def infer_progress(stage: dict[str, Any], state: str, now: float) -> dict[str, Any]:
     """Requests stored and planned, rates and (while ``state`` is running) an ETA from the infer
-    stage's progress record (:meth:`raylc.run.skeleton.Run.record_progress`): the ETA uses the
+    stage's progress record (:class:`raylc.run.progress.InferProgress`): the ETA uses the
     rate since the first stored shard, which leaves out Ray's and the engines' start; seconds
     since the last shard, or, before any, since the stage started. For a finished stage, its counts."""
     progress = stage.get("progress")

@@ -112,8 +112,9 @@ def _status(client: Any, job_id: str, address: str, timeout_s: float) -> str:
         return str(client.get_job_status(job_id)).split(".")[-1]
     except Exception as exc:
         if _timed_out(exc):
-            raise SubmitError(f"{address}: stopped answering (no reply within {timeout_s:g} s asking for the status "
-                              f"of {job_id}); the job may still run: `ray job status {job_id} --address {address}`") from None
+            raise SubmitError(
+                f"{address}: stopped answering (no reply within {timeout_s:g} s asking for the status of {job_id}); "
+                f"the job may still run: `ray job status {job_id} --address {address}`") from None
         raise SubmitError(f"{address}: could not get the status of {job_id} ({_one_line(exc)})") from None
 
 

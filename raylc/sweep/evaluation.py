@@ -9,7 +9,7 @@ The work is in the plain Polars functions of :mod:`raylc.sweep.stages`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -95,8 +95,8 @@ def score(run: Run) -> Rows:
     except ValueError as exc:
         raise ValueError(f"{run.store.uri(run.run_id, *SAMPLES.split('/'))}: {exc}") from None
     run.write(scores, SCORES)
-    return {"scores": scores.height, "failed": final.height - answered.height,
-            "prior_known": scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique().height}
+    prior_known = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
+    return {"scores": scores.height, "failed": final.height - answered.height, "prior_known": prior_known.height}
 
 
 def report(run: Run) -> Rows:
@@ -143,6 +143,18 @@ class SweepEvaluation:
 
     def print_report(self, tables: dict[str, pl.DataFrame]) -> None:
         print_length_report(tables)
+
+    @staticmethod
+    def report_page(job: Job, tables: dict[str, pl.DataFrame], manifest: dict[str, Any],
+                    read: Callable[[str], Any]) -> Any:
+        """The run's page (:func:`raylc.sweep.report.length_page`) from its stored report; ``read(rel)``
+        reads a file of the run (a table for ``.parquet``, bytes otherwise, None when missing)."""
+        from raylc.sweep.report import length_page
+
+        pngs = {name: read(f"report/{name}") for name in ("score_vs_length.png", "longscore_vs_length.png")}
+        headings = {name: heading for name, heading, _ in job.suite.report_sections(read(SCORES))}
+        return length_page(tables, {k: v for k, v in pngs.items() if v is not None}, manifest, headings,
+                           job.suite.axis)
 
     def stages(self, job: Job) -> Sequence[Stage]:
         return (

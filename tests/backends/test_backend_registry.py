@@ -56,6 +56,7 @@ class ToyProbe(ProbeConfig):
 
     backend: Literal["toy"]
     model: str = "toy-oracle"
+    closed_log: Optional[str] = None  #: a file ``close()`` appends a line to (the test of close)
 
     def model_name(self) -> str:
         return self.model
@@ -64,8 +65,13 @@ class ToyProbe(ProbeConfig):
 class ToyBackend(Backend):
     name = "toy"
 
-    def __init__(self, answers: dict[str, str]):
-        self.answers = answers
+    def __init__(self, answers: dict[str, str], closed_log: Optional[str] = None):
+        self.answers, self.closed_log = answers, closed_log
+
+    def close(self) -> None:
+        if self.closed_log:
+            with open(self.closed_log, "a", encoding="utf-8") as fh:
+                fh.write("closed\n")
 
     def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None,
                  raw: RawFlags = None) -> list[Generation]:
@@ -84,7 +90,7 @@ class Toy(BackendPlugin):
     def text_backend(self, job, table: Optional[pl.LazyFrame]) -> Backend:
         known = table.select("problem_id", "answer").collect() if table is not None else pl.DataFrame(
             schema={"problem_id": pl.String, "answer": pl.String})
-        return ToyBackend(dict(zip(known["problem_id"].to_list(), known["answer"].to_list())))
+        return ToyBackend(dict(zip(known["problem_id"].to_list(), known["answer"].to_list())), job.probe.closed_log)
 
 
 def _in_ray_worker() -> bool:
@@ -109,8 +115,9 @@ def test_a_registered_backend_parses_and_its_bad_keys_are_one_line(toy):
     job = parse_job({"name": "t", "probe": {"backend": "toy"}})
     assert isinstance(job.probe, ToyProbe) and isinstance(backend_of(job.probe), toy)
     assert job.model_name() == "toy-oracle" and job.max_tokens() == 32 and job.window() is None
-    assert job.resolved()["probe"] == {"backend": "toy", "model": "toy-oracle"}
-    with pytest.raises(JobSpecError, match=r"^<job>: unknown key 'probe.temperature' \(allowed: backend, model\)$"):
+    assert job.resolved()["probe"] == {"backend": "toy", "model": "toy-oracle", "closed_log": None}
+    with pytest.raises(JobSpecError, match=r"^<job>: unknown key 'probe.temperature' \(allowed: backend, model, "
+                                           r"closed_log\)$"):
         parse_job({"name": "t", "probe": {"backend": "toy", "temperature": 1}})
     with pytest.raises(JobSpecError, match=r"^<job>: key 'judge.backend': 'nope' is not one of 'simulated', 'vllm', "
                                            r"'openai', .*'toy'"):
@@ -129,3 +136,49 @@ def test_a_toy_backend_runs_a_quickstart_sized_job(toy, ray_session, tmp_path):
     assert done.height and done["error"].is_null().all()
     answered = done.filter(pl.col("completion") != "Unanswerable")
     assert answered.height and not (answered["completion"] == "?").any()
+
+
+def test_a_text_actor_closes_the_backend_it_built(toy, tmp_path):
+    """The run layer's text actor closes its backend when Ray Data lets it go (``__del__``)."""
+    import gc
+
+    from raylc.run.ray_exec import RequestSource, TextEngineActor
+
+    log = tmp_path / "closed.log"
+    job = parse_job({"name": "t", "probe": {"backend": "toy", "closed_log": str(log)}})
+    actor = TextEngineActor(job, RequestSource())
+    assert not log.exists()
+    del actor
+    gc.collect()
+    assert log.read_text().splitlines() == ["closed"]
+
+
+def test_a_backend_is_a_context_manager_that_closes_and_close_is_a_no_op_by_default(tmp_path):
+    assert Backend().close() is None
+    with ToyBackend({}, str(tmp_path / "closed.log")) as backend:
+        assert isinstance(backend, ToyBackend)
+    assert (tmp_path / "closed.log").read_text() == "closed\n"
+
+
+@pytest.mark.ray
+def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
+    """Each text actor of the infer stage closed its backend by the time the run returns."""
+    from raylc.evaluate import evaluate
+
+    log = tmp_path / "closed.log"
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {
+        "probe": {"backend": "toy", "closed_log": str(log)}, "suite.problems_per_task": 2,
+        "store.path": str(tmp_path / "runs"), "ray.actors": 2})
+    evaluate(job, log=lambda line: None)
+    assert log.read_text().splitlines() == ["closed", "closed"]
+
+
+def test_the_openai_plugins_endpoint_check_closes_the_backend_it_built(monkeypatch):
+    from raylc.backends import openai_http
+
+    closed = []
+    monkeypatch.setattr(openai_http.OpenAIBackend, "check_endpoint", lambda self: None)
+    monkeypatch.setattr(openai_http.OpenAIBackend, "close", lambda self: closed.append(self))
+    job = parse_job({"name": "t", "probe": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    backend_of(job.probe).check_endpoint(job)
+    assert len(closed) == 1

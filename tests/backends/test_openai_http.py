@@ -11,12 +11,12 @@ import urllib.request
 
 import httpx
 import pytest
+from doubles.openai_server import SimulatedOpenAIServer
 
 from raylc.backends import make_backend, openai_http
 from raylc.backends.base import BackendUnavailable
 from raylc.backends.openai_http import OpenAIBackend
 from raylc.backends.simulated import SimulatedBackend
-from doubles.openai_server import SimulatedOpenAIServer
 from raylc.spec import Job, OpenAIProbe
 from raylc.suites.planted import build_planted
 from raylc.text.prompts import TEMPLATE, render_prompts
@@ -97,7 +97,9 @@ def test_retries_through_30_percent_503s_and_matches_the_simulated_probe(planted
 def test_retries_timeouts(planted):
     sim, prompts = planted
     with SimulatedOpenAIServer(sim, stall_rate=0.3, stall_s=1.0, seed=4) as server:
-        results = OpenAIBackend(probe(server.base_url, timeout_s=0.3, concurrency=8, max_retries=8)).generate(prompts[:20])
+        results = OpenAIBackend(probe(server.base_url, timeout_s=0.3, concurrency=8, max_retries=8)).generate(
+            prompts[:20]
+        )
     assert server.stats["stalled"] > 0
     assert [r["completion"] for r in results] == [sim.answer(p) for p in prompts[:20]]
 
@@ -239,7 +241,9 @@ def test_backoff_is_exponential_with_seeded_jitter(planted, monkeypatch):
     for _ in range(2):
         sleeps.clear()
         with SimulatedOpenAIServer(sim, fail_rate=1.0) as server:
-            OpenAIBackend(probe(server.base_url, backoff_s=1.0, max_retries=4, concurrency=1), seed=7).generate(prompts[:1])
+            OpenAIBackend(probe(server.base_url, backoff_s=1.0, max_retries=4, concurrency=1), seed=7).generate(
+                prompts[:1]
+            )
         runs.append(list(sleeps))
     assert runs[0] == runs[1] and len(runs[0]) == 4
     for attempt, s in enumerate(runs[0]):
@@ -474,8 +478,10 @@ def test_a_raw_request_goes_to_completions_without_the_chat_template(planted):
 def test_error_detail_forms():
     """The message of every error body form servers send; the text (for the auth test) is the first 4000 bytes."""
     ed = openai_http._error_detail
-    assert ed(b'{"error": {"message": "bad thing", "type": "x"}}') == ("bad thing",
-                                                                      '{"error": {"message": "bad thing", "type": "x"}}')
+    assert ed(b'{"error": {"message": "bad thing", "type": "x"}}') == (
+        "bad thing",
+        '{"error": {"message": "bad thing", "type": "x"}}',
+    )
     assert ed(b'{"error": "plain string"}')[0] == "plain string"
     assert ed(b'{"message": "top level"}')[0] == "top level"  # no "error" key
     assert ed(b'{"error": {"message": "inner"}, "message": "outer"}')[0] == "inner"
@@ -483,7 +489,10 @@ def test_error_detail_forms():
         assert ed(body) == ("", body.decode()), body
     bad = b'\xff{"error": "after a bad byte"}'  # not UTF-8: the text has a replacement character
     assert ed(bad) == ("", '\ufffd{"error": "after a bad byte"}')
-    assert ed(b'{"error": "x", "pad": "' + b"a" * 5000 + b'"}') == ("x", ('{"error": "x", "pad": "' + "a" * 5000)[:4000])
+    assert ed(b'{"error": "x", "pad": "' + b"a" * 5000 + b'"}') == (
+        "x",
+        ('{"error": "x", "pad": "' + "a" * 5000)[:4000],
+    )
 
 
 def test_one_line_collapses_whitespace_and_cuts_at_160():
@@ -535,7 +544,8 @@ def test_usage_check_boundaries(capsys, ours, reported, factor, flagged):
         return
     assert backend.usage_mismatch == (reported, ours)
     assert err == (
-        f"warning: http://127.0.0.1:9/v1/completions reported {reported} prompt tokens for a prompt of {ours} tokens by "
+        f"warning: http://127.0.0.1:9/v1/completions reported {reported} prompt tokens "
+        f"for a prompt of {ours} tokens by "
         f"raylc's count (tokenizer default), more than probe.usage_check_factor = {factor:g}x apart: the prompt_tokens "
         "stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; reported once per "
         "worker)\n")
@@ -906,8 +916,11 @@ def test_retry_budget_gives_up_naming_it_and_a_long_outage_costs_later_requests_
         assert re.fullmatch(head + gave_up(2, 1, 0.6), r["error"]), r["error"]
     backend.probe = backend.probe.model_copy(update={"max_retries": 0})  # no retry at all: still says why
     (r,) = backend.generate(["s"])
-    assert re.fullmatch(head + r"; gave up after 1 attempt over \d\.\d s \(probe\.max_retries 0, probe\.retry_budget_s 0\.6\)",
-                        r["error"]), r["error"]
+    assert re.fullmatch(
+        head + r"; gave up after 1 attempt over \d\.\d s "
+        r"\(probe\.max_retries 0, probe\.retry_budget_s 0\.6\)",
+        r["error"],
+    ), r["error"]
     # a reply ends the outage: the budget applies afresh
     assert backend._outage(False) == 0.0 and backend._failing_since is None
 

@@ -8,15 +8,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-
 from doubles.openai_server import SimulatedOpenAIServer, backend_for_job
+from in_process import infer_frame
+from raycluster import free_port
+
 from raylc.dolce import stages
 from raylc.evaluate import evaluate
-from in_process import infer_frame
 from raylc.run.skeleton import InferenceFailed
 from raylc.spec import load_job, parse_job
-
-from raycluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"problems_per_task": 8, "max_units": 80}

@@ -99,12 +99,14 @@ def test_qwen_numbers():
     assert (r.attention_heads, r.kv_heads, r.kv_heads_per_gpu, r.head_dim, r.layers) == (28, 4, 4, 128, 28)  # 3584 / 28
     assert r.kv_bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344
     assert r.kv_bytes_per_seq == 32768 * 57344  # 1.75 GiB
-    # per layer: q, o 3584^2 each, k, v 3584 x 512 each; MLP 3 x 3584 x 18944; embeddings + untied head 2 x 152064 x 3584
+    # per layer: q, o 3584^2 each, k, v 3584 x 512 each; MLP 3 x 3584 x 18944;
+    # embeddings + untied head 2 x 152064 x 3584
     per_layer = 2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944
     assert per_layer == 29_360_128 + 203_685_888
     assert r.parameters == 28 * per_layer + 2 * 152064 * 3584 == 7_615_283_200
     assert r.weight_bytes_per_gpu == 2 * 7_615_283_200
-    assert parameter_count({**QWEN, "tie_word_embeddings": True}) == 7_615_283_200 - 152064 * 3584  # one embedding matrix
+    # one embedding matrix
+    assert parameter_count({**QWEN, "tie_word_embeddings": True}) == 7_615_283_200 - 152064 * 3584
     assert not r.warnings  # use_sliding_window false: the window is off
 
 
@@ -113,7 +115,11 @@ def test_llama_numbers_and_tensor_parallel_split():
     assert r.derived_max_len == 131072 and r.rope_types == ("llama3",)  # llama3's factor 8 is not applied
     assert r.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
     assert r.kv_bytes_per_seq == 16 * GIB
-    assert r.parameters == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096 == 8_029_995_008
+    assert (
+        r.parameters
+        == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096
+        == 8_029_995_008
+    )
     r2 = check_probe(_probe(max_model_len=131072, tensor_parallel_size=2), config=LLAMA)
     assert r2.kv_heads_per_gpu == 4 and r2.kv_bytes_per_token == 65536 and r2.weight_bytes_per_gpu == 8_029_995_008
     r16 = check_probe(_probe(max_model_len=131072, tensor_parallel_size=16), config=LLAMA)
@@ -145,7 +151,9 @@ def test_gpu_table_uses_ray_accelerator_names():
     source = (Path(spec.origin).parent / "util" / "accelerators" / "accelerators.py").read_text()
     names = {node.value.value for node in ast.parse(source).body
              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)}
-    assert set(GPU_MEMORY_GIB) <= names and {"H100", "A100-80G", "A100-40G", "L4", "A10G", "L40S"} <= set(GPU_MEMORY_GIB)
+    assert set(GPU_MEMORY_GIB) <= names and {"H100", "A100-80G", "A100-40G", "L4", "A10G", "L40S"} <= set(
+        GPU_MEMORY_GIB
+    )
 
 
 # ---- the length limit ---------------------------------------------------------------------------
@@ -178,14 +186,18 @@ def test_derived_max_len(config, overrides, limit, key):
 def test_no_length_key_is_unbounded_with_a_warning():
     limit, key, _ = derive_max_len({"hidden_size": 8})
     assert limit == math.inf and key is None
-    r = check_probe(_probe(max_model_len=10 ** 6), config={k: v for k, v in QWEN.items() if k != "max_position_embeddings"})
+    r = check_probe(
+        _probe(max_model_len=10 ** 6), config={k: v for k, v in QWEN.items() if k != "max_position_embeddings"}
+    )
     assert r.derived_max_len is None and "takes probe.max_model_len as given" in r.warnings[0]
 
 
 def test_max_model_len_above_the_limit_is_refused_in_one_line():
     with pytest.raises(PreflightError) as err:
-        check_probe(_probe(model="Qwen/Qwen2.5-7B-Instruct", max_model_len=131072, hf_overrides={"rope_scaling": YARN4}),
-                    config=QWEN)
+        check_probe(
+            _probe(model="Qwen/Qwen2.5-7B-Instruct", max_model_len=131072, hf_overrides={"rope_scaling": YARN4}),
+            config=QWEN,
+        )
     assert str(err.value) == (
         "probe.max_model_len 131072 is above the 32768 tokens vLLM 0.33.0 derives for Qwen/Qwen2.5-7B-Instruct "
         "(max_position_embeddings=32768; the yarn factor is not applied); add max_position_embeddings: 131072 to "
@@ -193,7 +205,9 @@ def test_max_model_len_above_the_limit_is_refused_in_one_line():
     check_probe(_probe(max_model_len=32768, hf_overrides={"rope_scaling": YARN4}), config=QWEN)  # at the limit: fine
 
 
-@pytest.mark.parametrize("value, allowed", [("1", True), ("true", True), (" TRUE ", True), ("0", False), ("yes", False)])
+@pytest.mark.parametrize(
+    "value, allowed", [("1", True), ("true", True), (" TRUE ", True), ("0", False), ("yes", False)]
+)
 def test_env_switch_turns_the_refusal_into_a_warning(monkeypatch, value, allowed):
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", value)  # vLLM's parse: envs.py:1115-1118
     probe = _probe(max_model_len=65536)
@@ -236,10 +250,16 @@ def test_overrides_examples():
     assert apply_hf_overrides(QWEN, {})["rope_parameters"] == {"rope_theta": 1e6, "rope_type": "default"}
     r = check_probe(_probe(max_model_len=4096, hf_overrides={"rope_scaling": YARN4}), config=QWEN)
     assert "dropping rope_theta=1000000.0" in r.warnings[0]
-    kept = check_probe(_probe(max_model_len=4096, hf_overrides={"rope_scaling": {**YARN4, "rope_theta": 1e6}}), config=QWEN)
+    kept = check_probe(
+        _probe(max_model_len=4096, hf_overrides={"rope_scaling": {**YARN4, "rope_theta": 1e6}}), config=QWEN
+    )
     assert not kept.warnings
     # inside a sub-config, dict values merge key by key (_update_nested), rope_scaling included
-    vl = {"model_type": "vl", "text_config": copy.deepcopy(LLAMA), "quantization_config": {"quant_method": "fp8", "x": 1}}
+    vl = {
+        "model_type": "vl",
+        "text_config": copy.deepcopy(LLAMA),
+        "quantization_config": {"quant_method": "fp8", "x": 1},
+    }
     out = apply_hf_overrides(vl, {"text_config": {"rope_scaling": {"factor": 4.0}}, "quantization_config": {"y": 2}})
     assert out["text_config"]["rope_parameters"] == {**LLAMA["rope_scaling"], "factor": 4.0, "rope_theta": 500000.0}
     assert out["quantization_config"] == {"y": 2}  # not a sub-config: replaced
@@ -247,9 +267,15 @@ def test_overrides_examples():
 
 def test_dict_override_without_rope_type_or_yarn_keys_is_refused():
     with pytest.raises(PreflightError, match=r"no 'rope_type'.*vllm/config/model.py:2608"):
-        check_probe(_probe(max_model_len=4096, hf_overrides={"rope_scaling": {"type": "yarn", "factor": 4.0,
-                                                                            "original_max_position_embeddings": 32768}}),
-                    config=QWEN)
+        check_probe(
+            _probe(
+                max_model_len=4096,
+                hf_overrides={
+                    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+                },
+            ),
+            config=QWEN,
+        )
     with pytest.raises(PreflightError, match=r"yarn rope parameters lack original_max_position_embeddings"):
         check_probe(_probe(max_model_len=4096, hf_overrides={"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}),
                     config=QWEN)
@@ -267,7 +293,8 @@ def test_dtype_names_and_float16_refusals():
 
 NAMES = st.sampled_from(["alpha", "beta", "gamma", "delta", "max_position_embeddings", "vocab_size"])
 LEAF = st.one_of(st.integers(-5, 10 ** 6), st.booleans(), st.none(), st.text(max_size=4))
-NESTED = st.recursive(LEAF, lambda inner: st.dictionaries(NAMES, inner, min_size=1, max_size=3), max_leaves=8)  # {} merges nothing
+# {} merges nothing
+NESTED = st.recursive(LEAF, lambda inner: st.dictionaries(NAMES, inner, min_size=1, max_size=3), max_leaves=8)
 
 
 def _leaves(d, prefix=()):
@@ -285,13 +312,18 @@ def _at(d, path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(flat=st.dictionaries(NAMES, LEAF, max_size=4), top=st.dictionaries(NAMES, st.dictionaries(NAMES, NESTED, max_size=3), max_size=2),
+@given(flat=st.dictionaries(NAMES, LEAF, max_size=4),
+       top=st.dictionaries(NAMES, st.dictionaries(NAMES, NESTED, max_size=3), max_size=2),
        sub=st.dictionaries(NAMES, NESTED, max_size=4))
 def test_overrides_property(flat, top, sub):
     """Flat values are set; a dict value for a plain key replaces it whole; a dict for a sub-config
     updates it leaf by leaf (every override leaf lands, every other original leaf survives); the
     input config is never modified (vllm/config/model.py:527-570, transformers_utils/config.py:989-991)."""
-    base = {**QWEN, "alpha": {"beta": 1, "gamma": {"delta": 2}}, "text_config": {**QWEN, "beta": {"gamma": 3}, "delta": 4}}
+    base = {
+        **QWEN,
+        "alpha": {"beta": 1, "gamma": {"delta": 2}},
+        "text_config": {**QWEN, "beta": {"gamma": 3}, "delta": 4},
+    }
     before = copy.deepcopy(base)
     overrides = {**flat, **top, "text_config": sub}
     out = apply_hf_overrides(base, overrides)
@@ -337,7 +369,9 @@ def test_config_sources_in_order(tmp_path, monkeypatch):
     config, tried = resolve_hf_config(_probe(model="org/elsewhere"))
     assert config is None and tried == ("probe.hf_config is unset; no local folder 'org/elsewhere' with a config.json; "
                                         "not in the Hugging Face cache; hub: skipped (HF_HUB_OFFLINE is set)")
-    assert resolve_hf_config(_probe(model="org/elsewhere"), hub=False)[1].endswith("the Hub not asked (raylc check asks it)")
+    assert resolve_hf_config(_probe(model="org/elsewhere"), hub=False)[1].endswith(
+        "the Hub not asked (raylc check asks it)"
+    )
 
 
 class _Hub(http.server.BaseHTTPRequestHandler):
@@ -372,16 +406,18 @@ def test_hub_download_and_a_missing_model_through_the_cli(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nfrom cli_runner import raylc\n"
-              "print(json.dumps([[p.returncode, p.stdout, p.stderr] for p in (raylc('check', j) for j in sys.argv[2:])]))")
+              "print(json.dumps([[p.returncode, p.stdout, p.stderr] "
+              "for p in (raylc('check', j) for j in sys.argv[2:])]))")
     try:
         env = _env(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HUB_CACHE=str(tmp_path / "cache"))
         env.pop("HF_HUB_OFFLINE")
         models = ("org/served", "org/missing")
         jobs = [str(_write(tmp_path / f"{model.split('/')[1]}.yaml", {
             "name": "h", "suite": {"problems_per_task": 2, "max_units": 60},
-            "probe": {"backend": "vllm", "model": model, "max_model_len": 4096, "tokenizer": "default"}})) for model in models]
-        proc = subprocess.run([sys.executable, "-c", script, str(ROOT / "tests"), *jobs], capture_output=True, text=True,
-                              timeout=60, env=env, cwd=tmp_path)
+            "probe": {"backend": "vllm", "model": model, "max_model_len": 4096, "tokenizer": "default"}}))
+            for model in models]
+        proc = subprocess.run([sys.executable, "-c", script, str(ROOT / "tests"), *jobs],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     finally:
         server.shutdown()
     assert proc.returncode == 0, proc.stderr
@@ -443,7 +479,8 @@ def test_cli_refuses_the_128k_job_without_max_position_embeddings(tmp_path):
     assert len(lines) == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     line = lines[0]
     assert line.startswith(f"error: {job}: probe.max_model_len 131072 is above the 32768 tokens")
-    assert "add max_position_embeddings: 131072 to probe.hf_overrides" in line and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in line
+    assert "add max_position_embeddings: 131072 to probe.hf_overrides" in line
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-mpe.yaml"]  # nothing written
     # with vLLM's switch set it is a warning, as in vLLM
     proc = raylc("check", job, env={**IN_PROCESS_ENV, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}, cwd=tmp_path)
@@ -487,7 +524,8 @@ def test_run_plan_and_submit_refuse_before_anything(tmp_path, command):
     proc = raylc(args[0], job, *args[1:], env=IN_PROCESS_ENV, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "probe.max_model_len 131072 is above the 32768" in lines[0] and "Traceback" not in proc.stderr
+    assert len(lines) == 1 and "probe.max_model_len 131072 is above the 32768" in lines[0]
+    assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no-mpe.yaml"]
 
 
@@ -497,7 +535,9 @@ def test_plan_warns_when_the_config_is_not_found_locally(tmp_path):
     proc = subprocess.run([*CLI, "plan", str(job), "--tokenizer", "default"], capture_output=True, text=True,
                           timeout=120, env=_env(HF_HUB_CACHE=str(tmp_path / "cache")), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.startswith("warning: probe not checked before start-up: cannot find the config.json of probe.model")
+    assert proc.stderr.startswith(
+        "warning: probe not checked before start-up: cannot find the config.json of probe.model"
+    )
 
 
 # ---- OpenAI-compatible endpoints ----------------------------------------------------------------
@@ -508,8 +548,10 @@ class _VLLMModels(http.server.BaseHTTPRequestHandler):
     window = 2048
 
     def do_GET(self):
-        body = json.dumps({"object": "list", "data": [{"id": "simulated", "object": "model", "owned_by": "vllm",
-                                                       "root": "org/simulated", "max_model_len": self.window}]}).encode()
+        body = json.dumps({"object": "list", "data": [{
+            "id": "simulated", "object": "model", "owned_by": "vllm",
+            "root": "org/simulated", "max_model_len": self.window,
+        }]}).encode()
         self.send_response(200 if self.path == "/v1/models" else 404)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -551,7 +593,9 @@ def test_cli_check_reports_an_openai_endpoint(tmp_path):
     with SimulatedOpenAIServer() as server:
         job = _openai_job(tmp_path, server.base_url, max_model_len=4096)
         proc = raylc("check", job, env=IN_PROCESS_ENV, cwd=tmp_path)
-        unknown = raylc("check", _openai_job(tmp_path, server.base_url, name="bare.yaml"), env=IN_PROCESS_ENV, cwd=tmp_path)
+        unknown = raylc(
+            "check", _openai_job(tmp_path, server.base_url, name="bare.yaml"), env=IN_PROCESS_ENV, cwd=tmp_path
+        )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     fit = prompt_fit(load_job(job), evaluation_for(load_job(job)), 4096)
     assert proc.stdout.splitlines() == [
@@ -569,7 +613,6 @@ def test_cli_check_reports_an_openai_endpoint(tmp_path):
 
 def test_cli_check_refuses_an_unreachable_endpoint_or_an_unserved_model_in_one_line(tmp_path):
     from doubles.openai_server import SimulatedOpenAIServer
-
     from raycluster import free_port
 
     for bad in ("localhost:8000/v1", "http://[::1/v1", "http://127.0.0.1:99999/v1"):  # a job error, no traceback
@@ -594,9 +637,12 @@ def test_cli_check_refuses_an_unreachable_endpoint_or_an_unserved_model_in_one_l
                         "(serves: simulated); set probe.check_model: false if it routes names it does not list")
         unchecked = raylc("check", _openai_job(tmp_path, server.base_url, model="llama", check_model=False),
                           env=IN_PROCESS_ENV, cwd=tmp_path)
-        assert unchecked.returncode == 0 and "probe.model: llama (not checked: probe.check_model is false)" in unchecked.stdout
+        assert unchecked.returncode == 0
+        assert "probe.model: llama (not checked: probe.check_model is false)" in unchecked.stdout
         job = _openai_job(tmp_path, server.base_url, api_key_env="RAYLC_NO_SUCH_KEY_VAR")
-        line = _one_line_refusal(raylc("check", job, env={**IN_PROCESS_ENV, "RAYLC_NO_SUCH_KEY_VAR": None}, cwd=tmp_path))
+        line = _one_line_refusal(
+            raylc("check", job, env={**IN_PROCESS_ENV, "RAYLC_NO_SUCH_KEY_VAR": None}, cwd=tmp_path)
+        )
         assert line == f"error: {job}: probe.api_key_env: environment variable RAYLC_NO_SUCH_KEY_VAR is not set"
 
 
@@ -664,7 +710,9 @@ def test_cpu_engine_report_and_kv_cache_refusal():
     r = check_probe(_probe(max_model_len=32768, device="cpu", cpu_kv_cache_gib=4), config=QWEN)
     per_seq = 2 * 28 * 4 * 128 * 2 * 32768  # bytes/token x tokens (bf16 KV)
     assert r.sequences_per_gpu == 4 * 2**30 // per_seq == 2
-    assert any(line.startswith("probe.device: cpu (vLLM's CPU build): KV cache for <= 2 sequences") for line in r.lines())
+    assert any(
+        line.startswith("probe.device: cpu (vLLM's CPU build): KV cache for <= 2 sequences") for line in r.lines()
+    )
     with pytest.raises(PreflightError, match=r"probe.cpu_kv_cache_gib is 1, so vLLM cannot start; raise "
                                              r"probe.cpu_kv_cache_gib or lower probe.max_model_len to <= 18720"):
         check_probe(_probe(max_model_len=32768, device="cpu", cpu_kv_cache_gib=1), config=QWEN)

@@ -107,7 +107,8 @@ def test_output_tail_holds_a_start_up_back_and_keeps_a_childs_output(tmp_path):
         import subprocess, sys, time
         from raylc.backends.vllm_engine import OutputTail
         tail = OutputTail()
-        subprocess.run([sys.executable, "-c", "import sys; print('child out'); sys.stderr.write('KeyError: boom\\\\n')"])
+        subprocess.run([sys.executable, "-c",
+                        "import sys; print('child out'); sys.stderr.write('KeyError: boom\\\\n')"])
         time.sleep(0.3)
         tail.restore()
         path = tail.divert()

@@ -139,7 +139,8 @@ class HeadEngineTokenizer:
         else:
             rendered = self.tok.apply_chat_template(
                 [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
-            ids = list(rendered) if not isinstance(rendered, str) else list(self.tok.encode(rendered, add_special_tokens=False))
+            ids = (list(rendered) if not isinstance(rendered, str)
+                   else list(self.tok.encode(rendered, add_special_tokens=False)))
         self._last = (text, ids)
         return ids
 
@@ -198,7 +199,7 @@ class HeadVLLMBackend:
         import vllm
 
         llm = self.llm
-        limits = request_max_tokens(max_tokens, len(prompts), self.probe.sampling.max_tokens)
+        limits = request_max_tokens(max_tokens, len(prompts), self.probe.generation.max_tokens)
         t_prep = time.perf_counter()
         prepared = [self.prepare(p, m) for p, m in zip(prompts, limits)]
         todo = [i for i, (ids, *_rest) in enumerate(prepared) if ids is not None]
@@ -207,7 +208,7 @@ class HeadVLLMBackend:
         if todo:
             tokens_prompt = getattr(vllm, "TokensPrompt", dict)
             requests = [tokens_prompt(prompt_token_ids=prepared[i][0]) for i in todo]
-            base = head_sampling_kwargs(self.probe.sampling)
+            base = head_sampling_kwargs(self.probe.generation)
             if len({limits[i] for i in todo}) == 1:
                 params: Any = vllm.SamplingParams(**{**base, "max_tokens": limits[todo[0]]})
             else:
@@ -253,7 +254,8 @@ class LegacyInferActor:
         render_s = time.perf_counter() - t0
         out = pl.concat([spans, generations_frame(self.backend.generate(prompts))], how="horizontal").to_arrow()
         if self.timings:
-            record = {"render_s": render_s, **self.backend.last, "rows": spans.height, "total_s": time.perf_counter() - t0}
+            record = {"render_s": render_s, **self.backend.last, "rows": spans.height,
+                      "total_s": time.perf_counter() - t0}
             with open(os.path.join(self.timings, f"timings-{os.getpid()}.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
         return out
@@ -478,7 +480,8 @@ def warm_up(num_cpus: float) -> None:
     import ray.data
 
     ray.data.range(64, override_num_blocks=4).map_batches(
-        ray_exec.bound(WarmUp), batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=num_cpus).materialize()
+        ray_exec.bound(WarmUp), batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=num_cpus).materialize()
     wait_torn_down(["WarmUp"])
 
 
@@ -589,7 +592,9 @@ def run_new(job: Job, files: tuple[str, ...], stats_dir: Path, tag: str) -> Path
     return result
 
 
-def calibrate_prepare(job: Job, files: tuple[str, ...], min_tokens: int = 2_000_000, max_files: int = 8) -> tuple[float, int]:
+def calibrate_prepare(
+    job: Job, files: tuple[str, ...], min_tokens: int = 2_000_000, max_files: int = 8
+) -> tuple[float, int]:
     """raylc's prepare stage (read the request file, render from the stored problems, fit,
     tokenize) timed in this process on the first request files: (tokens/s, tokens)."""
     from raylc.backends.vllm_engine import tokenizer_spec
@@ -645,7 +650,8 @@ def print_throughput(args: argparse.Namespace, work: Workload, old: PathResult, 
     print(f"workload: {args.requests} requests, prompts {args.min_tokens:,}-{args.max_tokens:,} tokens (log-uniform, "
           f"{tokens:,} tokens in all, mean {tokens / args.requests:,.0f}), {args.problems} problems of "
           f"{work.units_per_problem:,} units (~{work.tokens_per_problem:,.0f} tokens) each")
-    print(f"engine double: prefill_tokens_per_s = {args.prefill_tokens_per_s:,.0f}, decode_step_s = {args.decode_step_s}, "
+    print(f"engine double: prefill_tokens_per_s = {args.prefill_tokens_per_s:,.0f}, "
+          f"decode_step_s = {args.decode_step_s}, "
           f"max_num_batched_tokens = {args.max_num_batched_tokens}, max_tokens = {args.max_new_tokens}; "
           f"ray.batch_size = {args.batch_size}, prepare_actors = {args.prepare_actors}, "
           f"max_concurrent_batches = {args.max_concurrent_batches}, {os.cpu_count()} CPU cores")
@@ -679,7 +685,8 @@ def print_throughput(args: argparse.Namespace, work: Workload, old: PathResult, 
         print(f"     {r.timeline()}")
         print(f"     actor processes: {', '.join(f'{k} x{v[1]}' for k, v in sorted(r.rss.items())) or 'none seen'} "
               f"(titles: {'; '.join(r.titles)})")
-    print(f"new: problems table + {math.ceil(args.requests / args.batch_size)} request files written in {new_setup_s:.1f} s "
+    print(f"new: problems table + {math.ceil(args.requests / args.batch_size)} request files "
+          f"written in {new_setup_s:.1f} s "
           "(before the stream; not in its wall time)")
 
 
@@ -710,7 +717,8 @@ def print_memory(args: argparse.Namespace, results: dict[int, tuple[PathResult, 
         print(f"     old: {old.timeline()}; new: {new.timeline()}")
         for r in (old, new):
             print(f"     {r.name} actor processes: "
-                  f"{', '.join(f'{k} x{v[1]}' for k, v in sorted(r.rss.items())) or 'none seen'} (titles: {'; '.join(r.titles)})")
+                  f"{', '.join(f'{k} x{v[1]}' for k, v in sorted(r.rss.items())) or 'none seen'} "
+                  f"(titles: {'; '.join(r.titles)})")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ from raylc.io.store import Store  # noqa: E402
 from raylc.run import ray_exec  # noqa: E402
 from raylc.run.checkpoint import write_requests  # noqa: E402
 from raylc.run.inference import PROBLEM_ROW_GROUP  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "tests"))
 from in_process import infer_frame  # noqa: E402
+
 from raylc.spec import load_job  # noqa: E402
 
 N = 10_000
@@ -102,7 +104,8 @@ def peak_rss_mb(overrides: dict, store: Path, env_extra: dict[str, str]) -> tupl
     job_file = store / f"{tag}.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | env_extra
-    out = subprocess.run([sys.executable, "-c", PEAK, str(job_file)], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", PEAK, str(job_file)],
+                         capture_output=True, text=True, env=env, check=True)
     job = load_job(job_file)
     n = stages.sample(stages.build(job), job).height
     rss, private = out.stdout.strip().splitlines()[-1].split()
@@ -126,7 +129,8 @@ def main() -> None:
     args = ap.parse_args()
     job = load_job(ROOT / "jobs" / "quickstart.yaml")
     problems = stages.build(job)
-    spans = with_request_ids(stages.sample(problems, job), problems, job).sample(n=N, seed=0).sort("problem_id", "C", "start")
+    spans = (with_request_ids(stages.sample(problems, job), problems, job)
+             .sample(n=N, seed=0).sort("problem_id", "C", "start"))
 
     t0 = time.perf_counter()
     infer_frame(spans, problems, job)

@@ -19,7 +19,8 @@ the same token prompts: ``--requests`` chat prompts built from the documents of
   end).
 * **raylc's engine in process** (between the two): ``VLLMEngine`` (the wrapper the engine actor
   drives: ``AsyncLLM``, one request per prompt) in the benchmark's own process with every request
-  at once, which tells vLLM's async front end apart from Ray and from admission by batches. The engine start varies by seconds between runs, so use a workload of minutes (the
+  at once, which tells vLLM's async front end apart from Ray and from admission by batches.
+  The engine start varies by seconds between runs, so use a workload of minutes (the
   default) and repeat the command.
 
 Prints the requests, generated tokens and windows of each, the outputs that differ (the CPU
@@ -76,8 +77,8 @@ def main() -> None:
 
     import polars as pl
 
-    from raylc.backends.vllm_engine import engine_kwargs
     from raylc.backends import vllm_engine
+    from raylc.backends.vllm_engine import engine_kwargs
     from raylc.run import ray_exec
     from raylc.run.inference import PromptTokenizer
     from raylc.spec import Job
@@ -135,7 +136,9 @@ def main() -> None:
 
     ledger = ray.remote(num_cpus=0)(ray_exec.EngineLedger).remote()
     t0 = time.time()
-    ours = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger))).sort("row")
+    ours = pl.concat(
+        list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger))
+    ).sort("row")
     t1 = time.time()
     stream_s = t1 - t0
     raylc_s = stream_s - offline_start
@@ -150,7 +153,8 @@ def main() -> None:
     assert ours["error"].null_count() == ours.height, ours.filter(pl.col("error").is_not_null())["error"][0]
     differ = sum(a != b for a, b in zip(ours["completion"].to_list(), texts_off))
     print(f"workload: {len(texts)} requests, max_tokens {args.max_tokens}, engine arguments {kw}, "
-          f"batch_size {job.ray.batch_size} x {vllm_engine.concurrent_batches(job.probe, job.ray.batch_size)} batches in flight")
+          f"batch_size {job.ray.batch_size} x {vllm_engine.concurrent_batches(job.probe, job.ray.batch_size)} "
+          "batches in flight")
     print(f"raylc:         {ours['generated_tokens'].sum():,} tokens generated; stream {stream_s:.1f} s = "
           f"start-up {ready - t0:.1f} s + first batch {led['first_in'] - ready:.1f} s + engine window {engine_s:.1f} s "
           f"+ tail {t1 - led['last_out']:.1f} s ({led['batches']} batches): {len(texts) / engine_s:.2f} requests/s "

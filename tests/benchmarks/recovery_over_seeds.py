@@ -58,7 +58,8 @@ def main() -> None:
             per_task = ", ".join(f"{r['task']} {r['recovery']:.1%}"
                                  for r in rec.filter(pl.col("task") != "(all)").iter_rows(named=True))
             print(f"seed {seed}: {total['recovery']:.1%} ({total['recovered']}/{total['n_problems']}; 95% Wilson "
-                  f"[{total['lo']:.1%}, {total['hi']:.1%}]; {per_task}) in {time.perf_counter() - t0:.0f} s", flush=True)
+                  f"[{total['lo']:.1%}, {total['hi']:.1%}]; {per_task}) in {time.perf_counter() - t0:.0f} s",
+                  flush=True)
             rows.append(total["recovery"])
     print(f"recovery over {len(rows)} seeds ({args.seeds}{'; ' + ' '.join(args.settings) if args.settings else ''}): "
           f"mean {statistics.mean(rows):.1%}, min {min(rows):.1%}, max {max(rows):.1%}")

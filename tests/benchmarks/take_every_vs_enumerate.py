@@ -29,8 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from raylc.dolce import stages  # noqa: E402
 from raylc.dolce.sensitivity import run_sensitivity  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "tests"))
 from in_process import infer_frame  # noqa: E402
+
 from raylc.spec import load_job  # noqa: E402
 
 TARGET_RHO = 0.9

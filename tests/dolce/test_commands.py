@@ -10,14 +10,14 @@ import pytest
 import typer
 from cli_runner import raylc
 from dolce_reference import synth_task
+from in_process import infer_frame
 from polars.testing import assert_frame_equal
 
 from raylc import __version__
 from raylc.dolce import stages
-from raylc.dolce.sensitivity import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
-from in_process import infer_frame
+from raylc.dolce.sensitivity import run_sensitivity
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,8 @@ def obs_path(tmp_path_factory):
 
 
 def _raylc_process(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "raylc", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "raylc", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.ray
@@ -94,10 +95,24 @@ def test_sensitivity_with_nothing_to_refit_is_one_line(obs_path, tmp_path):
     "case, mutate, expected",
     [
         ("missing_column", lambda df: df.drop("C"), "'C'"),
-        ("c_above_l", lambda df: df.with_columns(C=pl.when(pl.int_range(pl.len()) == 3).then(pl.col("L") + 1).otherwise(pl.col("C"))), "'C'"),
-        ("score_range", lambda df: df.with_columns(score=pl.when(pl.int_range(pl.len()) == 5).then(1.5).otherwise(pl.col("score"))), "'score'"),
-        ("negative_l", lambda df: df.with_columns(L=pl.when(pl.int_range(pl.len()) == 0).then(-3).otherwise(pl.col("L"))), "'L'"),
-        ("empty_task", lambda df: df.with_columns(task=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("")).otherwise(pl.col("task"))), "'task'"),
+        ("c_above_l",
+         lambda df: df.with_columns(
+             C=pl.when(pl.int_range(pl.len()) == 3).then(pl.col("L") + 1).otherwise(pl.col("C"))
+         ),
+         "'C'"),
+        ("score_range",
+         lambda df: df.with_columns(
+             score=pl.when(pl.int_range(pl.len()) == 5).then(1.5).otherwise(pl.col("score"))
+         ),
+         "'score'"),
+        ("negative_l",
+         lambda df: df.with_columns(L=pl.when(pl.int_range(pl.len()) == 0).then(-3).otherwise(pl.col("L"))),
+         "'L'"),
+        ("empty_task",
+         lambda df: df.with_columns(
+             task=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("")).otherwise(pl.col("task"))
+         ),
+         "'task'"),
     ],
 )
 def test_bad_observation_tables(obs_path, tmp_path, case, mutate, expected):

@@ -8,17 +8,17 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from in_process import infer_frame
 
 from raylc.dolce import stages
 from raylc.dolce.evaluation import DolceEvaluation
 from raylc.evaluate import evaluate, load_report
+from raylc.io.store import Store
 from raylc.run import checkpoint
-from in_process import infer_frame
 from raylc.run.skeleton import Run, RunError
+from raylc.spec import load_job
 
 OUTPUTS = {name: outputs for name, outputs, _ in DolceEvaluation().stages(None)}
-from raylc.io.store import Store
-from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "infer", "score/observations.parquet",
@@ -53,7 +53,8 @@ def test_every_stage_written_and_manifest_complete(quickstart_runs):
     manifest = first.manifest
     assert manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(OUTPUTS, "done")
-    assert manifest["stages"]["score"]["rows"]["observations"] == _read(store, "first", "score/observations.parquet").height
+    observations = _read(store, "first", "score/observations.parquet")
+    assert manifest["stages"]["score"]["rows"]["observations"] == observations.height
     assert "ray" in manifest["versions"] and "polars" in manifest["versions"]
 
 
@@ -109,7 +110,7 @@ def test_report_command(quickstart_runs):
     proc = subprocess.run([sys.executable, "-m", "raylc", "report", str(Path(store, "first"))],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "DOLCE focus categories" in proc.stdout and "planted-a" in proc.stdout
+    assert "Focus categories per task" in proc.stdout and "planted-a" in proc.stdout  # the page's sections
     summary = Path(store, "first", "report", "summary.md").read_text()
     assert "Planted-category recovery" in summary and "| planted-b |" in summary
     bad = subprocess.run([sys.executable, "-m", "raylc", "report", str(store / "nope")], capture_output=True, text=True)
@@ -204,3 +205,31 @@ def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch
     assert not (tmp_path / "r" / "score" / ".parts").exists()
     changed = got.join(stages.score(again, problems, job), on=["task", "problem_id", "C", "start"])
     assert changed.height == 500 and changed["score"].equals(changed["score_right"], check_names=False)
+
+
+def test_the_fit_stage_maps_its_per_subset_fits_from_the_driver(tmp_path, monkeypatch):
+    """The fit stage reads the observation table on the driver and hands the run's mapper one
+    frame per (task, subset): no Ray task starts Ray tasks, and the tables are those of one
+    in-process fit."""
+    from raylc.dolce import evaluation
+    from raylc.io.parallel import in_process
+
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"suite.problems_per_task": 6, "store.path": str(tmp_path)})
+    problems = stages.build(job)
+    spans = stages.with_request_ids(stages.sample(problems, job), problems, job)
+    observations = stages.score(infer_frame(spans, problems, job), problems, job)
+    run = Run(Store(str(tmp_path)), "r", job=job)
+    run.write(observations, evaluation.OBSERVATIONS)
+    calls = []
+
+    def mapper(fn, frames, *args):
+        calls.append((fn.__name__, len(frames), all(isinstance(f, pl.DataFrame) for f in frames)))
+        return in_process(fn, frames, *args)
+
+    monkeypatch.setattr(run, "mapper", lambda: mapper)
+    rows = evaluation.fit(run)
+    expected_problems, expected_tasks = stages.fit(observations, job)
+    assert calls == [("fit_subset", expected_tasks.height, True)]
+    assert run.read("fits/problems.parquet").equals(expected_problems)
+    assert run.read("fits/tasks.parquet").equals(expected_tasks)
+    assert rows == {"problems": expected_problems.height, "tasks": expected_tasks.height}

@@ -148,15 +148,18 @@ BAD_TABLES = {
                       "score", "score=1.5"),
     "negative score": (lambda o: o.with_columns(score=pl.when(pl.col("C") == 2).then(-0.1).otherwise(pl.col("score"))),
                        "score", "score=-0.1"),
-    "negative L": (lambda o: o.with_columns(L=pl.when(pl.col("problem_id") == "t-u003").then(-4).otherwise(pl.col("L"))),
+    "negative L": (lambda o: o.with_columns(
+                       L=pl.when(pl.col("problem_id") == "t-u003").then(-4).otherwise(pl.col("L"))),
                    "L", "L=-4"),
     "empty task": (lambda o: o.with_columns(task=pl.when(pl.col("C") == 10).then(pl.lit("")).otherwise(pl.col("task"))),
                    "task", "task=''"),
     "null task": (lambda o: o.with_columns(task=pl.when(pl.col("C") == 10).then(None).otherwise(pl.col("task"))),
                   "task", "task=None"),
-    "start past the end": (lambda o: o.with_columns(start=pl.when(pl.col("C") == 20).then(55).otherwise(pl.col("start"))),
+    "start past the end": (lambda o: o.with_columns(
+                               start=pl.when(pl.col("C") == 20).then(55).otherwise(pl.col("start"))),
                            "start", "start=55"),
-    "fractional C": (lambda o: o.with_columns(C=pl.col("C").cast(pl.Float64) + pl.when(pl.col("C") == 5).then(0.5).otherwise(0.0)),
+    "fractional C": (lambda o: o.with_columns(
+                         C=pl.col("C").cast(pl.Float64) + pl.when(pl.col("C") == 5).then(0.5).otherwise(0.0)),
                      "C", "C=5.5"),
     "two lengths": (lambda o: o.with_columns(L=pl.when((pl.col("C") == 0) & (pl.col("problem_id") == "t-b000")).then(70)
                                              .otherwise(pl.col("L"))), "L", "L="),

@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from in_process import infer_frame
 from typer.testing import CliRunner
 
 from raylc.cli import app
 from raylc.dolce import stages
 from raylc.dolce.plan import PlanError, plan, prefill_tokens, prefix_order, prompt_pieces, prompt_tokens
-from in_process import infer_frame
 from raylc.spec import load_job
 from raylc.text.prompts import render_prompts
 from raylc.text.sampling import Sampling, sample_spans
@@ -26,7 +26,9 @@ QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
 def _job(problems_per_task=25, max_units=400, **sampling):
     job = load_job(QUICKSTART, {"suite.problems_per_task": problems_per_task, "suite.max_units": max_units,
                                 "suite.min_units": min(50, max_units)})
-    return job.model_copy(update={"sampling": Sampling(**{**job.sampling.model_dump(), **sampling})}) if sampling else job
+    if not sampling:
+        return job
+    return job.model_copy(update={"sampling": Sampling(**{**job.sampling.model_dump(), **sampling})})
 
 
 @pytest.fixture(scope="module")

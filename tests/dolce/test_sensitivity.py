@@ -11,9 +11,12 @@ import numpy as np
 import polars as pl
 import pytest
 from dolce_reference import identity_mapper_pickled, synth_task
+from in_process import infer_frame
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
+from raylc.dolce.fit import fit_observations
+from raylc.dolce.options import FitOptions
 from raylc.dolce.sensitivity import (
     COMPARE_SCHEMA,
     SENSITIVITY_SCHEMA,
@@ -27,9 +30,6 @@ from raylc.dolce.sensitivity import (
     subsample,
     take_every,
 )
-from raylc.dolce.fit import fit_observations
-from raylc.dolce.options import FitOptions
-from in_process import infer_frame
 from raylc.spec import load_job
 
 

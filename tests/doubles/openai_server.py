@@ -385,7 +385,8 @@ def backend_for_job(job) -> SimulatedBackend:
     job = load_job(job) if isinstance(job, (str, Path)) else job
     probe = job.probe if isinstance(job.probe, SimulatedProbe) else SimulatedProbe()
     problems = build_planted(job.suite, job.seed)
-    return SimulatedBackend(probe, dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list())), seed=job.seed)
+    answers = dict(zip(problems["problem_id"].to_list(), problems["answer"].to_list()))
+    return SimulatedBackend(probe, answers, seed=job.seed)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

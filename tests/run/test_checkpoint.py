@@ -15,12 +15,12 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from in_process import infer_frame
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
 from raylc.io.store import Store
 from raylc.run import checkpoint
-from in_process import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,9 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests); RAYLC_SLOW=1 runs it
+# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# RAYLC_SLOW=1 runs it
+@pytest.mark.slow
 def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     """The same for a length-controlled suite (HELMET recall): the one inference path."""
     from raylc.evaluate import evaluate
@@ -149,7 +151,8 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     manifest = json.loads((store / "k" / "manifest.json").read_text())
     # the last kill may land after the stage finished (then it is skipped), never mid-way unseen
     assert (f"{len(stored)} completions kept from earlier attempts" in err
-            or ("[infer] done already, skipped" in err and len(stored) == manifest["stages"]["infer"]["rows"]["requests"]))
+            or ("[infer] done already, skipped" in err
+                and len(stored) == manifest["stages"]["infer"]["rows"]["requests"]))
     ids = _request_ids(store / "k")
     assert len(ids) == len(set(ids)) and stored <= set(ids)
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
@@ -235,7 +238,8 @@ def test_shard_writer_flushes_at_max_rows_or_max_seconds(tmp_path, monkeypatch):
     w.add(_rows(["a", "b"], [None, None]))
     assert not (tmp_path / "r").exists()
     w.add(_rows(["c"], [None], task="u"))  # 3 rows: a shard per task, the first shard number
-    assert _shard_names(tmp_path) == [f"task=t/part-{w.attempt}-00000.parquet", f"task=u/part-{w.attempt}-00000.parquet"]
+    assert _shard_names(tmp_path) == [f"task=t/part-{w.attempt}-00000.parquet",
+                                      f"task=u/part-{w.attempt}-00000.parquet"]
     w.add(_rows(["d", "e"], [None, None]))  # the count starts again after a flush
     clock.t += 9.9
     w.add(_rows([], []))
@@ -279,7 +283,7 @@ def test_a_flush_interrupted_at_any_line_then_flushed_again_stores_each_row_once
         store = Store(str(tmp_path / f"s{n}"))
         progress = []
 
-        def on_flush(frame):
+        def on_flush(frame, progress=progress):
             progress.append(frame.height)
 
         w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=60.0, on_flush=on_flush)
@@ -389,7 +393,8 @@ def test_cached_tokens_nobody_reported_are_unknown_not_zero(tmp_path):
     from raylc.run.skeleton import MANIFEST, stage_table
 
     assert checkpoint.accounting(_rows(["a", "b"], [None, None]), 0)["cached_tokens"] is None
-    assert checkpoint.accounting(_rows(["a", "b", "c"], [None, None, "x"], cached=[None, 6, 9]), 0)["cached_tokens"] == 6
+    rows = _rows(["a", "b", "c"], [None, None, "x"], cached=[None, 6, 9])
+    assert checkpoint.accounting(rows, 0)["cached_tokens"] == 6
     assert checkpoint.accounting(_rows(["a"], [None], cached=[0]), 0)["cached_tokens"] == 0  # a reported 0 is 0
     assert checkpoint.accounting(_rows(["a"], ["x"], cached=[9]), 0)["cached_tokens"] == 0  # no success: nothing cached
     store = Store(str(tmp_path))
@@ -401,7 +406,8 @@ def test_cached_tokens_nobody_reported_are_unknown_not_zero(tmp_path):
     unknown = dict(rows)
     w.add(_rows(["c"], [None], cached=[7]))
     rows, _ = checkpoint.stored_accounting(store, "r", reused=0)
-    assert rows["cached_tokens"] == 7 == checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)["cached_tokens"]
+    assert rows["cached_tokens"] == 7
+    assert checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)["cached_tokens"] == 7
 
     manifest = {"run_id": "r", "job": {"name": "j", "probe": {"backend": "openai", "model": "m"}},
                 "stages": {"infer": {"status": "done", "seconds": 1.0, "rows": unknown}}}

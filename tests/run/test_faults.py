@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+from in_process import infer_frame
 
 from raylc.dolce import stages
 from raylc.evaluate import evaluate
 from raylc.io.store import Store, StoreError
-from in_process import infer_frame
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,8 @@ SMALL = {"suite.problems_per_task": 15, "suite.max_units": 120, "ray.no_progress
 def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path), **SMALL})
     evaluate(job, "r", log=lambda m: None)
-    before = {rel: pl.read_parquet(tmp_path / "r" / rel) for rel in ("score/observations.parquet", "fits/problems.parquet")}
+    before = {rel: pl.read_parquet(tmp_path / "r" / rel)
+              for rel in ("score/observations.parquet", "fits/problems.parquet")}
     obs = tmp_path / "r" / "score" / "observations.parquet"
     obs.write_bytes(obs.read_bytes()[: obs.stat().st_size // 2])  # truncated
     (tmp_path / "r" / "fits" / "problems.parquet").write_bytes(b"not parquet at all")  # corrupt
@@ -87,7 +88,9 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests); RAYLC_SLOW=1 runs it
+# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# RAYLC_SLOW=1 runs it
+@pytest.mark.slow
 def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
     spec["suite"].update({"lengths": [8192, 16384, 32768, 65536], "base_lengths": [8192], "samples_per_length": 24})

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from doubles.model_dir import make_model_dir
 
 from raylc.evaluate import evaluate
 from raylc.run.skeleton import InferenceFailed
 from raylc.spec import Job
-
-from doubles.model_dir import make_model_dir
 
 pytestmark = pytest.mark.ray
 
@@ -86,7 +85,7 @@ def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_p
 def test_engine_that_dies_is_restarted_and_the_run_completes(ray_session, tmp_path):
     stats = tmp_path / "stats"
     model = make_model_dir(tmp_path / "m", double={**FAST, "die_after_requests": 200, "stats_dir": str(stats)})
-    # CPU engines: the engine actor of the failed start-up test may still hold the session's one GPU
+    # CPU engines (probe.device: cpu), the path of vLLM's CPU build
     run = evaluate(_job(model, tmp_path / "s", max_engine_restarts=5, device="cpu", engine_num_cpus=0.25), "r",
                    log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
@@ -103,7 +102,8 @@ def test_engine_restarts_are_bounded(ray_session, tmp_path):
                  log=lambda m: None)
     message = str(err.value)
     assert time.monotonic() - t0 < 120 and "\n" not in message
-    assert "EngineRestartsExceeded: the vLLM engine died 2 times, more than probe.max_engine_restarts = 1 allows" in message
+    assert ("EngineRestartsExceeded: the vLLM engine died 2 times, "
+            "more than probe.max_engine_restarts = 1 allows") in message
     assert "die_after_requests=5 reached" in message  # the core's own reason, from its traceback
 
 
@@ -136,7 +136,8 @@ def test_workers_import_the_drivers_raylc_from_a_folder_holding_another(tmp_path
             "import ray\nfrom raylc.run.ray_exec import init_ray\ninit_ray(None, 1)\n"
             "print(ray.get(ray.remote(lambda: __import__('raylc').__file__).remote()))\nray.shutdown()\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == raylc.__file__
 
@@ -159,7 +160,7 @@ def test_the_ledger_records_the_engines_busy_window(ray_session, tmp_path):
     from raylc.run import ray_exec
 
     model = make_model_dir(tmp_path / "m", double=FAST)
-    # a CPU engine: an engine actor of a restart test that failed its run may still hold the GPU
+    # a CPU engine (probe.device: cpu)
     job = _job(model, tmp_path / "s", device="cpu", engine_num_cpus=0.25)
     texts = [f"Document {i}. " * (5 + i % 7) for i in range(40)]
     frame = pl.DataFrame({"row": range(40), "head": "", "context": texts, "tail": ""})
@@ -176,3 +177,33 @@ def test_the_ledger_records_the_engines_busy_window(ray_session, tmp_path):
     assert summary["batches"] >= 3  # batch_size 16
     assert len(summary["ready_at"]) == 1
     assert t0 <= summary["ready_at"][0] <= summary["first_in"] <= summary["last_out"] <= t1
+
+
+def _alive_pool_actors() -> list[str]:
+    """Live actors of an engine pipeline's pools (Ray Data names them
+    ``MapWorker(MapBatches(<UDF class>))``), from the GCS actor table (no dashboard needed)."""
+    import ray
+
+    return [a["ActorClassName"] for a in ray._private.state.actors().values() if a.get("State") == "ALIVE"
+            and any(f"({name})" in a["ActorClassName"] for name in ("PrepareActor", "EngineActor"))]
+
+
+def test_a_failed_run_releases_its_engine_actors_and_the_next_run_gets_the_gpu(ray_session, tmp_path):
+    """In one long-lived Ray session, an engine that failed to start leaves no engine actor (and
+    no reserved GPU) behind its failed run: the next GPU engine of the session is placed."""
+    import ray
+
+    from raylc.run import ray_exec
+
+    failing = make_model_dir(tmp_path / "bad", double={**FAST, "fail_on_init": "RuntimeError: no engine (double)"})
+    with pytest.raises(InferenceFailed, match="no engine"):
+        evaluate(_job(failing, tmp_path / "s"), "bad", log=lambda m: None)
+    for _ in range(100):  # ray.kill returns before the GCS marks the actor dead
+        if not _alive_pool_actors() and ray.available_resources().get("GPU", 0) == 1:
+            break
+        time.sleep(0.2)
+    assert _alive_pool_actors() == [] and ray.available_resources().get("GPU", 0) == 1
+    good = _job(make_model_dir(tmp_path / "good", double=FAST), tmp_path / "s")
+    frame = pl.DataFrame({"row": range(20), "head": "", "context": [f"Document {i}." for i in range(20)], "tail": ""})
+    out = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), good)))
+    assert out.height == 20 and out["error"].null_count() == 20

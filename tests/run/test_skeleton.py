@@ -119,3 +119,20 @@ def test_the_manifest_records_the_command_lines_overrides(job, tmp_path):
     assert _manifest(tmp_path)["overrides"] == {"seed": 3, "suite.lengths": [1024, 2048]}
     run_job(job, Counting(), "r", log=lambda m: None)  # a resume without them records none
     assert _manifest(tmp_path)["overrides"] == {}
+
+
+def test_a_runs_mapper_raises_a_tasks_own_error():
+    """``Run.mapper()`` maps from the driver and raises what the task raised, not Ray's wrapper."""
+    from raylc.run.skeleton import _raising_own_errors
+
+    class RayTaskError(Exception):
+        def __init__(self, cause: Exception):
+            super().__init__(f"wrapped: {cause}")
+            self.cause = cause
+
+    def map_tasks(fn, items, *args):
+        raise RayTaskError(ValueError("subset a: bad counts"))
+
+    with pytest.raises(ValueError, match="^subset a: bad counts$"):
+        _raising_own_errors(map_tasks)(len, [[1]])
+    assert _raising_own_errors(lambda fn, items, *a: [fn(i, *a) for i in items])(len, [[1], [1, 2]]) == [1, 2]

@@ -173,13 +173,15 @@ def test_status_cli_lines(tmp_path):
 
 
 def test_progress_is_recorded_at_each_shard(tmp_path):
-    """Run.start_progress / add_to_run / record_progress through a ShardWriter's flushes: the
-    manifest on disk counts every stored completion (errors apart, tokens of successes only)."""
+    """InferProgress (opened, planned, stored) through a ShardWriter's flushes: the manifest on
+    disk counts every stored completion (errors apart, tokens of successes only)."""
+    from raylc.run.progress import InferProgress
+
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path)})
     run = Run(Store(str(tmp_path)), "r", {"stages": {"infer": {"status": "running"}}}, job=job)
-    run.start_progress(reused=10)
-    run.add_to_run(5)
-    writer = checkpoint.ShardWriter(run.store, "r", max_rows=2, max_seconds=60.0, on_flush=run.record_progress)
+    progress = InferProgress(run.manifest, reused=10, save=run.save)
+    progress.planned(5)
+    writer = checkpoint.ShardWriter(run.store, "r", max_rows=2, max_seconds=60.0, on_flush=progress.stored)
     batch = pl.DataFrame({"task": ["t"] * 3, "request_id": ["a", "b", "c"], "error": [None, "boom", None],
                           "prompt_tokens": [10, 20, 30], "generated_tokens": [1, 2, 3]})
     writer.add(batch)  # 3 rows >= 2: one flush

@@ -132,7 +132,8 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
         time.sleep(0.5)
     time.sleep(1.0)  # the log's last lines
     logs = client.get_job_logs(job_id)
-    assert re.search(r"^interrupted \(SIGTERM\) during infer; \d+ requests stored; re-run with --run-id stop to resume$",
+    assert re.search(r"^interrupted \(SIGTERM\) during infer; \d+ requests stored; "
+                     r"re-run with --run-id stop to resume$",
                      logs, re.M), logs[-3000:]
     assert "Traceback" not in logs and "SIGTERM received" not in logs
     manifest = json.loads((run / "manifest.json").read_text())

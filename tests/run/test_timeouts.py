@@ -312,7 +312,8 @@ def test_live_gcs_passes_the_check(ray_session):
     api = FakeJobsAPI("hang")
     try:
         with pytest.raises(RayUnavailable,
-                           match=r"^ray.address 127.0.0.1:\d+ \(from the job file\) answered, but not as a Ray cluster"):
+                           match=r"^ray.address 127.0.0.1:\d+ \(from the job file\) "
+                                 r"answered, but not as a Ray cluster"):
             check_ray_address(api.address.removeprefix("http://"), 5, "ray.address")
     finally:
         api.close()

@@ -2,9 +2,9 @@
 
 import polars as pl
 import pytest
+from doubles.openai_server import SimulatedOpenAIServer
 
 from raylc.backends.simulated import SimulatedBackend
-from doubles.openai_server import SimulatedOpenAIServer
 from raylc.run.ray_exec import generate_on_ray
 from raylc.scoring.judge import judge_sample_prompts, judge_sample_scores, simulated_judgement
 from raylc.spec import SimulatedProbe, parse_job

@@ -301,7 +301,8 @@ def test_edit_sim_difflib_and_levenshtein_differ_as_the_official_eval_did():
     """The official eval.py scored this pair 13 with LongBench/requirements.txt's packages (difflib)
     and 22 with python-Levenshtein installed (tests/data/longbench_v1/README.md, lcc). By hand:
     T = 12 + 33 = 45. InDel keeps a longest common subsequence of 5 ("nnele": the "n" of "Un", the
-    "n" of "an", then "e", "l", "e"): 10/45 = 22.2% -> 22. difflib takes the first longest block, "le" ("Unanswerab|le" and
+    "n" of "an", then "e", "l", "e"): 10/45 = 22.2% -> 22. difflib takes the first longest block,
+    "le" ("Unanswerab|le" and
     "    return |le|n(...)"), then recurses left of it ("Unanswerab" / "    return "), where the
     longest block is one "n"; nothing is right of "le" in "Unanswerable": M = 3, 6/45 = 13.3% -> 13."""
     pred, ref = ["Unanswerable"], ["    return len(text.splitlines())"]
