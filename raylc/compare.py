@@ -5,7 +5,7 @@ A run is ``<store>/<run_id>`` (local or s3://), named directly or by a glob on i
 segment (``runs/helmet-*``, ``s3://bucket/runs/q*``). From the length-controlled runs come
 their kept scores, relabelled so that LongScore (:func:`raylc.sweep.longscore.longscore`) ranks
 runs, not only models: two runs of one model stay two rows. From the DOLCE runs come the
-category shares per task with 95% Wilson intervals over the problems, and, for every pair of
+category shares per task with their 95% intervals as each run stored them, and, for every pair of
 DOLCE runs over the same problems, the agreement of Section 6 (Spearman's rho of lambda and k,
 :func:`raylc.dolce.sensitivity.compare_fits`). Every table carries ``run_id`` and ``model`` (the
 probe's model; ``simulated`` for the simulated probe).
@@ -21,13 +21,14 @@ from typing import Optional, Sequence
 
 import polars as pl
 
-from raylc.dolce.categories import CATEGORIES, wilson
+from raylc.dolce.categories import CATEGORIES
 from raylc.io.figures import png_bytes
+from raylc.io.page import Page, image_html, table_html, text_html
 from raylc.io.parallel import Mapper
 from raylc.io.store import Store, StoreError, read_input
 from raylc.run.skeleton import MANIFEST
 from raylc.spec import Job, JobSpecError, parse_job
-from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, task_correlation
+from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, rank_tables, task_correlation
 from raylc.sweep.report import longscore_figures, write_longscore_result
 
 
@@ -142,26 +143,25 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
 
 
 def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:
-    """Per DOLCE run, task and subset: each category's count, share and 95% Wilson interval
-    over the problems of that subset (the run's ``fits/problems.parquet``)."""
+    """Per DOLCE run, task, subset and category: the run's own shares, read from its
+    ``report/categories.parquet`` (n, n_problems, share: the posterior-mean share, share_lo,
+    share_hi: its 95% interval, interval: what that interval is over; :mod:`raylc.dolce.shares`),
+    so ``raylc compare`` repeats what the run printed."""
+    from raylc.dolce.shares import SHARE_SCHEMA
+
+    schema = {"run_id": pl.String, "model": pl.String, "task": pl.String, "subset": pl.String, "scenario": pl.String,
+              **SHARE_SCHEMA}
     frames = []
     for ref in runs:
         if ref.job.suite.family != "dolce":
             continue
-        problems = ref.read("fits/problems.parquet")
-        grid = problems.select("task", "subset", "scenario").unique().join(
-            pl.DataFrame({"category": list(CATEGORIES)}), how="cross")
-        counts = grid.join(problems.group_by("task", "subset", "category").agg(n=pl.len()),
-                           on=["task", "subset", "category"], how="left").with_columns(pl.col("n").fill_null(0))
-        counts = counts.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
-        lo, hi = wilson(pl.col("n"), pl.col("n_problems"))
-        frames.append(counts.with_columns(share=pl.col("n") / pl.col("n_problems"), share_lo=lo, share_hi=hi)
-                      .select(pl.lit(ref.run_id).alias("run_id"), pl.lit(ref.model).alias("model"), "task", "subset",
-                              "scenario", "category", pl.col("n").cast(pl.Int64), pl.col("n_problems").cast(pl.Int64),
-                              "share", "share_lo", "share_hi"))
-    schema = {"run_id": pl.String, "model": pl.String, "task": pl.String, "subset": pl.String, "scenario": pl.String,
-              "category": pl.String, "n": pl.Int64, "n_problems": pl.Int64, "share": pl.Float64,
-              "share_lo": pl.Float64, "share_hi": pl.Float64}
+        table = ref.read("report/categories.parquet")
+        if "n_problems" not in table.columns:  # written before the shares had their own module
+            table = table.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
+        if "interval" not in table.columns:
+            table = table.with_columns(interval=pl.lit(None, pl.String))
+        frames.append(table.select(pl.lit(ref.run_id).alias("run_id"), pl.lit(ref.model).alias("model"),
+                                   *[pl.col(c).cast(t) for c, t in schema.items() if c not in ("run_id", "model")]))
     if not frames:
         return pl.DataFrame(schema=schema)
     order = {c: i for i, c in enumerate(CATEGORIES)}
@@ -210,20 +210,52 @@ def runs_table(runs: Sequence[RunRef]) -> pl.DataFrame:
                                 "suite": pl.String, "seed": pl.Int64})
 
 
-def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: int = 200, seed: int = 0,
+def runs_longscore(runs: Sequence[RunRef], base_lengths: Optional[Sequence[int]] = None,
+                   n_boot: Optional[int] = None, seed: Optional[int] = None,
+                   mapper: Optional[Mapper] = None) -> list[dict[str, pl.DataFrame]]:
+    """LongScore of each length-controlled run as its own report computed it
+    (:func:`raylc.sweep.report.longscore_of_run` with the run's bootstrap,
+    :func:`raylc.sweep.report.run_bootstrap`: the n_boot and seed its ``report/summary.parquet``
+    states), ``model`` set to the run's label; ``n_boot`` / ``seed`` replace the run's own."""
+    from raylc.sweep.report import longscore_of_run, run_bootstrap
+
+    sweep = [r for r in runs if r.job.suite.family == "sweep"]
+    out = []
+    for ref, label in zip(sweep, _labels(sweep)["label"]):
+        stored = ref.read("report/summary.parquet") if ref.store.exists(ref.run_id, "report", "summary.parquet") \
+            else None
+        own_boot, own_seed = run_bootstrap(ref.job, stored)
+        kept = ref.read("score/scores.parquet").filter(pl.col("kept"))
+        try:
+            result = longscore_of_run(kept, ref.job, own_boot if n_boot is None else n_boot,
+                                      own_seed if seed is None else seed, mapper, base_lengths)
+        except ValueError as exc:
+            raise StoreError(f"{ref.uri}: LongScore: {exc}") from None
+        out.append({name: frame.with_columns(model=pl.lit(label)) for name, frame in result.items()})
+    return out
+
+
+def merge_longscore(results: Sequence[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """Several LongScore results (each with its own models and bootstrap) as one, ranked among
+    all their models (:func:`raylc.sweep.longscore.rank_tables`)."""
+    per_length, summary = rank_tables(pl.concat([r["per_length"] for r in results], how="vertical_relaxed"),
+                                      pl.concat([r["summary"] for r in results], how="vertical_relaxed"))
+    return {"per_length": per_length, "summary": summary}
+
+
+def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = None, seed: Optional[int] = None,
                  mapper: Optional[Mapper] = None) -> dict[str, pl.DataFrame]:
     """The leaderboard of ``runs`` under ``out_uri``: ``runs``, LongScore (``per_length``,
-    ``summary``: per run and task with CIs and the three rankings) for the length-controlled
-    runs, ``categories`` and ``agreement`` for the DOLCE runs, and figures. Nothing is written
-    when a table cannot be made."""
+    ``summary``: per run and task with CIs and the three rankings; each run's intervals from its
+    own bootstrap, :func:`runs_longscore`, unless ``n_boot`` / ``seed`` are given) for the
+    length-controlled runs, ``categories`` (each run's stored shares, :func:`category_shares`)
+    and ``agreement`` for the DOLCE runs, and figures. Nothing is written when a table cannot be
+    made."""
     tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
     figures: dict[str, bytes] = {}
     scores, labels, base = length_scores(runs)
     if scores.height and base:
-        try:
-            result = longscore(scores, base, n_boot=n_boot, seed=seed, mapper=mapper)
-        except ValueError as exc:
-            raise StoreError(f"LongScore of the runs: {exc}") from None
+        result = merge_longscore(runs_longscore(runs, base, n_boot, seed, mapper))
         figures.update(longscore_figures(result))
         tables.update({name: relabel(frame, labels) for name, frame in result.items()})
     shares = category_shares(runs)
@@ -245,8 +277,8 @@ def run_longscore(
     sources: str | Sequence[str],
     out_uri: str,
     base_lengths: Optional[Sequence[int]] = None,
-    n_boot: int = 0,
-    seed: int = 0,
+    n_boot: Optional[int] = None,
+    seed: Optional[int] = None,
     mapper: Optional[Mapper] = None,
     figures: bool = True,
 ) -> dict[str, pl.DataFrame]:
@@ -254,6 +286,9 @@ def run_longscore(
     kept scores, :func:`raylc.compare.length_scores`), compute LongScore, write ``per_length``,
     ``summary``, ``correlation`` Parquet tables and PNG figures (unless ``figures`` is false)
     under ``out_uri`` (local or s3://). Every table carries ``run_id`` (null for rows from a score table) and ``model``.
+    A run's LongScore is the one its report computed (:func:`runs_longscore`: its own bootstrap
+    unless ``n_boot`` / ``seed`` are given); a score table's has ``n_boot`` resamples (default 0:
+    no CI) with ``seed`` (default 0). Every table states n_boot and boot_seed.
     Per (model, task) aggregation is mapped by ``mapper`` (e.g. over Ray tasks; None: in
     process). A table that :func:`raylc.sweep.longscore.validate_scores` refuses is a
     :class:`StoreError` line naming the file, before anything is written."""
@@ -261,7 +296,7 @@ def run_longscore(
     tables, run_patterns = [], []
     for source in sources:
         (run_patterns if is_run_source(source) else tables).append(source)
-    frames, labels = [], []
+    frames, labels, results = [], [], []
     for uri in tables:
         scores = read_input(uri)
         missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
@@ -273,19 +308,23 @@ def run_longscore(
         labels.append(scores.select(pl.col("model").cast(pl.String).unique().alias("label")).with_columns(
             run_id=pl.lit(None, pl.String), model=pl.col("label")))
     if run_patterns:
-        run_scores, run_labels, run_base = length_scores(find_runs(run_patterns))
+        runs = find_runs(run_patterns)
+        run_scores, run_labels, run_base = length_scores(runs)
         base_lengths = run_base if base_lengths is None and run_base else base_lengths
         if not run_scores.height:
             raise StoreError(f"{', '.join(run_patterns)}: no length-controlled run among them")
-        frames.append(run_scores)
+        results = runs_longscore(runs, base_lengths, n_boot, seed, mapper)
         labels.append(run_labels)
-    scores = pl.concat(frames, how="diagonal_relaxed")
     base_lengths = DEFAULT_BASE_LENGTHS if base_lengths is None else base_lengths
-    where = ", ".join(sources)
-    try:
-        result = longscore(scores, base_lengths, n_boot=n_boot, seed=seed, mapper=mapper)
-    except ValueError as exc:
-        raise StoreError(f"{where}: {exc}") from None
+    if frames:
+        where = ", ".join(tables)
+        try:
+            results.insert(0, longscore(pl.concat(frames, how="diagonal_relaxed"), base_lengths,
+                                        n_boot=n_boot or 0, seed=seed or 0, mapper=mapper))
+        except ValueError as exc:
+            raise StoreError(f"{where}: {exc}") from None
+    scores = pl.concat(frames + ([run_scores] if run_patterns else []), how="diagonal_relaxed")
+    result = merge_longscore(results)
     if scores["model"].n_unique() >= 3 and scores["task"].n_unique() >= 2:
         result["correlation"] = task_correlation(scores, by="task")
     label_table = pl.concat(labels).unique("label", keep="first")
@@ -302,3 +341,95 @@ def is_run_source(source: str) -> bool:
         return True
     root, _, name = source.rstrip("/").rpartition("/")
     return Store(root or ".").exists(name, MANIFEST)
+
+
+# The page of a comparison: ``index.html`` beside its tables, built like a run's page
+# (:class:`raylc.io.page.Page`): the headline tables first (the runs, LongScore per run, the
+# category shares per run, the agreement between runs), then the figures. ``raylc compare``
+# prints the same sections in the same order (:meth:`raylc.io.page.Page.print`).
+
+#: the figures ``raylc compare`` may write, in the page's order, with their headings
+FIGURES = (("categories.png", "DOLCE category shares per run, 95% intervals"),
+           ("score_vs_length.png", "Score against length per run"),
+           ("longscore_vs_length.png", "LongScore against length per run"))
+
+
+def agreement_note(runs: Sequence[RunRef], agreement: pl.DataFrame) -> str:
+    """Why ``agreement.parquet`` has the rows it has: the pairs of DOLCE runs compared, or,
+    with none, why no pair could be (one DOLCE run only; no two runs over the same problems)."""
+    dolce = [r for r in runs if r.job.suite.family == "dolce"]
+    if agreement.height:
+        pairs = agreement.select("run_a", "run_b").unique(maintain_order=True).height
+        return (f"{pairs} pair(s) of DOLCE runs over the same problems (task, id, question and units equal); "
+                "Spearman's rho of lambda and k over those problems (DOLCE Section 6), the first run as reference.")
+    if len(dolce) < 2:
+        return (f"agreement.parquet has 0 rows: it compares pairs of DOLCE runs, and {len(dolce)} DOLCE run was given.")
+    content = {r.uri: _problem_content(r) for r in dolce}
+    shared = [(a, b) for a, b in itertools.combinations(dolce, 2)
+              if content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner").height]
+    if not shared:
+        return (f"agreement.parquet has 0 rows: no two of the {len(dolce)} DOLCE runs share a problem (same task, "
+                "id, question and units); runs with another seed or data draw other problems. Run one suite and "
+                "seed with two probes (or settings) to compare them.")
+    return (f"agreement.parquet has 0 rows: {len(shared)} pair(s) of runs share problems, but no task subset (COW "
+            "or PIG) was fitted in both runs.")
+
+
+def compare_page(runs: Sequence[RunRef], tables: dict[str, pl.DataFrame], figures: dict[str, bytes]) -> Page:
+    """The page of a comparison: ``tables`` as :func:`raylc.compare.compare_runs` returns them,
+    ``figures`` its PNGs by file name; headline tables first, then the figures."""
+    from raylc.dolce.categories import CATEGORY_LEGEND
+
+    models = sorted(set(tables["runs"]["model"]))
+    out = Page(f"raylc compare: {len(runs)} runs",
+               f"{len(runs)} finished runs of {len(models)} model(s): {', '.join(models)}")
+    out.headline.append((f"{len(runs)} runs", [table_html(tables["runs"])]))
+    if "summary" in tables:
+        from raylc.sweep.report import bootstrap_note
+
+        cols = [c for c in ("run_id", "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi",
+                            "rank_base", "rank_score", "rank_lc", "n_boot", "boot_seed", "warning")
+                if c in tables["summary"].columns]
+        summary = tables["summary"].select(cols).with_columns(
+            pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2))
+        out.headline.append((f"LongScore per run (LC in %, averaged over long lengths; "
+                             f"{bootstrap_note(tables['summary'])})",
+                             [table_html(summary),
+                              text_html("LC_l = 100 (S_l - Base) / Base, Base the mean score at the base lengths "
+                                        "(100-LongBench Eq. 1-2); ranks among the runs of this comparison.")]))
+    if "categories" in tables:
+        from raylc.dolce.report import interval_note, shares_with_intervals
+
+        out.headline.append(("DOLCE category shares per run [95% interval], as each run reported them",
+                             [table_html(shares_with_intervals(tables["categories"])),
+                              text_html(f"Share: {interval_note(tables['categories'])}."),
+                              text_html("Categories (DOLCE Figure 1; lambda_p = k_p: the first tertile of the task's "
+                                        "observation lengths; lambda_q: the problem's longest partial observation):"),
+                              *[text_html(line) for line in CATEGORY_LEGEND]]))
+        agreement = tables["agreement"]
+        note = text_html(agreement_note(runs, agreement), "note" if agreement.height else "warn")
+        frags = [note]
+        if agreement.height:
+            shown = agreement.select("run_a", "run_b", "task", "subset", "n_problems", "rho_lam", "rho_k",
+                                     "category_agreement").with_columns(
+                pl.col("rho_lam", "rho_k", "category_agreement").round(3))
+            frags = [table_html(shown), note]
+        out.headline.append(("Agreement between runs (Spearman, DOLCE Section 6)", frags))
+    for name, heading in FIGURES:
+        if name in figures:
+            out.details.append((heading, [image_html(figures[name], f"{heading} ({name})")]))
+    return out
+
+
+def write_compare_page(runs: Sequence[RunRef], tables: dict[str, pl.DataFrame], out_uri: str) -> Page:
+    """:func:`compare_page` of the tables and the figures written under ``out_uri``, written there
+    as ``index.html``; returns the page (``raylc compare`` prints it)."""
+    out = Store(out_uri)
+    figures = {}
+    for name, _ in FIGURES:
+        if out.exists(name):
+            with out.open_input(name) as f:
+                figures[name] = f.read()
+    page = compare_page(runs, tables, figures)
+    out.write_text(page.render(), "index.html")
+    return page

@@ -49,3 +49,23 @@ def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any], 
     if not tables:
         raise StoreError(f"{run_dir}: the run has no report yet (run it to completion with `raylc run`)")
     return tables, manifest, evaluation
+
+
+def report_page(run_dir: str) -> Any:
+    """A finished run's page (:class:`raylc.io.page.Page`) rebuilt from its stored report, figures
+    and fits: ``raylc report`` prints its sections, in the page's order."""
+    tables, manifest, evaluation = load_report(run_dir)
+    root, _, run_id = run_dir.rstrip("/").rpartition("/")
+    store = Store(root or ".")
+
+    def read(rel: str) -> Any:
+        parts = rel.split("/")
+        if not store.exists(run_id, *parts):
+            return None
+        if rel.endswith(".parquet"):
+            return store.read_table(run_id, *parts)
+        with store.open_input(run_id, *parts) as f:
+            return f.read()
+
+    job = parse_job(manifest.get("job"), f"{run_dir}/manifest.json")
+    return evaluation.report_page(job, tables, manifest, read)

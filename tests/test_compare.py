@@ -1,9 +1,14 @@
 """`raylc compare` and `raylc longscore` on run folders (issue 18): finished runs found by
 folder or glob, every table labelled by run id and model, numbers equal to `raylc longscore`
-and `raylc fit` on the same tables; Wilson intervals against their definition."""
+and `raylc fit` on the same tables; Wilson intervals against their definition; the comparison's
+page (issue 31) in headless Chromium."""
 
+import io
 import json
 import math
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
+from rich.console import Console
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.compare import find_runs
+from raylc.compare import RunRef, agreement_note, compare_page, find_runs, write_compare_page
 from raylc.dolce.categories import wilson
-from raylc.io.store import StoreError
+from raylc.dolce.sensitivity import COMPARE_SCHEMA
+from raylc.io.store import Store, StoreError
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,6 +193,223 @@ def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, ru
                            "--window-size=1280,2400", "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
                            (four_runs / run_id / "report" / "index.html").as_uri()],
                           capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "net::ERR" in line
+               or "Not allowed to load" in line]
+    assert not console, console
+    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def _length_run(store: Path, run_id: str, seed: int) -> Path:
+    """A finished helmet-recall run made without Ray: completions right for about three samples in
+    four at the short lengths and one in two at the longest, its report written by the run's own
+    report function."""
+    from raylc.io.parallel import in_process
+    from raylc.io.store import Store
+    from raylc.run.skeleton import Run
+    from raylc.spec import parse_job
+    from raylc.sweep import stages
+    from raylc.sweep.report import write_length_report
+
+    job = parse_job({"name": "lc", "seed": seed, "store": {"path": str(store)}, "suite": {
+        "kind": "helmet_recall", "tasks": ["json_kv", "mv_needle"], "lengths": [200, 700, 1200],
+        "base_lengths": [200], "samples_per_length": 16, "depths": 2}})
+    samples = stages.build_samples(job)
+    draw = pl.col("sample_id").hash(seed) % 4
+    wrong = (draw == 0) | ((pl.col("length") == 1200) & (draw == 1))
+    first = samples.select("task", "sample_id", "length", completion=pl.when(wrong).then(pl.lit("no idea"))
+                           .otherwise(pl.col("gold"))).with_columns(
+        error=pl.lit(None, pl.String), truncated_tokens=pl.lit(0))
+    scores = job.suite.kept(stages.with_visibility(stages.score_samples(
+        stages.final_completions(samples, first, first.clear()))))
+    run = Run(Store(str(store)), run_id, {"run_id": run_id, "job": job.resolved(), "seed": seed,
+                                           "stages": {"report": {"status": "done"}}, "finished_at": "t"}, job=job)
+    run.mapper = lambda: in_process
+    run.write(scores, "score/scores.parquet")
+    write_length_report(run, job, scores)
+    run.store.write_json(run.manifest, run_id, "manifest.json")
+    return store / run_id
+
+
+def test_one_longscore_bootstrap_per_run(tmp_path):
+    """Issue 29 acceptance 4: a length run's LongScore intervals are equal in its report, `raylc
+    report`, `raylc compare` of the run alone and `raylc longscore` on the run, and every table
+    and printout names n_boot and the seed."""
+    from cli_runner import raylc
+
+    run = _length_run(tmp_path / "runs", "lc-1", seed=3)
+    stored = pl.read_parquet(run / "report" / "summary.parquet")
+    stored_per = pl.read_parquet(run / "report" / "per_length.parquet")
+    assert stored["avg_lc_lo"].null_count() == 0 and (stored["avg_lc_lo"] < stored["avg_lc_hi"]).all()
+    assert set(stored["n_boot"]) == {200} and set(stored["boot_seed"]) == {3}
+    assert "n_boot = 200, seed = 3" in (run / "report" / "summary.md").read_text()
+    assert "n_boot = 200, seed = 3" in (run / "report" / "index.html").read_text()
+    report = raylc("report", str(run))
+    assert report.returncode == 0 and "n_boot = 200, seed = 3" in report.stdout
+    cols = ["task", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_boot", "boot_seed"]
+    per_cols = ["task", "length", "lc", "lc_lo", "lc_hi", "n_boot", "boot_seed"]
+    for command in (["compare", str(run)], ["longscore", str(run)]):
+        done = raylc(*command, "--out", str(tmp_path / command[0]))
+        assert done.returncode == 0, done.stderr
+        assert "n_boot = 200, seed = 3" in done.stdout
+        for name, keep in (("summary", cols), ("per_length", per_cols)):
+            got = pl.read_parquet(tmp_path / command[0] / f"{name}.parquet")
+            assert_frame_equal(got.select(keep), (stored if name == "summary" else stored_per).select(keep))
+    # another bootstrap when asked for, and named so
+    other = raylc("longscore", str(run), "--out", str(tmp_path / "other"), "--n-boot", "50", "--seed", "1")
+    assert other.returncode == 0 and "n_boot = 50, seed = 1" in other.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("run_id", ["qs-a", "hr-good"])
+def test_report_prints_the_pages_sections_in_the_pages_order(four_runs, run_id):
+    """Issue 31 item 6: `raylc report` walks the sections of report/index.html in its order
+    (the EM section and "What the run did" included), and the page it rebuilds is the run's page."""
+    import html
+    import re
+
+    from cli_runner import raylc
+
+    page = (four_runs / run_id / "report" / "index.html").read_text(encoding="utf-8")
+    headings = [html.unescape(h) for h in re.findall(r"<h2>(.*?)</h2>", page)]
+    assert headings[-1] == "What the run did" and len(headings) >= 4
+    if run_id == "qs-a":
+        assert any(h.startswith("EM per task subset") for h in headings)
+    out = raylc("report", four_runs / run_id)
+    assert out.returncode == 0, out.stderr
+    where = [0]
+    for heading in headings:  # each after the one before it
+        where.append(out.stdout.find(heading, where[-1] + 1 if len(where) > 1 else 0))
+        assert where[-1] != -1, (heading, headings)
+
+
+@pytest.mark.ray
+def test_compare_writes_its_page_and_80_columns_keep_ids_and_task_names_whole(four_runs, tmp_path):
+    """Issue 31 items 2-3: `raylc compare` writes index.html beside its tables (headline tables,
+    then figures; an empty agreement table says why), and at COLUMNS=80 on a terminal `runs`,
+    `status`, `report` and `compare` print run ids and task names whole on a line."""
+    import re
+
+    from cli_runner import raylc
+
+    tty = {"COLUMNS": "80", "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}
+    out = raylc("compare", f"{four_runs}/qs-a", f"{four_runs}/qs-b", f"{four_runs}/hr-*", "--out", tmp_path / "cmp",
+                env=tty)
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "cmp" / "index.html").read_text(encoding="utf-8")
+    assert page.index("<table>") < page.index("<img") and page.count("data:image/png;base64,") == 3
+    assert "agreement.parquet has 0 rows: no two of the 2 DOLCE runs share a problem" in page
+    assert "agreement.parquet has 0 rows" in out.stdout
+    tasks = ["planted-a", "planted-b", "json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle"]
+    checks = {"compare": (out.stdout, ["qs-a", "qs-b", "hr-good", "hr-weak", *tasks]),
+              "runs": (raylc("runs", four_runs, env=tty).stdout, ["qs-a", "qs-b", "qs-c", "hr-good", "hr-weak"]),
+              "status": (raylc("status", four_runs / "hr-weak", env=tty).stdout, ["hr-weak"]),
+              "report qs-a": (raylc("report", four_runs / "qs-a", env=tty).stdout, ["qs-a", "planted-a", "planted-b"]),
+              "report hr-good": (raylc("report", four_runs / "hr-good", env=tty).stdout, ["hr-good", *tasks[2:]])}
+    for command, (text, names) in checks.items():
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # bold and italic titles
+        lines = text.splitlines()
+        assert lines and max(map(len, lines)) <= 80 and "…" not in text, command
+        for name in names:
+            assert any(name in line for line in lines), (command, name)
+
+
+# The page of `raylc compare` (raylc.compare.compare_page): headline tables first, then the
+# figures, the terminal printing the same sections in the same order, an empty agreement table
+# that says why; rendered in headless Chromium (skipped without it), the screenshot kept under
+# test-artifacts/ for a person to look at.
+
+LONG_ID = "helmet-recall-20261126-120000-very-long-run-id-a"
+
+
+def _runs(tmp_path: Path, problems: dict[str, list[str]]) -> list[RunRef]:
+    """DOLCE run references whose build/problems.parquet hold the given questions (one task)."""
+    job = load_job(ROOT / "jobs" / "quickstart.yaml")
+    store = Store(str(tmp_path))
+    out = []
+    for run_id, questions in problems.items():
+        store.write_table(pl.DataFrame({"task": ["planted-a"] * len(questions),
+                                        "problem_id": [f"p{i}" for i in range(len(questions))],
+                                        "question": questions, "units": [["u"]] * len(questions)}),
+                          run_id, "build", "problems.parquet")
+        out.append(RunRef(store, run_id, job))
+    return out
+
+
+def _tables(runs: list[RunRef]) -> dict[str, pl.DataFrame]:
+    ids = [r.run_id for r in runs]
+    categories = pl.DataFrame({
+        "run_id": [i for i in ids for _ in range(5)], "model": ["simulated"] * 5 * len(ids),
+        "task": ["planted-a-with-a-long-task-name"] * 5 * len(ids), "subset": ["planted-a-with-a-long-task-name"] * 5
+        * len(ids), "scenario": ["COW"] * 5 * len(ids), "category": ["I", "II", "III", "IV", "V"] * len(ids),
+        "n": [0, 10, 20, 60, 10] * len(ids), "n_problems": [100] * 5 * len(ids),
+        "share": [0.0, 0.1, 0.2, 0.6, 0.1] * len(ids), "share_lo": [0.0, 0.05, 0.12, 0.5, 0.05] * len(ids),
+        "share_hi": [0.03, 0.17, 0.29, 0.69, 0.17] * len(ids), "interval": ["95% posterior interval"] * 5 * len(ids)})
+    runs_table = pl.DataFrame({"run_id": ids, "model": ["simulated"] * len(ids), "uri": [r.uri for r in runs],
+                               "job": ["quickstart"] * len(ids), "suite": ["planted"] * len(ids),
+                               "seed": list(range(len(ids)))})
+    return {"runs": runs_table, "categories": categories, "agreement": pl.DataFrame(schema={
+        "run_a": pl.String, "model_a": pl.String, "run_b": pl.String, "model_b": pl.String, **COMPARE_SCHEMA})}
+
+
+def test_an_empty_agreement_table_says_why(tmp_path):
+    one = _runs(tmp_path / "one", {"qs-a": ["q1"]})
+    assert "1 DOLCE run was given" in agreement_note(one, _tables(one)["agreement"])
+    other = _runs(tmp_path / "two", {"qs-a": ["q1", "q2"], "qs-b": ["q3", "q4"]})
+    note = agreement_note(other, _tables(other)["agreement"])
+    assert note.startswith("agreement.parquet has 0 rows: no two of the 2 DOLCE runs share a problem")
+    same = _runs(tmp_path / "three", {"qs-a": ["q1"], "qs-c": ["q1"]})
+    assert "share problems, but no task subset" in agreement_note(same, _tables(same)["agreement"])
+    page = compare_page(other, _tables(other), {})
+    assert "no two of the 2 DOLCE runs share a problem" in page.render()
+    printed = io.StringIO()
+    page.print(Console(file=printed, width=200))
+    assert "no two of the 2 DOLCE runs share a problem" in printed.getvalue()
+
+
+def test_the_terminal_prints_the_pages_sections_in_the_pages_order(tmp_path):
+    runs = _runs(tmp_path, {LONG_ID: ["q1"], "qs-b": ["q2"]})
+    page = compare_page(runs, _tables(runs), {"categories.png": b"\x89PNG"})
+    html = page.render()
+    headings = re.findall(r"<h2>(.*?)</h2>", html)
+    assert headings == page.headings() and headings[0] == "2 runs" and headings[-1].startswith("DOLCE category")
+    printed = io.StringIO()
+    page.print(Console(file=printed, width=400))
+    text = printed.getvalue()
+    where = [text.find(h.replace("&#x27;", "'")) for h in headings]
+    assert -1 not in where and where == sorted(where), (headings, where)
+
+
+def test_compare_page_renders_in_headless_chromium(tmp_path):
+    """index.html beside the tables: the tables first, then the figures (drawn by the same plot
+    functions as `raylc compare`), rendered by Chromium with no console error; the DOM holds
+    the tables and the screenshot is a rendered page."""
+    from raylc.dolce.plots import plot_category_shares_by_run
+
+    runs = _runs(tmp_path / "store", {LONG_ID: ["q1"], "qs-b": ["q2"]})
+    tables = _tables(runs)
+    out = tmp_path / "cmp"
+    plot_category_shares_by_run(tables["categories"], out / "categories.png")
+    write_compare_page(runs, tables, str(out))
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "<script" not in page and not re.search(r'(src|href)="(?!data:image/png;base64,)', page)
+    assert page.index("<table>") < page.index("<img")  # the tables before the figures
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "compare-page.png"
+    shot.unlink(missing_ok=True)
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--enable-logging=stderr", "--v=0"]
+    uri = (out / "index.html").as_uri()
+    dom = subprocess.run([*flags, "--dump-dom", uri], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count("<table>") == 2 and LONG_ID in dom.stdout and "60.0% [50.0, 69.0]" in dom.stdout
+    assert "Agreement between runs" in dom.stdout and "share a problem" in dom.stdout  # runs and shares; no agreement
+    proc = subprocess.run([*flags, "--window-size=1280,2000", f"--screenshot={shot}", uri], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "net::ERR" in line
                or "Not allowed to load" in line]

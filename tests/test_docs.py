@@ -125,7 +125,8 @@ def test_the_checks_can_fail(tmp_path):
             "not `tests/<package>/test_<module>.py`, `infer/task=*/part-*.parquet`, `mutants/raylc/x.py`, "
             "`runs/<run_id>/x`, `raylc/**/*.py`.\n```\n`raylc/in_a_block.py`\n```\n")
     assert [p for _, p in code_paths(text)] == [
-        "raylc/spec.py", "tests/test_docs.py", "tests/cli_runner.py", "tests/benchmarks/bench_units.py", "raylc/nope.py"]
+        "raylc/spec.py", "tests/test_docs.py", "tests/cli_runner.py", "tests/benchmarks/bench_units.py",
+        "raylc/nope.py"]
     assert slug("Job files and `--set`") == "job-files-and---set"
     assert slug("Reading the demo's output") == "reading-the-demos-output"
     assert slug("First real-model results: SmolLM2-135M-Instruct (a tiny model)") == (

@@ -1,4 +1,5 @@
-r"""DOLCE fit of a whole observation table: validation, scenario selection, per-subset EM.
+r"""DOLCE fit of a whole observation table: validation, scenario selection, per-subset EM, and
+each subset's category shares (:mod:`raylc.dolce.shares`).
 
 Section 4 of the paper: the COW likelihood (Eq. 1) is optimized for accuracy-scored problems
 and for the dip-test COW subsets of continuous-metric tasks (binarized at 0.5), the PIG
@@ -22,7 +23,7 @@ from typing import Optional
 
 import polars as pl
 
-from raylc.dolce.categories import CATEGORIES, wilson
+from raylc.dolce.categories import CATEGORIES
 from raylc.dolce.cells import OBS_COLUMNS, UNCERTAINTY_SCHEMA, CellFit
 from raylc.dolce.cow import COWFit
 from raylc.dolce.options import FitOptions
@@ -34,6 +35,7 @@ from raylc.dolce.scenario import (
     select_scenarios,
     task_dip_pvalues,
 )
+from raylc.dolce.shares import task_share_columns
 from raylc.io.parallel import Mapper, in_process
 
 __all__ = [
@@ -69,6 +71,7 @@ TASK_SCHEMA = {
     "n_problems": pl.Int64,
     **{f"share_{c}": pl.Float64 for c in CATEGORIES},
     **{f"share_{c}_{end}": pl.Float64 for c in CATEGORIES for end in ("lo", "hi")},
+    "share_interval": pl.String,
     "p_noise_1": pl.Float64,
     "p_noise_0": pl.Float64,
     "p_noise_idk": pl.Float64,
@@ -232,31 +235,14 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
         .cast(PROBLEM_SCHEMA)
         .sort("problem_id")
     )
-    n = problems.height
-    shares = {f"share_{c}": float((problems["category"] == c).sum()) / n for c in CATEGORIES}
-    shares |= share_intervals(problems)
     row = {
-        "task": task, "subset": subset, "scenario": scenario, "n_problems": n, **shares,
+        "task": task, "subset": subset, "scenario": scenario, "n_problems": problems.height,
+        **task_share_columns(problems),
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
                                       "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)
-
-
-def share_intervals(problems: pl.DataFrame) -> dict[str, float]:
-    """95% intervals of the category shares of one (task, subset) that count both the
-    resampling of problems and each problem's uncertainty: a problem drawn at random, its
-    category drawn from its posterior (p_I .. p_V), is category c with probability
-    pbar_c = mean_i p_i(c), so the share of n such draws is Binomial(n, pbar_c) / n; its Wilson
-    interval is reported (share_c_lo, share_c_hi). Without uncertainty p_i is the reported
-    category, pbar_c the share, and the interval the Wilson interval over problems."""
-    n = problems.height
-    exprs = {}
-    for c in CATEGORIES:
-        hits = pl.col(f"p_{c}").fill_null((pl.col("category") == c).cast(pl.Float64)).sum()
-        exprs[f"share_{c}_lo"], exprs[f"share_{c}_hi"] = wilson(hits, pl.lit(n, pl.Float64))
-    return problems.select(**exprs).row(0, named=True)
 
 
 class DolceFit:
@@ -273,8 +259,9 @@ class DolceFit:
       ``options.uncertainty`` = "posterior" (else null) confidence, p_I .. p_V, lam_low,
       lam_high (:mod:`raylc.dolce.uncertainty`); sorted by task, subset, problem_id);
     * ``tasks_``: one row per (task, subset) (:data:`TASK_SCHEMA`: task, subset, scenario,
-      n_problems, share_I .. share_V with 95% intervals share_I_lo, share_I_hi, ..
-      (:func:`share_intervals`), p_noise_1, p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
+      n_problems, share_I .. share_V (posterior-mean shares) with 95% intervals share_I_lo,
+      share_I_hi, .. and share_interval, what they are over (:mod:`raylc.dolce.shares`), p_noise_1,
+      p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
       k_p, dip_pvalue, the task-level p-value, null for binary-metric tasks, and the EM's
       convergence diagnostic: em_steps run and em_ll_change, the last step's change of the
       summed objective; NaN after one step).

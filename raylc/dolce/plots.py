@@ -67,18 +67,23 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
     """Stacked horizontal bars of the category shares I-V per (task, subset) (Figure 2).
 
     ``tasks`` is the tasks frame of :func:`raylc.dolce.fit.fit_observations` (columns task,
-    subset (optional), scenario, share_I .. share_V). One panel per scenario (COW, PIG); bars
-    are sorted by share_III + share_IV + share_V, the largest at the top, and show percentages;
-    with share_c_lo / share_c_hi each segment's end carries its share's 95% interval.
+    subset (optional), scenario, share_I .. share_V). One row of panels per scenario (COW, PIG);
+    bars are sorted by share_III + share_IV + share_V, the largest at the top, and show
+    percentages. With share_c_lo / share_c_hi a panel beside the bars draws each share as a dot
+    with its 95% interval as a whisker (:mod:`raylc.dolce.shares`), one line per (bar, category).
     """
     df = _checked(tasks, "tasks", ["task", "scenario", *(f"share_{c}" for c in CATEGORIES)])
     scenarios = [s for s in ("COW", "PIG") if s in set(df["scenario"].to_list())] or sorted(set(df["scenario"]))
     heights = [max(1, df.filter(pl.col("scenario") == s).height) for s in scenarios]
+    whiskers = all(f"share_{c}_lo" in df.columns and f"share_{c}_hi" in df.columns for c in CATEGORIES)
     fig, axes = plt.subplots(
-        len(scenarios), 1, figsize=(8, 1.2 + 0.35 * sum(heights) + 0.6 * len(scenarios)),
-        gridspec_kw={"height_ratios": heights}, squeeze=False, layout="constrained",
+        len(scenarios), 2 if whiskers else 1, figsize=(12 if whiskers else 8,
+                                                       1.2 + 0.45 * sum(heights) + 0.6 * len(scenarios)),
+        gridspec_kw={"height_ratios": heights, **({"width_ratios": [3, 2]} if whiskers else {})},
+        squeeze=False, layout="constrained",
     )
-    for ax, scen in zip(axes[:, 0], scenarios):
+    for row, scen in zip(axes, scenarios):
+        ax = row[0]
         part = category_bar_order(df, scen)
         labels = [_label(t, s) for t, s in zip(part["task"], part["subset"])]
         if "n_problems" in part.columns:  # n on every bar: a bar of one problem is not a 100% share
@@ -90,29 +95,43 @@ def plot_categories(tasks: pl.DataFrame, path) -> Path:
             ax.barh(y, share, left=left, color=CATEGORY_COLORS[c], edgecolor="white", linewidth=0.5,
                     label=f"Category {c}")
             for yi, (l0, w) in enumerate(zip(left, share)):
-                if w >= 8:  # in the bar's upper half; the whiskers take the lower half
-                    ax.text(l0 + w / 2, yi + 0.2, f"{w:.0f}", ha="center", va="center", fontsize=7)
-            if f"share_{c}_lo" in part.columns:  # the 95% interval of the share, at the segment's end
-                lo = 100.0 * part[f"share_{c}_lo"].fill_null(0.0).to_numpy()
-                hi = 100.0 * part[f"share_{c}_hi"].fill_null(0.0).to_numpy()
-                shown = hi > 0
-                offset = -0.06 - 0.07 * CATEGORIES.index(c)  # whiskers of neighbouring segments apart
-                ax.errorbar((left + share)[shown], y[shown] + offset,
-                            xerr=np.vstack([np.maximum(share - lo, 0), np.maximum(hi - share, 0)])[:, shown],
-                            fmt="none", ecolor="black", elinewidth=0.7, capsize=2, capthick=0.7)
+                if w >= 8:
+                    ax.text(l0 + w / 2, yi, f"{w:.0f}", ha="center", va="center", fontsize=7)
             left += share
         ax.set_yticks(y, labels, fontsize=8)
         ax.set_xlim(0, 100)
         ax.set_xlabel("problems (%)")
         ax.set_title(f"{scen} scenario: sorted by Categories III-V", fontsize=9)
+        if whiskers:
+            _share_whiskers(row[1], part, y)
     fig.legend(*axes[0, 0].get_legend_handles_labels(), ncol=5, fontsize=7, loc="outside upper center", frameon=False)
     return save_figure(fig, path)
+
+
+def _share_whiskers(ax, part: pl.DataFrame, y: np.ndarray) -> None:
+    """Each bar's five shares as dots with their 95% intervals, on the bars' rows."""
+    for j, c in enumerate(CATEGORIES):
+        share = 100.0 * part[f"share_{c}"].to_numpy()
+        lo = 100.0 * part[f"share_{c}_lo"].to_numpy()
+        hi = 100.0 * part[f"share_{c}_hi"].to_numpy()
+        yy = y + 0.3 - 0.15 * j  # category I at the top of the bar's row, V at the bottom
+        shown = ~np.isnan(lo) & ~np.isnan(hi)
+        ax.errorbar(share[shown], yy[shown], xerr=np.vstack([share - lo, hi - share])[:, shown], fmt="o", ms=3,
+                    color=CATEGORY_COLORS[c], ecolor=CATEGORY_COLORS[c], elinewidth=1.2, capsize=2)
+        ax.plot(share[~shown], yy[~shown], "o", ms=3, color=CATEGORY_COLORS[c])
+    ax.set_yticks(y, [""] * len(y))
+    ax.set_ylim(-0.5, len(y) - 0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share (%) and its 95% interval")
+    ax.set_title("each category: share and 95% interval", fontsize=9)
+    ax.grid(True, axis="x", lw=0.3, alpha=0.5)
 
 
 def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
     """Category shares with 95% intervals per run, one panel per (task, subset): for each
     category I-V a bar per run in its model's colour (:func:`raylc.io.figures.model_colors`),
-    error bars from ``share_lo``/``share_hi``, n in the legend. ``shares``: the ``categories``
+    one error bar per bar from ``share_lo``/``share_hi`` (:mod:`raylc.dolce.shares`), n in the
+    legend. ``shares``: the ``categories``
     table of :func:`raylc.compare.category_shares`."""
     from raylc.io.figures import model_colors
 
@@ -123,7 +142,7 @@ def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
     colors = model_colors(runs["model"])
     cols = min(groups.height, 3)
     rows = -(-groups.height // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 4.2 * rows), squeeze=False, layout="constrained")
     width = 0.8 / max(runs.height, 1)
     x = np.arange(len(CATEGORIES))
     for ax, (task, subset) in zip(axes.flat, groups.iter_rows()):
@@ -135,19 +154,24 @@ def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
             r = r.with_columns(pl.col("category").replace_strict({c: j for j, c in enumerate(CATEGORIES)},
                                                                  return_dtype=pl.Int64).alias("pos")).sort("pos")
             share = 100 * r["share"].to_numpy()
-            err = np.vstack([share - 100 * r["share_lo"].to_numpy(), 100 * r["share_hi"].to_numpy() - share])
+            err = np.nan_to_num(np.vstack([share - 100 * r["share_lo"].fill_null(float("nan")).to_numpy(),
+                                           100 * r["share_hi"].fill_null(float("nan")).to_numpy() - share]))
             hatch = "//" if list(runs["model"]).count(model) > 1 and i % 2 else None
             ax.bar(x[r["pos"].to_numpy()] - 0.4 + width * (i + 0.5), share, width, yerr=err, capsize=2,
                    color=colors[model], hatch=hatch, edgecolor="white", linewidth=0.4,
                    label=f"{run_id} ({model}), n={int(r['n_problems'][0])}")
         ax.set_xticks(x, [f"Cat. {c}" for c in CATEGORIES], fontsize=8)
         ax.set_ylim(0, 100)
-        ax.set_ylabel("problems (%), 95% Wilson interval", fontsize=8)
+        ax.set_ylabel("problems (%), 95% interval", fontsize=8)
         ax.set_title(_label(task, subset), fontsize=9)
-        ax.legend(fontsize=6, frameon=False)
+        ax.legend(fontsize=8, frameon=False)
     for ax in list(axes.flat)[groups.height:]:
         ax.axis("off")
     return save_figure(fig, path)
+
+
+#: the lambda-k scatter's percentage labels: readable at the report page's width
+LABEL_FONTSIZE = 8.5
 
 
 def _label_cells(fig, ax, lam: np.ndarray, k: np.ndarray, share: np.ndarray) -> None:
@@ -156,7 +180,7 @@ def _label_cells(fig, ax, lam: np.ndarray, k: np.ndarray, share: np.ndarray) -> 
     renderer = fig.canvas.get_renderer()
     placed = []
     for i in np.argsort(-share, kind="stable"):
-        text = ax.annotate(f"{share[i]:.0f}%", (lam[i], k[i]), fontsize=6, ha="center", va="center")
+        text = ax.annotate(f"{share[i]:.0f}%", (lam[i], k[i]), fontsize=LABEL_FONTSIZE, ha="center", va="center")
         text.set_in_layout(False)
         box = text.get_window_extent(renderer).expanded(1.1, 1.1)
         if any(box.overlaps(other) for other in placed):
@@ -181,9 +205,9 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     df = _checked(problems, "problems", ["task", "lam", "k", "category"])
     groups = df.select("task", "subset").unique().sort("task", "subset").head(max_panels)
     n = groups.height
-    cols = min(n, 3)
+    cols = min(n, 2)  # two panels a row: at the page's width (72rem) the figure is drawn near its own size
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 5.0 * rows), squeeze=False, layout="constrained")
     rng = np.random.default_rng(seed)
     labels = []
     top = max(int(df["lam"].max()), int(df["k"].max()), 1)
@@ -209,12 +233,12 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
             for c in CATEGORIES:
                 m = (cells["category"] == c).to_numpy()
                 if m.any():
-                    ax.scatter(cells["lam"].to_numpy()[m], cells["k"].to_numpy()[m], s=20 + 12 * share[m],
+                    ax.scatter(cells["lam"].to_numpy()[m], cells["k"].to_numpy()[m], s=60 + 30 * share[m],
                                color=CATEGORY_COLORS[c], alpha=0.75, label=c, edgecolors="black", linewidths=0.3)
         for axis in ("x", "y"):
             getattr(ax, f"set_{axis}scale")("symlog", linthresh=1.0, linscale=0.5)
-        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
-        ax.set_yticks(ticks, [str(t) for t in ticks], fontsize=7)
+        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=9)
+        ax.set_yticks(ticks, [str(t) for t in ticks], fontsize=9)
         ax.minorticks_off()
         ax.set_xlim(-0.5, top * 1.6)
         ax.set_ylim(-0.5, top * 1.6)
@@ -222,9 +246,9 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
             labels.append((ax, cells["lam"].to_numpy(), cells["k"].to_numpy(), share))
         ax.set_xlabel("λ (complexity)")
         ax.set_ylabel("k (redundancy)")
-        ax.set_title(f"{_label(task, subset)} (n = {g.height})", fontsize=9)
+        ax.set_title(f"{_label(task, subset)} (n = {g.height})", fontsize=11)
         ax.grid(True, lw=0.3, alpha=0.5)
-        ax.legend(fontsize=6, title="category", title_fontsize=6, loc="best")  # off the markers
+        ax.legend(fontsize=8, title="category", title_fontsize=8, loc="best", markerscale=0.6)  # off the markers
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     if labels:

@@ -41,7 +41,7 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
         "",
         markdown_table(matrix, pct=CATEGORIES),
         "",
-        "With 95% intervals (problems resampled, each problem's category drawn from its posterior):",
+        f"With 95% intervals: {interval_note(tables['categories'])}",
         "",
         markdown_table(shares_with_intervals(tables["categories"])),
         "",
@@ -63,8 +63,8 @@ def print_legend(console: Console) -> None:
 def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None) -> None:
     console = console or screen()
     console.print(rich_table(shares_with_intervals(tables["categories"]),
-                             "DOLCE focus categories: share of problems [95% interval over problems and their "
-                             "posteriors]"))
+                             "DOLCE focus categories: share of problems [95% interval]"))
+    console.print(f"Share: {interval_note(tables['categories'])}", highlight=False)
     print_legend(console)
     if "recovery" in tables:
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
@@ -89,17 +89,27 @@ def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame,
 
 
 def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
-    """The category matrix with each share as ``p% [lo, hi]``: the fit's 95% interval
-    (share_lo, share_hi: problems resampled and each problem's posterior,
-    :func:`raylc.dolce.fit.share_intervals`), else the Wilson interval over the subset's problems."""
-    frame = categories.with_columns(total=pl.col("n").sum().over("task", "subset"))
-    lo, hi = wilson(pl.col("n"), pl.col("total"))
-    if "share_lo" in frame.columns:
-        lo, hi = pl.col("share_lo").fill_null(lo), pl.col("share_hi").fill_null(hi)
-    cell = pl.format("{}% [{}, {}]", *(e.mul(100).round(1) for e in (pl.col("n") / pl.col("total"), lo, hi)))
-    keys = ["task", "subset", "scenario"]
-    wide = frame.with_columns(cell=cell).pivot("category", index=[*keys, "total"], values="cell")
-    return wide.select(*keys, pl.col("total").alias("n"), *[c for c in CATEGORIES if c in wide.columns]).sort(keys)
+    """The stored shares (``report/categories.parquet``: the fit's posterior-mean share and its
+    95% interval, :mod:`raylc.dolce.shares`) as ``p% [lo, hi]``, one row per task subset; the
+    one formatting of shares for the terminal, ``summary.md``, the page and ``raylc compare``."""
+    frame = categories
+    if "n_problems" not in frame.columns:  # a table written before the shares had their own module
+        frame = frame.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
+    pct = {c: pl.col(c).mul(100).round(1) for c in ("share", "share_lo", "share_hi") if c in frame.columns}
+    cell = pl.format("{}% [{}, {}]", *pct.values()) if len(pct) == 3 else pl.format("{}%", pct["share"])
+    keys = [c for c in ("run_id", "model", "task", "subset", "scenario") if c in frame.columns]
+    wide = frame.with_columns(cell=cell).pivot("category", index=[*keys, "n_problems"], values="cell")
+    return wide.select(*keys, pl.col("n_problems").alias("n"),
+                       *[c for c in CATEGORIES if c in wide.columns]).sort(keys)
+
+
+def interval_note(categories: pl.DataFrame) -> str:
+    """What the shares and their intervals are (the ``interval`` column; :mod:`raylc.dolce.shares`)."""
+    kinds = categories["interval"].drop_nulls().unique(maintain_order=True).to_list() \
+        if "interval" in categories.columns else []
+    return ("the posterior-mean share of the task's problems in each category; " if any(
+        k.startswith("95% posterior") for k in kinds) else "the share of the task's problems in each category; ") + \
+        ("; ".join(kinds) or "95% interval (a table written before issue 29)")
 
 
 def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict[str, Any],
@@ -113,14 +123,14 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
     out = Page(f"raylc report: {manifest.get('run_id')}",
                f"DOLCE run of job {job.get('name')} on probe {probe.get('model') or probe.get('backend')}, "
                f"seed {manifest.get('seed')}, fingerprint {manifest.get('fingerprint')}")
-    out.headline.append(("Focus categories per task (share of problems, 95% interval over problems and their "
-                         "posteriors)",
+    out.headline.append(("Focus categories per task (share of problems, 95% interval)",
                          [table_html(shares_with_intervals(tables["categories"])),
+                          text_html(f"Share: {interval_note(tables['categories'])}."),
                           *[text_html(line) for line in CATEGORY_LEGEND]]))
     if "recovery" in tables:
         rec = tables["recovery"]
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
-        out.headline.append(("Planted-category recovery (95% Wilson interval)",
+        out.headline.append(("Planted-category recovery (95% Wilson interval over the problems)",
                              [table_html(rec.with_columns(recovery_lo=lo, recovery_hi=hi),
                                          pct=("recovery", "recovery_lo", "recovery_hi", "mean_confidence"))]))
     out.details.append(("Figure 2: category shares per task", [image_html(pngs["categories.png"], "category shares")]))

@@ -132,13 +132,15 @@ def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, lam_q
 
 
 def share_interval_rows(task_fits: pl.DataFrame) -> pl.DataFrame:
-    """The share intervals of ``fits/tasks.parquet`` (share_I_lo .. share_V_hi,
-    :func:`raylc.dolce.fit.share_intervals`) as rows: task, subset, scenario, category,
-    share_lo, share_hi."""
+    """The category shares of ``fits/tasks.parquet`` (share_I, share_I_lo, share_I_hi, ..,
+    share_interval; :mod:`raylc.dolce.shares`) as rows: task, subset, scenario, category, share,
+    share_lo, share_hi, interval."""
     keys = ["task", "subset", "scenario"]
+    interval = pl.col("share_interval") if "share_interval" in task_fits.columns else pl.lit(None, pl.String)
     return pl.concat([
-        task_fits.select(*keys, pl.lit(c).alias("category"), pl.col(f"share_{c}_lo").alias("share_lo"),
-                         pl.col(f"share_{c}_hi").alias("share_hi"))
+        task_fits.select(*keys, pl.lit(c).alias("category"), pl.col(f"share_{c}").alias("share"),
+                         pl.col(f"share_{c}_lo").alias("share_lo"), pl.col(f"share_{c}_hi").alias("share_hi"),
+                         interval.alias("interval"))
         for c in CATEGORIES
     ])
 
@@ -146,21 +148,18 @@ def share_interval_rows(task_fits: pl.DataFrame) -> pl.DataFrame:
 def report(
     problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame
 ) -> dict[str, pl.DataFrame]:
-    """Report tables: ``categories`` (share per task/subset and category with its 95% interval,
-    :func:`share_interval_rows`) and, for planted
+    """Report tables: ``categories`` (per task/subset and category: n, the problems reported in
+    it, n_problems, and the fit's share with its 95% interval, :func:`share_interval_rows`) and, for planted
     suites, ``recovery`` (per task: share of problems whose planted category was recovered)
     and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`partial_lengths`."""
     keys = ["task", "subset", "scenario"]
-    counts = (
-        problem_fits.group_by(*keys, "category").len("n")
-        .join(problem_fits.group_by(keys).len("total"), on=keys)
-        .with_columns(share=pl.col("n") / pl.col("total"))
-    )
-    grid = task_fits.select(keys).join(pl.DataFrame({"category": list(CATEGORIES)}), how="cross")
+    counts = problem_fits.group_by(*keys, "category").len("n")
     categories = (
-        grid.join(counts.select(*keys, "category", "n", "share"), on=[*keys, "category"], how="left")
-        .with_columns(pl.col("n").fill_null(0).cast(pl.Int64), pl.col("share").fill_null(0.0))
-        .join(share_interval_rows(task_fits), on=[*keys, "category"], how="left")
+        share_interval_rows(task_fits)
+        .join(counts, on=[*keys, "category"], how="left")
+        .join(task_fits.select(*keys, "n_problems"), on=keys, how="left")
+        .with_columns(pl.col("n").fill_null(0).cast(pl.Int64), pl.col("n_problems").cast(pl.Int64))
+        .select(*keys, "category", "n", "n_problems", "share", "share_lo", "share_hi", "interval")
         .sort("task", "subset", "category")
     )
     out = {"categories": categories}

@@ -46,11 +46,11 @@ DEFAULT_BASE_LENGTHS = (2048, 4096, 6144)
 
 PER_LENGTH_COLUMNS = (
     "model", "task", "length", "score", "base", "lc", "lc_lo", "lc_hi",
-    "n", "is_base", "rank_score", "rank_lc", "warning",
+    "n", "is_base", "rank_score", "rank_lc", "warning", "n_boot", "boot_seed",
 )
 SUMMARY_COLUMNS = (
     "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi",
-    "rank_base", "rank_score", "rank_lc", "n_long", "warning",
+    "rank_base", "rank_score", "rank_lc", "n_long", "warning", "n_boot", "boot_seed",
 )
 
 _GROUP_SCHEMA = {
@@ -402,8 +402,9 @@ def longscore(
 
     ``scores``: ``model, task, length`` (tokens), ``score`` (in [0, 1] or percent); one row per (model, task,
     length), or one per sample (then ``S_l`` is the sample mean), identified by a ``sample_id`` column when
-    bootstrap CIs are wanted; checked by :func:`validate_scores` (``ValueError``, one line). ``base_lengths``: lengths whose
-    mean score is Base Ability (Eq. 1); every other length is a *long* length that the averages run over.
+    bootstrap CIs are wanted; checked by :func:`validate_scores` (``ValueError``, one line).
+    ``base_lengths``: lengths whose mean score is Base Ability (Eq. 1); every other length is a *long*
+    length that the averages run over.
     ``base``: optional frame ``model, [task,] base`` giving Base directly (as Table 6 does); it overrides
     Eq. 1 for the (model, task) pairs it lists. ``n_boot > 0`` (needs ``sample_id``): percentile ``ci``
     bootstrap intervals of each ``LC_l`` and of the average, resampling sample_ids within (model, task).
@@ -420,10 +421,11 @@ def longscore(
     Returns ``{"per_length": ..., "summary": ...}``, flat frames ready for Polars/DuckDB:
 
     - ``per_length``: model, task, length, score (S_l), base, lc (LC_l in percent), lc_lo, lc_hi, n
-      (samples), is_base, rank_score and rank_lc (rank among models at that task and length), warning.
+      (samples), is_base, rank_score and rank_lc (rank among models at that task and length), warning,
+      n_boot and boot_seed (the bootstrap the intervals come from; null intervals when n_boot = 0).
     - ``summary``: model, task, base, avg_score and avg_lc (means over long lengths, the tables' "Avg"),
       avg_lc_lo, avg_lc_hi, rank_base / rank_score / rank_lc (rank among models within the task by Base,
-      avg_score, avg_lc), n_long, warning.
+      avg_score, avg_lc), n_long, warning, n_boot, boot_seed.
 
     Ranks: 1 = best (highest), ties share the minimum rank. LC is null (never a number) when Base <= 0 or
     Base is missing; the row's ``warning`` says why and a ``UserWarning`` is emitted.
@@ -450,11 +452,8 @@ def longscore(
             raise ValueError(f"task name {OVERALL!r} is reserved for the task average; pass overall=False")
         per = pl.concat([per, _overall(per, base_lengths, models, ci)], how="vertical")
 
-    summary = _summary(per, ci)
-    per_length = per.with_columns(
-        rank_score=pl.col("score").rank("min", descending=True).over("task", "length").cast(pl.Int64),
-        rank_lc=pl.col("lc").rank("min", descending=True).over("task", "length").cast(pl.Int64),
-    ).select(PER_LENGTH_COLUMNS).sort("task", "model", "length")
+    boot = {"n_boot": pl.lit(int(n_boot), pl.Int64), "boot_seed": pl.lit(int(seed), pl.Int64)}
+    per_length, summary = rank_tables(per.with_columns(**boot), _summary(per, ci).with_columns(**boot))
 
     flagged = summary.filter(pl.col("warning").is_not_null())
     if flagged.height:
@@ -501,12 +500,20 @@ def _summary(per: pl.DataFrame, ci: float) -> pl.DataFrame:
         summ = summ.join(avg_ci, on=keys, how="left")
     else:
         summ = summ.with_columns(avg_lc_lo=pl.lit(None, pl.Float64), avg_lc_hi=pl.lit(None, pl.Float64))
-    rank = lambda c: pl.col(c).rank("min", descending=True).over("task").cast(pl.Int64)  # noqa: E731
-    return (
-        summ.with_columns(rank_base=rank("base"), rank_score=rank("avg_score"), rank_lc=rank("avg_lc"))
-        .select(SUMMARY_COLUMNS)
-        .sort("task", "model")
-    )
+    return summ
+
+
+def rank_tables(per_length: pl.DataFrame, summary: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``per_length`` and ``summary`` ranked among their models (1 = best, ties share the
+    minimum): per (task, length) by S_l and LC_l, per task by Base, avg_score and avg_lc; also
+    to rank the LongScore tables of several runs, each computed with its own bootstrap."""
+    rank = lambda c, *by: pl.col(c).rank("min", descending=True).over(*by).cast(pl.Int64)  # noqa: E731
+    per_length = per_length.with_columns(rank_score=rank("score", "task", "length"),
+                                         rank_lc=rank("lc", "task", "length"))
+    summary = summary.with_columns(rank_base=rank("base", "task"), rank_score=rank("avg_score", "task"),
+                                   rank_lc=rank("avg_lc", "task"))
+    return (per_length.select(PER_LENGTH_COLUMNS).sort("task", "model", "length"),
+            summary.select(SUMMARY_COLUMNS).sort("task", "model"))
 
 
 # ------------------------------------------------------------------------------ correlations and slopes

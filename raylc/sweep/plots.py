@@ -28,14 +28,32 @@ def _length_label(tokens: int) -> str:
     return f"{int(k)}K" if k.is_integer() else f"{tokens}"
 
 
-def _grid(n: int, width: float = 4.2, height: float = 3.3):
+def _grid(n: int, width: float = 4.2, height: float = 3.3, cols: int = 4, sharey: bool = False,
+          layout: str | None = None):
     plt = pyplot()
-    cols = min(n, 4)
+    cols = min(n, cols)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=sharey,
+                             layout=layout)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return plt, fig, list(axes.flat[:n])
+
+
+#: length panels: three a row, each large enough to read at the report page's width
+PANEL = {"width": 4.6, "height": 3.6, "cols": 3, "sharey": True, "layout": "constrained"}
+
+
+def _figure_legend(fig, axes) -> None:
+    """One legend for the whole figure, above the panels (every panel has the same models)."""
+    handles, labels = {}, []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = h
+                labels.append(label)
+    fig.legend([handles[label] for label in labels], labels, loc="outside upper center",
+               ncol=min(len(labels), 4), frameon=False, fontsize=9)
 
 
 def _tasks(frame: pl.DataFrame, tasks: Sequence[str] | None) -> list[str]:
@@ -72,7 +90,7 @@ def plot_score_vs_length(
         cells = cells.join(per_length.group_by("task", "length").agg(pl.col("is_base").first()),
                            on=["task", "length"], how="left")
     names = _tasks(cells, tasks)
-    plt, fig, axes = _grid(len(names))
+    plt, fig, axes = _grid(len(names), **PANEL)
     colors = model_colors(cells["model"].unique())
     for ax, task in zip(axes, names):
         sub = cells.filter(pl.col("task") == task).sort("length")
@@ -85,8 +103,10 @@ def plot_score_vs_length(
         _length_axis(ax, sorted(sub["length"].unique().to_list()))
         ax.set_title(task)
         ax.set_ylabel(value)
-    axes[0].legend(fontsize=7)
-    return save_figure(fig, path, title, tight=True)
+    top = cells[value].max()  # one y axis from 0 for every panel (scores are in [0, 1], or percent)
+    axes[0].set_ylim(0, 1.05 * (top if top is not None and top > 1 else 1.0))
+    _figure_legend(fig, axes)
+    return save_figure(fig, path, title)
 
 
 def plot_longscore_vs_length(
@@ -105,7 +125,7 @@ def plot_longscore_vs_length(
     """
     frame = per_length if include_base or "is_base" not in per_length.columns else per_length.filter(~pl.col("is_base"))
     names = _tasks(frame, tasks)
-    plt, fig, axes = _grid(len(names))
+    plt, fig, axes = _grid(len(names), **PANEL)
     colors = model_colors(per_length["model"].unique())
     for ax, task in zip(axes, names):
         sub = frame.filter(pl.col("task") == task).sort("length")
@@ -119,8 +139,8 @@ def plot_longscore_vs_length(
         _length_axis(ax, sorted(sub["length"].unique().to_list()))
         ax.set_title(task)
         ax.set_ylabel("LongScore LC_l (%)")
-    axes[0].legend(fontsize=7)
-    return save_figure(fig, path, title, tight=True)
+    _figure_legend(fig, axes)  # one y axis for every panel, with 0 (no change from Base) drawn
+    return save_figure(fig, path, title)
 
 
 def blank_note(corr: pl.DataFrame) -> str | None:

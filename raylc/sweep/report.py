@@ -3,7 +3,7 @@ Eq. 1-2) with bootstrap CIs, the suite's own sections, figures and ``summary.md`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import polars as pl
 from rich.console import Console
@@ -20,9 +20,40 @@ if TYPE_CHECKING:
     from raylc.spec import Job
 
 REPORT_TABLES = ("per_task_length", "summary")  # plus the suite's sections (report_sections)
+RUN_N_BOOT = 200  #: bootstrap resamples of a run's LongScore intervals; the seed is the job's
 
 
-def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 200) -> dict[str, pl.DataFrame]:
+def run_bootstrap(job: Job, summary: Optional[pl.DataFrame] = None) -> tuple[int, int]:
+    """(n_boot, seed) of a run's LongScore bootstrap: as its stored ``report/summary.parquet``
+    states it (columns n_boot, boot_seed), else the rule every run has followed,
+    (:data:`RUN_N_BOOT`, the job's seed)."""
+    if summary is not None and {"n_boot", "boot_seed"} <= set(summary.columns) and summary.height:
+        return int(summary["n_boot"][0]), int(summary["boot_seed"][0])
+    return RUN_N_BOOT, int(job.seed)
+
+
+def longscore_of_run(kept: pl.DataFrame, job: Job, n_boot: int, seed: int, mapper=None,
+                     base: Optional[Sequence[int]] = None) -> dict[str, pl.DataFrame]:
+    """LongScore (:func:`raylc.sweep.longscore.longscore`) of one length run's kept scores, its
+    model named as the probe's (the bootstrap generator is seeded from (seed, model, task)), so
+    the run's report, ``raylc compare`` and ``raylc longscore`` on the run compute one bootstrap."""
+    base = list(job.suite.longscore_base() if base is None else base)
+    return longscore(scores_for_longscore(kept, job.model_name(), job.suite.axis), base, n_boot=n_boot, seed=seed,
+                     mapper=mapper)
+
+
+def bootstrap_note(summary: pl.DataFrame) -> str:
+    """What a LongScore table's intervals are: percentile CIs from n_boot resamples and the seed."""
+    pairs = summary.select("n_boot", "boot_seed").unique(maintain_order=True) if "n_boot" in summary.columns else None
+    if pairs is None or not pairs.height:
+        return "95% bootstrap CI"
+    if (pairs["n_boot"] == 0).all():
+        return "no bootstrap (n_boot = 0): no CI"
+    return "95% percentile bootstrap CI over samples, " + "; ".join(
+        f"n_boot = {n}, seed = {sd}" for n, sd in pairs.iter_rows())
+
+
+def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = RUN_N_BOOT) -> dict[str, pl.DataFrame]:
     """The report of a length-controlled run under ``<run>/report/``: mean score per task and
     axis point, LongScore tables and figures (when the suite has base and long points; bootstrap
     CIs over samples, per (model, task) as Ray tasks), the suite's sections, ``summary.md``."""
@@ -32,7 +63,8 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     kept = scores.filter(pl.col("kept"))
     axis = suite.axis
     tables: dict[str, pl.DataFrame] = {
-        "per_task_length": kept.group_by("task", axis).agg(
+        "per_task_length": kept.group_by("task", axis).agg(  # another axis (n_pieces): its token length beside it
+            **({"length": pl.col("length").max()} if axis != "length" and "length" in kept.columns else {}),
             n=pl.len(), score=pl.col("score").mean(), context_tokens=pl.col("context_tokens").mean().round(0),
             **({"visible_tokens": pl.col("visible_tokens").mean().round(0),
                 "truncated": pl.col("truncated").sum().cast(pl.Int64)} if "truncated" in kept.columns else {}),
@@ -44,15 +76,15 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     base = suite.longscore_base()
     lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
     if lc_input is not None and lc_input["length"].is_in(base).any() and (~lc_input["length"].is_in(base)).any():
-        result = longscore(lc_input, base, n_boot=n_boot, seed=job.seed, mapper=run.mapper())
+        result = longscore_of_run(kept, job, n_boot, job.seed, run.mapper())
         result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns
                   else frame
                   for name, frame in result.items()}  # every summary table names its run (raylc compare)
         tables.update(result)
         pngs = write_longscore_result(result, store)
-        cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "warning"]
-        md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others)",
-               "", markdown_table(result["summary"].select(cols).with_columns(
+        cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_boot", "boot_seed", "warning"]
+        md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others; "
+               f"{bootstrap_note(result['summary'])})", "", markdown_table(result["summary"].select(cols).with_columns(
                    pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)))]
     sections = suite.report_sections(scores)
     for name, heading, table in sections:
@@ -70,7 +102,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
 def headline(summary: pl.DataFrame) -> pl.DataFrame:
     """LongScore summary rows, ``overall`` first, with their intervals and warnings."""
     cols = [c for c in ("run_id", "model", "task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_long",
-                        "warning") if c in summary.columns]
+                        "n_boot", "boot_seed", "warning") if c in summary.columns]
     return (summary.with_columns(_first=pl.col("task") != OVERALL).sort("_first", "task").select(cols)
             .with_columns(pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)))
 
@@ -89,7 +121,7 @@ def length_page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifes
                f"{probe.get('model') or probe.get('backend')}, seed {manifest.get('seed')}, "
                f"fingerprint {manifest.get('fingerprint')}")
     if "summary" in tables:
-        out.headline.append(("LongScore (LC in %, mean over the long lengths; 95% bootstrap CI)",
+        out.headline.append((f"LongScore (LC in %, mean over the long lengths; {bootstrap_note(tables['summary'])})",
                              [table_html(headline(tables["summary"])),
                               text_html("LC_l = 100 (S_l - Base) / Base, Base the mean score at the base lengths "
                                         "(100-LongBench Eq. 1-2); the overall row applies them to the task means.")]))
@@ -140,8 +172,9 @@ def print_length_report(tables: dict[str, pl.DataFrame], console: Optional[Conso
     console = console or screen()
     headings = headings or {}
     if "summary" in tables:  # the headline first: LongScore, overall row on top, with its CI and warnings
+        note = bootstrap_note(tables["summary"])
         console.print(rich_table(headline(tables["summary"]).drop("run_id", strict=False),
-                                 "LongScore (LC in %, averaged over long lengths; 95% bootstrap CI)"))
+                                 f"LongScore (LC in %, averaged over long lengths; {note})"))
     for name, table in tables.items():
         if name not in ("per_task_length", "summary", "per_length", "correlation", "rankings"):
             console.print(rich_table(table, headings.get(name, name)))

@@ -8,10 +8,10 @@ import polars as pl
 import pytest
 from dolce_reference import synth_task
 
-from raylc.dolce.sensitivity import run_sensitivity
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
 from raylc.dolce.plots import category_bar_order, exponential_ticks, plot_categories, plot_lambda_k, plot_sensitivity
+from raylc.dolce.sensitivity import run_sensitivity
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -49,6 +49,28 @@ def test_category_bars(fitted, tmp_path):
     out = plot_categories(fitted[1], tmp_path / "sub" / "categories.png")
     assert out == tmp_path / "sub" / "categories.png"
     assert_png(out)
+
+
+def test_figure_2_draws_one_interval_per_share_beside_the_bars(fitted, tmp_path, monkeypatch):
+    """Issue 29 item 2: each (bar, category) share is one dot with one whisker, in a panel beside
+    the stacked bars, at the stored share and interval (no error bars at segment ends)."""
+    import raylc.dolce.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
+    tasks = fitted[1]
+    assert_png(plot_categories(tasks, tmp_path / "c.png"))
+    fig = figures[0]
+    bars, dots = fig.axes[0], fig.axes[1]
+    assert not bars.lines and not bars.collections  # the bars carry no whiskers
+    cow = category_bar_order(tasks, "COW")
+    assert len(dots.containers) == 5  # one errorbar per category
+    for container, c in zip(dots.containers, ("I", "II", "III", "IV", "V")):
+        line, _, (whiskers,) = container.lines
+        assert line.get_xdata() == pytest.approx(100 * cow[f"share_{c}"].to_numpy())
+        ends = [end for seg in whiskers.get_segments() for end in (seg[0][0], seg[1][0])]  # one whisker per bar
+        assert ends == pytest.approx([100 * cow[f"share_{c}_{e}"][i] for i in range(cow.height) for e in ("lo", "hi")])
 
 
 def test_category_bar_order_is_figure_2s():

@@ -9,6 +9,7 @@ import polars as pl
 from rich.console import Console
 
 from raylc.dolce.report import category_matrix, markdown, print_report
+from raylc.dolce.shares import POSTERIOR_INTERVAL
 
 CATEGORIES_TABLE = pl.DataFrame({
     "task": ["qa"] * 5 + ["sum"] * 5,
@@ -16,7 +17,11 @@ CATEGORIES_TABLE = pl.DataFrame({
     "scenario": ["cow"] * 5 + ["pig"] * 5,
     "category": ["I", "II", "III", "IV", "V"] * 2,
     "n": [1, 0, 2, 1, 0, 0, 0, 0, 1, 3],
+    "n_problems": [4] * 10,
     "share": [0.25, 0.0, 0.5, 0.25, 0.0, 0.0, 0.0, 0.0, 0.25, 0.75],
+    "share_lo": [0.0, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5],
+    "share_hi": [0.5, 0.0, 0.75, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 1.0],
+    "interval": [POSTERIOR_INTERVAL] * 10,
 })
 
 

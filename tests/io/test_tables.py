@@ -5,7 +5,7 @@ import io
 import polars as pl
 from cli_runner import raylc
 
-from raylc.io.tables import PIPED_WIDTH, _cells, console, rich_table
+from raylc.io.tables import PIPED_WIDTH, console, format_cells, rich_table
 
 MODELS = ["meta-llama/Llama-3.1-70B-Instruct-long-context-v2", "Qwen/Qwen2.5-14B-Instruct-1M-yarn-256k-eval"]
 TASKS = ["multi_doc_qa_with_a_long_task_name", "kv_retrieval"]
@@ -52,6 +52,34 @@ def test_a_narrow_terminal_wraps_cells_and_never_cuts_them():
 def test_cells_print_numbers_as_a_reader_expects():
     df = pl.DataFrame({"tokens": [2018.0, 3.0, None], "score": [1.0, 0.96, -0.0], "p": [1e-8, 0.5, 0.2],
                        "warning": [None, "x", None]})
-    rows = _cells(df, ())
+    rows = format_cells(df, ())
     assert rows[0] == ["2018", "1.00", "1e-08", ""] and rows[2] == ["", "0.00", "0.2", ""]
     assert all("None" not in c and "-0.0" not in c for r in rows for c in r)
+
+
+def test_at_80_columns_run_ids_task_names_and_numbers_stay_whole():
+    """A table wider than the terminal prints a column that is the same in every row once under
+    it, keeps run ids and task names whole on one line, then numbers, and folds the rest."""
+    from rich.console import Console
+
+    ids = ["helmet-recall-20261126-123456-abcdef", "helmet-recall-20261126-123456-abcdeg"]
+    tasks = ["mk_needle_number", "multi_doc_qa_long"]
+    wide = pl.DataFrame({"run_id": ids, "model": ["/models/some/very/long/model/path/SmolLM2"] * 2, "task": tasks,
+                         "avg_score": [0.91, 0.8], "avg_lc": [-12.25, -3.5], "rank": [1, 2],
+                         "warning": ["bootstrap Base <= 0 in some resamples: CI undefined", None]})
+    out = Console(width=80, force_terminal=True, record=True, file=io.StringIO())
+    out.print(rich_table(wide, "LongScore per run"))
+    text = out.export_text()
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in text
+    for name in (*ids, *tasks):
+        assert any(name in line for line in lines), name
+    assert "model: /models/some/very/long/model/path/SmolLM2" in text.replace("\n", "")
+    wider = Console(width=100, force_terminal=True, record=True, file=io.StringIO())
+    wider.print(rich_table(wide, "LongScore per run"))  # room for the numbers too: the warning folds
+    lines = wider.export_text().splitlines()
+    for name in (*ids, *tasks, "-12.25", "0.91", "-3.50"):
+        assert any(name in line for line in lines), name
+    widest = Console(width=200, force_terminal=True, record=True, file=io.StringIO())
+    widest.print(rich_table(wide, "LongScore per run"))  # wide enough: every column as it is
+    assert widest.export_text().count("/models/some/very/long/model/path/SmolLM2") == 2

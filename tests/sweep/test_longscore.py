@@ -725,7 +725,7 @@ def test_summary_is_typed_without_bootstrap_and_keeps_base_only_tasks_with_it():
     assert dict(plain.schema) == {
         "model": pl.String, "task": pl.String, "base": pl.Float64, "avg_score": pl.Float64, "avg_lc": pl.Float64,
         "avg_lc_lo": pl.Float64, "avg_lc_hi": pl.Float64, "rank_base": pl.Int64, "rank_score": pl.Int64,
-        "rank_lc": pl.Int64, "n_long": pl.Int64, "warning": pl.String}
+        "rank_lc": pl.Int64, "n_long": pl.Int64, "warning": pl.String, "n_boot": pl.Int64, "boot_seed": pl.Int64}
     with pytest.warns(UserWarning, match="no long lengths"):
         boot = longscore(scores, (4096,), n_boot=10, overall=False)["summary"]
     # with replicates too, task b (scored only at the base length) keeps its row, without an interval
