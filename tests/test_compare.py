@@ -6,6 +6,7 @@ page (issue 31) in headless Chromium."""
 import io
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -49,6 +50,16 @@ def test_wilson_interval_is_the_score_test_inversion(n, total):
     if n == total:
         assert hi == pytest.approx(1.0)
 
+
+
+def _chromium() -> str:
+    """Debian's headless Chromium; skipped without it, unless CI requires it (RAYLC_REQUIRE_CHROMIUM=1, .ci/run)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("RAYLC_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("RAYLC_REQUIRE_CHROMIUM=1 but headless Chromium is not installed (apt-get install chromium)")
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    return chromium
 
 def _fake_run(store: Path, run_id: str, job_file: str = "quickstart.yaml", finished: bool = True) -> Path:
     job = load_job(ROOT / "jobs" / job_file)
@@ -175,7 +186,6 @@ def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, ru
     headline before the details and what the run did; rendered in headless Chromium when
     installed (Debian's package), with no console error, a screenshot kept under test-artifacts/."""
     import re
-    import shutil
     import subprocess
 
     page = (four_runs / run_id / "report" / "index.html").read_text(encoding="utf-8")
@@ -183,9 +193,7 @@ def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, ru
     assert page.count("data:image/png;base64,") >= 2
     assert page.index(headline) < page.index("What the run did")
     assert page.index("<h2>") == page.index(f"<h2>{headline}")  # the first section is the headline
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    chromium = _chromium()
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / f"report-{run_id}.png"
     shot.unlink(missing_ok=True)
@@ -394,9 +402,7 @@ def test_compare_page_renders_in_headless_chromium(tmp_path):
     page = (out / "index.html").read_text(encoding="utf-8")
     assert "<script" not in page and not re.search(r'(src|href)="(?!data:image/png;base64,)', page)
     assert page.index("<table>") < page.index("<img")  # the tables before the figures
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    chromium = _chromium()
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "compare-page.png"
     shot.unlink(missing_ok=True)
