@@ -123,23 +123,28 @@ def relabel(frame: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
 
 def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
     """The kept scores of the length-controlled runs as LongScore input (``model`` = the run's
-    label), the labels, and the base lengths they share (a :class:`StoreError` when they differ)."""
+    label), the labels, and the base lengths they share (None when they differ: each run then
+    keeps its own; a :class:`StoreError` when two runs with a task in common differ)."""
     from raylc.sweep.stages import scores_for_longscore
 
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
     labels = _labels(sweep)
-    frames, bases = [], set()
+    frames, bases, task_bases = [], set(), {}
     for ref, label in zip(sweep, labels["label"]):
         scores = ref.read("score/scores.parquet")
         frames.append(scores_for_longscore(scores.filter(pl.col("kept")), label, ref.job.suite.axis))
-        bases.add(tuple(ref.job.suite.longscore_base()))
-    if len(bases) > 1:
-        raise StoreError("the runs use different LongScore base lengths "
-                         f"({'; '.join(', '.join(map(str, b)) for b in sorted(bases))}): compare runs of one suite "
-                         "setting")
+        base = tuple(ref.job.suite.longscore_base())
+        bases.add(base)
+        for task in frames[-1]["task"].unique().sort():
+            task_bases.setdefault(task, {}).setdefault(base, ref.uri)
+    for task, seen in task_bases.items():
+        if len(seen) > 1:
+            shown = "; ".join(f"{uri}: {', '.join(map(str, b))}" for b, uri in sorted(seen.items()))
+            raise StoreError(f"task {task!r} has other LongScore base lengths in other runs ({shown}): "
+                             "compare runs of one suite setting")
     schema = {"model": pl.String, "task": pl.String, "length": pl.Int64, "sample_id": pl.String, "score": pl.Float64}
     table = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=schema)
-    return table, labels, list(next(iter(bases), ()))
+    return table, labels, (list(next(iter(bases), ())) if len(bases) <= 1 else None)
 
 
 def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:
@@ -254,7 +259,7 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
     tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
     figures: dict[str, bytes] = {}
     scores, labels, base = length_scores(runs)
-    if scores.height and base:
+    if scores.height and base != []:
         result = merge_longscore(runs_longscore(runs, base, n_boot, seed, mapper))
         figures.update(longscore_figures(result))
         tables.update({name: relabel(frame, labels) for name, frame in result.items()})

@@ -208,7 +208,7 @@ def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, ru
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
 
 
-def _length_run(store: Path, run_id: str, seed: int) -> Path:
+def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needle"), base=(200,)) -> Path:
     """A finished helmet-recall run made without Ray: completions right for about three samples in
     four at the short lengths and one in two at the longest, its report written by the run's own
     report function."""
@@ -220,8 +220,8 @@ def _length_run(store: Path, run_id: str, seed: int) -> Path:
     from raylc.sweep.report import write_length_report
 
     job = parse_job({"name": "lc", "seed": seed, "store": {"path": str(store)}, "suite": {
-        "kind": "helmet_recall", "tasks": ["json_kv", "mv_needle"], "lengths": [200, 700, 1200],
-        "base_lengths": [200], "samples_per_length": 16, "depths": 2}})
+        "kind": "helmet_recall", "tasks": list(tasks), "lengths": [200, 700, 1200],
+        "base_lengths": list(base), "samples_per_length": 16, "depths": 2}})
     samples = stages.build_samples(job)
     draw = pl.col("sample_id").hash(seed) % 4
     wrong = (draw == 0) | ((pl.col("length") == 1200) & (draw == 1))
@@ -266,6 +266,28 @@ def test_one_longscore_bootstrap_per_run(tmp_path):
     # another bootstrap when asked for, and named so
     other = raylc("longscore", str(run), "--out", str(tmp_path / "other"), "--n-boot", "50", "--seed", "1")
     assert other.returncode == 0 and "n_boot = 50, seed = 1" in other.stdout
+
+
+def test_compare_takes_runs_with_other_base_lengths_when_no_task_is_in_both(tmp_path):
+    """Issue 31 (found trying it): `raylc compare` of length runs whose suites set different
+    LongScore base lengths gives each run its own LongScore (equal to its report); only runs that
+    share a task under different base lengths are refused, with one line naming the task."""
+    from cli_runner import raylc
+
+    a = _length_run(tmp_path / "runs", "lc-a", seed=1, tasks=("json_kv",), base=(200,))
+    b = _length_run(tmp_path / "runs", "lc-b", seed=2, tasks=("mv_needle",), base=(200, 700))
+    done = raylc("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stderr
+    got = pl.read_parquet(tmp_path / "cmp" / "summary.parquet")
+    keep = ["task", "base", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_boot", "boot_seed"]
+    for run in (a, b):
+        stored = pl.read_parquet(run / "report" / "summary.parquet")
+        mine = got.filter(pl.col("run_id") == run.name).filter(pl.col("task") != "overall")
+        assert_frame_equal(mine.select(keep), stored.filter(pl.col("task") != "overall").select(keep))
+    c = _length_run(tmp_path / "runs", "lc-c", seed=3, tasks=("json_kv",), base=(200, 700))
+    clash = raylc("compare", str(a), str(c), "--out", str(tmp_path / "clash"))
+    assert clash.returncode == 2 and not (tmp_path / "clash").exists()
+    assert clash.stderr.strip().count("\n") == 0 and "json_kv" in clash.stderr and "base lengths" in clash.stderr
 
 
 @pytest.mark.ray
