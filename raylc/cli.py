@@ -171,7 +171,8 @@ def status(run_dir: str = typer.Argument(...,
                                          help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """What a run is doing: each stage's state; for inference the requests stored against planned, rates and an ETA."""
     from raylc.io.tables import console, rich_table
-    from raylc.run.status import duration, run_status
+    from raylc.run.progress import duration
+    from raylc.run.status import run_status
 
     st = run_status(*_run_folder(run_dir))
     rows = []
@@ -208,7 +209,8 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
     """The runs in a store: run id, job, model, state, when created, age and last update, newest first."""
     from raylc.io.store import Store
     from raylc.io.tables import console, rich_table
-    from raylc.run.status import duration, list_runs
+    from raylc.run.progress import duration
+    from raylc.run.status import list_runs
 
     where = Store(store)
     if "://" not in store and not where.exists():

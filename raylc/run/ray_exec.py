@@ -281,7 +281,9 @@ def _configure_data(job: Job) -> None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
     elif not backend_of(job.probe).no_progress_guard:
         ctx.execution_no_progress_timeout_s = -1  # off (no_progress_guard.py: -1 disables it)
-    ctx.enable_progress_bars = True
+    # Ray Data's bars only with --verbose: their totals are estimates (docs/runs.md); raylc logs
+    # its own count of stored requests (raylc.run.progress.InferProgress)
+    ctx.enable_progress_bars = verbose()
     ctx.print_on_execution_start = False
     ctx.raise_original_map_exception = True  # a failed map raises the user code's exception: one clear line
 

@@ -404,7 +404,7 @@ def infer_requests(run: Run, pending: Iterable[pl.DataFrame], table: tuple[str, 
     run-relative path parts of the suite's built table (:class:`ray_exec.RequestSource`); ``reused``:
     the requests stored by earlier attempts (:class:`InferProgress`)."""
     job: Job = run.job  # type: ignore[assignment]
-    progress = InferProgress(run.manifest, reused, run.save)
+    progress = InferProgress(run.manifest, reused, run.save, log=run.log)
 
     def counted(chunks: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
         for chunk in chunks:

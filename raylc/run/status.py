@@ -12,7 +12,7 @@ from typing import Any, Optional
 import polars as pl
 
 from raylc.io.store import Store, StoreError
-from raylc.run.progress import INFER
+from raylc.run.progress import INFER, infer_progress
 from raylc.run.skeleton import LOCK, MANIFEST, lock_alive
 
 STATES = ("done", "running", "interrupted", "failed", "pending")
@@ -59,38 +59,6 @@ def run_state(states: dict[str, str], alive: bool) -> str:
     return "running" if alive else "interrupted"
 
 
-def infer_progress(stage: dict[str, Any], state: str, now: float) -> dict[str, Any]:
-    """Requests stored and planned, rates and (while ``state`` is running) an ETA from the infer
-    stage's progress record (:class:`raylc.run.progress.InferProgress`): the ETA uses the
-    rate since the first stored shard, which leaves out Ray's and the engines' start; seconds
-    since the last shard, or, before any, since the stage started. For a finished stage, its counts."""
-    progress = stage.get("progress")
-    if stage.get("status") == "done" or not progress:
-        rows = stage.get("rows", {})
-        return {"stored": rows.get("requests"), "planned": rows.get("requests")}
-    started, updated = float(progress["started_at"]), float(progress["updated_at"])
-    elapsed = max(updated - started, 1e-9)
-    done, to_run = int(progress["done"]), int(progress["to_run"])
-    rate = done / elapsed if done else 0.0
-    out = {
-        "stored": int(progress["reused"]) + done, "planned": int(progress["reused"]) + to_run,
-        "errors": int(progress["errors"]), "requests_per_s": rate,
-        "prompt_tokens_per_s": int(progress["prompt_tokens"]) / elapsed if done else 0.0,
-        "generated_tokens_per_s": int(progress["generated_tokens"]) / elapsed if done else 0.0,
-    }
-    if done:
-        out["last_update_s"] = now - updated
-    else:
-        out["waiting_s"] = now - started
-    first_at, first_done = progress.get("first_at"), int(progress.get("first_done") or 0)
-    steady = 0.0
-    if first_at and updated > float(first_at) and done > first_done:
-        steady = (done - first_done) / (updated - float(first_at))
-    if state == "running" and (steady or rate) > 0:  # after the first shard: the start-up is not in the rate
-        out["eta_s"] = max(to_run - done, 0) / (steady or rate)
-    return out
-
-
 def run_status(store: Store, run_id: str, now: Optional[float] = None) -> dict[str, Any]:
     """The status of ``<store>/<run_id>``: run id, job, model, state, per-stage states, the
     inference progress and the times; a :class:`StoreError` when there is no run there."""
@@ -135,13 +103,3 @@ def list_runs(store: Store, now: Optional[float] = None) -> pl.DataFrame:
     schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
               "created": pl.String, "age_s": pl.Float64, "updated_s": pl.Float64}
     return pl.DataFrame(rows, schema=schema).sort("age_s", nulls_last=True)
-
-
-def duration(seconds: Optional[float]) -> str:
-    """``42 s``, ``3 min``, ``2.5 h``, ``4.0 d``."""
-    if seconds is None:
-        return ""
-    for unit, size, limit in (("s", 1, 120), ("min", 60, 7200), ("h", 3600, 172800)):
-        if seconds < limit:
-            return f"{seconds / size:.0f} {unit}" if unit != "h" else f"{seconds / size:.1f} h"
-    return f"{seconds / 86400:.1f} d"

@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from raylc.cli import app
 from raylc.io.store import Store
 from raylc.run import checkpoint
+from raylc.run.progress import duration
 from raylc.run.skeleton import LOCK, MANIFEST, Run
-from raylc.run.status import _when, duration, list_runs, run_status
+from raylc.run.status import _when, list_runs, run_status
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +196,24 @@ def test_progress_is_recorded_at_each_shard(tmp_path):
                                            (3 * 86400, "3.0 d"), (None, "")])
 def test_duration(seconds, text):
     assert duration(seconds) == text
+
+
+def test_the_infer_stage_logs_its_own_count_of_stored_requests(monkeypatch):
+    """Issue 31: raylc's progress line counts stored requests against those planned (Ray Data's
+    bar totals are estimates); at most one line per ``every_s``, and one when all are stored."""
+    from raylc.run import progress as progress_module
+    from raylc.run.progress import InferProgress
+
+    clock = iter([0.0, 5.0, 10.0, 15.0, 16.0])
+    monkeypatch.setattr(progress_module.time, "time", lambda: next(clock))
+    lines, manifest = [], {"stages": {}}
+    prog = InferProgress(manifest, reused=7, save=lambda: None, log=lines.append, every_s=10.0)
+    prog.planned(300)
+    batch = pl.DataFrame({"error": [None] * 99 + ["boom"]})
+    prog.stored(batch)  # t = 5: first shard, under every_s since the start: no line
+    prog.stored(batch)  # t = 10: a line; 100 more in 5 s since the first shard: 100 left at 20/s
+    prog.stored(batch.head(50))  # t = 15: under every_s since the last line: no line
+    prog.stored(batch.head(50))  # t = 16: all 300 stored: a line
+    assert lines == ["[infer] 200/300 requests stored (67%), about 5 s left, 2 errors",
+                     "[infer] 300/300 requests stored (100%), 2 errors"]
+    assert manifest["stages"]["infer"]["progress"]["done"] == 300
