@@ -183,12 +183,8 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
 
     dolce = [r for r in runs if r.job.suite.family == "dolce"]
     fits = {r.uri: (r.read("fits/problems.parquet"), r.read("fits/tasks.parquet")) for r in dolce}
-    content = {r.uri: _problem_content(r) for r in dolce}
     rows = []
-    for a, b in itertools.combinations(dolce, 2):
-        same = content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner")
-        if not same.height:
-            continue
+    for a, b, same in _shared_problems(dolce):
         keep = [fits[a.uri][0].join(same, on=["task", "problem_id"], how="semi"),
                 fits[b.uri][0].join(same, on=["task", "problem_id"], how="semi")]
         table = compare_fits(keep[0], fits[a.uri][1], keep[1], fits[b.uri][1])
@@ -197,6 +193,15 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
                                      pl.lit(b.run_id).alias("run_b"), pl.lit(b.model).alias("model_b"), pl.all()))
     schema = {"run_a": pl.String, "model_a": pl.String, "run_b": pl.String, "model_b": pl.String, **COMPARE_SCHEMA}
     return pl.concat(rows) if rows else pl.DataFrame(schema=schema)
+
+
+def _shared_problems(dolce: Sequence[RunRef]) -> list[tuple[RunRef, RunRef, pl.DataFrame]]:
+    """Every pair of ``dolce`` runs that share problems, with those problems (task, problem_id,
+    content; :func:`_problem_content`)."""
+    content = {r.uri: _problem_content(r) for r in dolce}
+    pairs = ((a, b, content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner"))
+             for a, b in itertools.combinations(dolce, 2))
+    return [(a, b, same) for a, b, same in pairs if same.height]
 
 
 def _problem_content(ref: RunRef) -> pl.DataFrame:
@@ -369,9 +374,7 @@ def agreement_note(runs: Sequence[RunRef], agreement: pl.DataFrame) -> str:
                 "Spearman's rho of lambda and k over those problems (DOLCE Section 6), the first run as reference.")
     if len(dolce) < 2:
         return (f"agreement.parquet has 0 rows: it compares pairs of DOLCE runs, and {len(dolce)} DOLCE run was given.")
-    content = {r.uri: _problem_content(r) for r in dolce}
-    shared = [(a, b) for a, b in itertools.combinations(dolce, 2)
-              if content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner").height]
+    shared = _shared_problems(dolce)
     if not shared:
         return (f"agreement.parquet has 0 rows: no two of the {len(dolce)} DOLCE runs share a problem (same task, "
                 "id, question and units); runs with another seed or data draw other problems. Run one suite and "
