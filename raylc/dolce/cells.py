@@ -423,7 +423,7 @@ class CellFit:
 
     def _set_pairs(self, problem, lam, k, loglik, **below) -> None:
         """The last step's objective of every scored (lambda, k) pair (``pairs_``: problem index,
-        lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty; COW adds
+        lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty; COW posterior runs add
         ``below_ll`` (the plug-in part of loglik below lambda) and ``below_n`` (V, 3: the counts
         of 1, 0, IDK below lambda) for the marginal of :mod:`raylc.dolce.uncertainty`."""
         self.pairs_ = dict(problem=np.asarray(problem, dtype=np.int64), lam=np.asarray(lam, dtype=np.int64),

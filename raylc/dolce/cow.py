@@ -322,7 +322,8 @@ class COWFit(CellFit):
         below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)[d["b_order"]]  # prefix ends by rank
 
         vp = np.repeat(ar, d["pair_reps"])
-        below = self._below_setup(d, cnt, vp)
+        # only the posterior's runs (_marginal_argmax) need the terms below lambda: their pairs_ feed it
+        below = self._below_setup(d, cnt, vp) if self._marginal_argmax else None
         if self._marginal_argmax:  # per pair: log prior + DirMult(counts below lambda), constant over steps
             shift = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P) + below["dm"][below["group"]]
 
@@ -387,7 +388,7 @@ class COWFit(CellFit):
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
         self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1],
-                        **self._below_parts(below, noise, nonpar, *scored_with))
+                        **(self._below_parts(below, noise, nonpar, *scored_with) if below is not None else {}))
 
     @staticmethod
     def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
