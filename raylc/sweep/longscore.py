@@ -339,7 +339,9 @@ def longscore_group(
 
 def _overall(per: pl.DataFrame, base_lengths: Sequence[int], models: list[str], ci: float) -> pl.DataFrame:
     """Task-averaged rows (task = OVERALL): ``S_l = mean_t S_{t,l}``, ``Base = mean_t Base_t``, then Eq. 2."""
-    per = per.filter(pl.col("model").is_in(models))
+    # one row order whatever order the per-(model, task) results came back in (mapped over Ray
+    # tasks): the float sums below are then the same in every run
+    per = per.filter(pl.col("model").is_in(models)).sort("model", "task", "length")
     n_tasks = per.group_by("model").agg(n_tasks=pl.col("task").n_unique())
     bases = per.group_by("model", "task").agg(pl.col("base").first())
     model_base = bases.group_by("model").agg(
