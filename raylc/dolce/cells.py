@@ -424,17 +424,20 @@ class CellFit:
     def _set_pairs(self, problem, lam, k, loglik, **below) -> None:
         """The last step's objective of every scored (lambda, k) pair (``pairs_``: problem index,
         lambda, k, loglik; sorted by problem), the input of the per-problem uncertainty; COW posterior runs add
-        ``below_ll`` (the plug-in part of loglik below lambda) and ``below_n`` (V, 3: the counts
-        of 1, 0, IDK below lambda) for the marginal of :mod:`raylc.dolce.uncertainty`."""
+        ``below_ll`` (the plug-in part of loglik below lambda), ``below_n`` (V, 3: the counts
+        of 1, 0, IDK below lambda) and ``below_prior`` (3,: the task's Dirichlet below lambda, if
+        fitted) for the marginal of :mod:`raylc.dolce.uncertainty`."""
         self.pairs_ = dict(problem=np.asarray(problem, dtype=np.int64), lam=np.asarray(lam, dtype=np.int64),
                            k=np.asarray(k, dtype=np.int64), loglik=np.asarray(loglik, dtype=np.float64),
-                           **{c: np.asarray(v, dtype=np.float64) for c, v in below.items()})
+                           **{c: np.asarray(v, dtype=np.float64) for c, v in below.items() if v is not None})
 
     def frames(self) -> tuple[pl.DataFrame, dict]:
         """The fit of :meth:`fit` as (problems, info): problems has columns task, problem_id,
         scenario, lam, k, category, loglik, prior_oracle, sorted by problem_id; info is
-        {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change"}: the
-        steps run and the last step's change of the summed objective (the convergence diagnostic)."""
+        {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change",
+        "share_draws"}: the steps run, the last step's change of the summed objective (the
+        convergence diagnostic) and the posterior's per-sweep category counts (None without it;
+        :mod:`raylc.dolce.shares`)."""
         P = self.problems_.size
         problems = pl.DataFrame(
             {
@@ -457,6 +460,8 @@ class CellFit:
             "k_p": int(self.k_p_),
             "em_steps": int(self.n_iter_),
             "em_ll_change": float(self.ll_change_),
+            # the posterior's per-sweep category counts (None without it): the shares' interval
+            "share_draws": None if getattr(self, "uncertainty_", None) is None else self.uncertainty_["share_draws"],
         }
         return problems, info
 

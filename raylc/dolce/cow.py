@@ -12,7 +12,7 @@ import polars as pl
 from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
 from raylc.dolce.cover import cover_prob_partial
 from raylc.dolce.scenario import binarization_cut
-from raylc.dolce.uncertainty import log_dirichlet_multinomial, log_pair_prior
+from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES"]
 
@@ -324,8 +324,10 @@ class COWFit(CellFit):
         vp = np.repeat(ar, d["pair_reps"])
         # only the posterior's runs (_marginal_argmax) need the terms below lambda: their pairs_ feed it
         below = self._below_setup(d, cnt, vp) if self._marginal_argmax else None
-        if self._marginal_argmax:  # per pair: log prior + DirMult(counts below lambda), constant over steps
-            shift = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P) + below["dm"][below["group"]]
+        if self._marginal_argmax:  # per pair: log prior + DirMult(counts below lambda; a), a from the last step
+            log_prior = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P)
+            alpha = None  # the task's Dirichlet below lambda (module uncertainty), refitted every step
+            shift = log_prior + below["dm"][below["group"]]
 
         cum = np.zeros((3, P, Mc + 1))
         pi_one = np.append(d["pi"], 1.0)
@@ -359,6 +361,9 @@ class COWFit(CellFit):
                 m = np.fmax(np.where(np.isnan(m), -np.inf, m), profile.take(below["group"])) + shift
                 score = np.append(m, -np.inf)
             v_star = pad[ar, first_near_max(score.take(pad), pad < ll.size - 1)]
+            if self._marginal_argmax:
+                alpha = dirichlet_mle(below["n"][below["group"][v_star]], alpha)
+                shift = log_prior + log_dirichlet_multinomial(below["n"], alpha)[below["group"]]
             loglik = ll[v_star]
             l_star = d["l_v"][v_star]
 
@@ -388,7 +393,8 @@ class COWFit(CellFit):
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
         self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1],
-                        **(self._below_parts(below, noise, nonpar, *scored_with) if below is not None else {}))
+                        **(self._below_parts(below, noise, nonpar, *scored_with) | {"below_prior": alpha}
+                           if below is not None else {}))
 
     @staticmethod
     def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:

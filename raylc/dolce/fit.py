@@ -237,7 +237,7 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
     )
     row = {
         "task": task, "subset": subset, "scenario": scenario, "n_problems": problems.height,
-        **task_share_columns(problems),
+        **task_share_columns(problems, info.get("share_draws")),
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
                                       "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],

@@ -1,7 +1,7 @@
 """Calibration of the DOLCE per-problem uncertainty (issue 17 items 1, 4, 5; issue 29 item 1).
 
     .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--cost-only]
-        [--paper-start-only] [--pig-hit-rate] [--dirichlet-alpha 1]
+        [--paper-start-only] [--pig-hit-rate]
 
 1. Per generator (``dolce_reference.COW_GENERATORS``): COW "model" (copies re-placed for every
    span, Eq. 3 exactly), "fixed" (copies fixed per problem), "mix" (fixed copies, 15%
@@ -12,7 +12,7 @@
    confidence >= 0.9 and their accuracy, the coverage of the 90% lambda interval; then mean,
    min and max over the groups, and the reliability table of the first group.
    ``--paper-start-only``: the posterior of the EM run from the paper's start alone
-   (``COWFit._posterior_starts = (0.5,)``); ``--dirichlet-alpha``: another prior below lambda.
+   (``COWFit._posterior_starts = (0.5,)``).
 2. The cost of the posterior (default) against ``uncertainty="none"`` on the 1,000 x 1,000
    benchmark frame of ``bench_cow_fit.py``: ``COWFit`` on the frame as built, and ``DolceFit``
    on it with one row per span (it refuses repeated spans); medians of 3 runs, and the ratios.
@@ -107,13 +107,7 @@ def main() -> None:
     ap.add_argument("--pig-hit-rate", action="store_true", help="add one group of PIG with Algorithm 2's likelihood")
     ap.add_argument("--paper-start-only", action="store_true",
                     help="COW posterior from the EM of the paper's start alone (no second start)")
-    ap.add_argument("--dirichlet-alpha", type=float, default=None,
-                    help="the Dirichlet prior below lambda (raylc.dolce.uncertainty.DIRICHLET_ALPHA; default 1/2)")
     args = ap.parse_args()
-    if args.dirichlet_alpha is not None:
-        from raylc.dolce import uncertainty
-
-        uncertainty.DIRICHLET_ALPHA = args.dirichlet_alpha
     if args.paper_start_only:
         from raylc.dolce.cow import COWFit
 

@@ -286,7 +286,8 @@ def test_fit_cow_task_output_and_consistency_with_cowfit():
     assert problems["problem_id"].to_list() == ["a", "b"]
     assert problems["scenario"].to_list() == ["COW", "COW"] and problems["task"].to_list() == ["T", "T"]
     assert problems.schema["lam"] == pl.Int64 and problems.schema["k"] == pl.Int64
-    assert set(info) == {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change"}
+    assert set(info) == {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change",
+                         "share_draws"}
     assert (info["lam_p"], info["k_p"]) == category_thresholds([2, 5, 20])  # distinct 0 < C < L
     # same counts by hand: score >= 0.6 -> 1, < 0.6 -> 0, null -> IDK
     x = obs.with_columns(

@@ -571,7 +571,8 @@ def test_fit_pig_task_frame_and_categories():
                                 *UNCERTAINTY_SCHEMA]
     assert problems["problem_id"].to_list() == sorted(problems["problem_id"].to_list())
     assert set(problems["scenario"]) == {"PIG"}
-    assert set(info) == {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change"}
+    assert set(info) == {"p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps", "em_ll_change",
+                         "share_draws"}
     assert sum(info[f"p_noise_{y}"] for y in ("1", "0", "idk")) == pytest.approx(1.0)
     ladder = obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique().to_numpy()
     assert (info["lam_p"], info["k_p"]) == category_thresholds(ladder)

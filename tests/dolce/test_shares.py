@@ -1,6 +1,6 @@
-"""Category shares (:mod:`raylc.dolce.shares`, issue 29 item 2): the Poisson-binomial pmf against
-its convolution, the interval's tails, and the share inside its interval by construction, also
-where an atom puts the mean outside the quantiles."""
+"""Category shares (:mod:`raylc.dolce.shares`, issue 29 item 2): the interval is the draws'
+equal-tailed quantiles, the share lies inside it by construction (also where an atom puts the
+mean outside the quantiles), and the quickstart's intervals hold their planted shares."""
 
 from __future__ import annotations
 
@@ -15,45 +15,38 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from raylc.dolce.categories import CATEGORIES, wilson
-from raylc.dolce.shares import POSTERIOR_INTERVAL, WILSON_INTERVAL, poisson_binomial_pmf, share_interval, share_rows
+from raylc.dolce.shares import POSTERIOR_INTERVAL, WILSON_INTERVAL, share_interval, share_rows
 
 # probabilities with atoms at 0 and 1 and values close to them, as a fitted posterior gives
 PROBA = st.one_of(st.sampled_from([0.0, 1.0, 1e-12, 1 - 1e-12, 0.5]), st.floats(0.0, 1.0))
 
 
-def convolution(p) -> np.ndarray:
-    """The pmf of a sum of Bernoullis, one problem at a time (the definition)."""
-    pmf = np.array([1.0])
-    for q in p:
-        pmf = np.convolve(pmf, [1.0 - q, q])
-    return pmf
-
-
 @settings(max_examples=300, deadline=None)
-@given(st.lists(PROBA, min_size=1, max_size=60))
-def test_pmf_equals_the_convolution(p):
-    assert poisson_binomial_pmf(p) == pytest.approx(convolution(p), abs=1e-10)
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.lists(PROBA, min_size=1, max_size=80), st.sampled_from([0.5, 0.9, 0.95, 0.99]))
-def test_the_share_lies_in_its_interval_whose_tails_hold_at_most_alpha(p, level):
-    point, lo, hi = share_interval(p, level)
+@given(st.lists(PROBA, min_size=1, max_size=60), st.sampled_from([0.5, 0.9, 0.95, 0.99]), st.integers(0, 2**16))
+def test_the_share_lies_in_its_interval_whose_tails_hold_at_most_alpha(p, level, seed):
+    """Draws of the count (independent Bernoullis here): the point is the mean of p, the ends
+    are draws, and at most (1 - level) / 2 of the draws lie below lo and above hi (beyond the
+    widening to the point)."""
+    draws = (np.random.default_rng(seed).random((400, len(p))) < np.asarray(p)).sum(axis=1)
+    point, lo, hi = share_interval(p, draws, level)
     n = len(p)
     assert point == pytest.approx(np.mean(p))
     assert 0.0 <= lo <= point <= hi <= 1.0
-    cdf = np.cumsum(convolution(p))
-    j = int(np.ceil(lo * n - 1e-9))  # S takes the values j / n
-    assert (cdf[j - 1] if j >= 1 else 0.0) <= (1 - level) / 2 + 1e-9  # P(S < lo)
-    assert 1.0 - cdf[int(np.floor(hi * n + 1e-9))] <= (1 - level) / 2 + 1e-9  # P(S > hi)
+    share = draws / n
+    tail = (1 - level) / 2
+    assert (share < lo - 1e-12).mean() <= tail + 1e-12 and (share > hi + 1e-12).mean() <= tail + 1e-12
+    assert lo == point or np.isclose(share, lo).any()  # an end is a draw unless widened to the point
+    assert hi == point or np.isclose(share, hi).any()
 
 
 def test_an_atom_puts_the_quantiles_off_the_mean_and_the_interval_is_widened():
-    """One problem at p = 0.02, 99 at 0: S = 0 with probability 0.98, both quantiles are 0 and
-    the mean is 0.0002; the interval reaches the mean. The same at the top."""
-    assert share_interval([0.02] + [0.0] * 99) == (pytest.approx(0.0002), 0.0, pytest.approx(0.0002))
-    point, lo, hi = share_interval([0.98] + [1.0] * 99)
+    """One problem at p = 0.02, 99 at 0, every draw 0: both quantiles are 0 and the mean is
+    0.0002; the interval reaches the mean. The same at the top."""
+    assert share_interval([0.02] + [0.0] * 99, np.zeros(500)) == (pytest.approx(0.0002), 0.0, pytest.approx(0.0002))
+    point, lo, hi = share_interval([0.98] + [1.0] * 99, np.full(500, 100))
     assert (point, lo, hi) == (pytest.approx(0.9998), pytest.approx(0.9998), 1.0)
+    with pytest.raises(ValueError, match="draws"):
+        share_interval([0.5], [])
 
 
 def test_share_rows_use_the_posterior_and_without_it_the_wilson_interval():
@@ -61,8 +54,12 @@ def test_share_rows_use_the_posterior_and_without_it_the_wilson_interval():
     proba = rng.dirichlet([0.3] * 5, size=40)
     problems = pl.DataFrame({"category": [CATEGORIES[i] for i in proba.argmax(axis=1)],
                              **{f"p_{c}": proba[:, j] for j, c in enumerate(CATEGORIES)}})
-    rows = share_rows(problems)
+    draws = np.array([np.bincount([rng.choice(5, p=q) for q in proba], minlength=5) for _ in range(300)])
+    with pytest.raises(ValueError, match="draws"):
+        share_rows(problems)
+    rows = share_rows(problems, draws)
     assert rows["share"].to_numpy() == pytest.approx(proba.mean(axis=0)) and rows["share"].sum() == pytest.approx(1)
+    assert rows["share_lo"].to_list() == [share_interval(proba[:, j], draws[:, j])[1] for j in range(5)]
     assert (rows["interval"] == POSTERIOR_INTERVAL).all()
     assert rows["n"].to_list() == [int((proba.argmax(axis=1) == j).sum()) for j in range(5)]
     inside = (pl.col("share_lo") <= pl.col("share")) & (pl.col("share") <= pl.col("share_hi"))
@@ -74,13 +71,13 @@ def test_share_rows_use_the_posterior_and_without_it_the_wilson_interval():
 
 
 # ------------------------------------------------------------------ the quickstart, bounded
-QUICK = {"suite.problems_per_task": 40}
+QUICK = {"suite.problems_per_task": 100}
 
 
 @pytest.fixture(scope="module")
 def quickstart_seeds():
-    """Report tables of the quickstart (40 problems per task) at seeds 0 and 1, every stage in
-    this process (no Ray)."""
+    """Report tables of the quickstart (100 problems per task, as the job has) at seeds 0 and 1,
+    every stage in this process (no Ray)."""
     from in_process import dolce_tables
 
     from raylc.spec import load_job
@@ -128,9 +125,11 @@ def test_every_reported_share_lies_in_its_interval_and_compare_repeats_it(quicks
 
 
 def test_share_intervals_cover_the_planted_shares(quickstart_seeds):
-    """Issue 29 acceptance 3, bounded (2 seeds x 2 tasks x 5 categories): the 95% intervals
-    hold the planted share in >= 90% of the cells (tests/benchmarks/share_coverage.py measures
-    seeds 0-6 at 100 and 0-2 at 1,000 problems per task)."""
+    """Issue 29 acceptance 3, bounded (2 seeds x 2 tasks x 5 categories at 100 problems per task):
+    the 95% intervals hold the planted share in >= 90% of the cells (20/20 measured). The rule
+    before (problems independent given a prior fixed per problem, a symmetric Dirichlet below
+    lambda) held 15/20 here (tests/benchmarks/share_coverage.py measures seeds 0-6 at 100 and
+    0-2 at 1,000 problems per task)."""
     from in_process import share_coverage
 
     cells = pl.concat([share_coverage(tables) for _, tables in quickstart_seeds.values()])
