@@ -328,6 +328,7 @@ class COWFit(CellFit):
             log_prior = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P)
             alpha = None  # the task's Dirichlet below lambda (module uncertainty), refitted every step
             shift = log_prior + below["dm"][below["group"]]
+            chosen = None  # the pairs it was fitted to (the same pairs: the same a)
 
         cum = np.zeros((3, P, Mc + 1))
         pi_one = np.append(d["pi"], 1.0)
@@ -361,7 +362,8 @@ class COWFit(CellFit):
                 m = np.fmax(np.where(np.isnan(m), -np.inf, m), profile.take(below["group"])) + shift
                 score = np.append(m, -np.inf)
             v_star = pad[ar, first_near_max(score.take(pad), pad < ll.size - 1)]
-            if self._marginal_argmax:
+            if self._marginal_argmax and not np.array_equal(v_star, chosen):
+                chosen = v_star
                 alpha = dirichlet_mle(below["n"][below["group"][v_star]], alpha)
                 shift = log_prior + log_dirichlet_multinomial(below["n"], alpha)[below["group"]]
             loglik = ll[v_star]
