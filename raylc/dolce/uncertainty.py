@@ -43,8 +43,10 @@ starts are mixed by their evidence under a uniform class prior (their evidences 
 to thousands of nats, so in practice the better one is used).
 
 **The task's lambda distribution** (hierarchical prior). A problem's category is read off its
-lambda class g: lambda = 0, each partial length C of the task's ladder, or "beyond its max C"
-(the candidates max C + 1 and L: the data only say lambda > max C). Within a class the prior is
+lambda class g: lambda = 0, each length of the exponential ladder 0, 1, 2, 5, 10, .. (Section
+4; a partial length off the ladder joins the ladder's next smaller length, so problems whose
+observation lengths differ still share classes), or "beyond its max C" (the candidates
+max C + 1 and L: the data only say lambda > max C). Within a class the prior is
 uniform over the problem's candidate lambdas, then over the scored k at each
 (:func:`class_likelihoods`). The classes are drawn from the task's distribution pi,
 
@@ -80,7 +82,8 @@ from scipy.special import digamma, gammaln
 
 from raylc.dolce.categories import CATEGORIES, category_codes
 
-__all__ = ["problem_uncertainty", "class_likelihoods", "dirichlet_mle", "gibbs_classes", "lambda_classes",
+__all__ = ["problem_uncertainty", "class_likelihoods", "dirichlet_mle", "gibbs_classes", "ladder_bucket",
+           "lambda_classes",
            "log_dirichlet_multinomial", "log_pair_prior", "marginal_loglik", "OPEN"]
 
 #: The symmetric Dirichlet(a, a, a) below lambda where no task-level prior is fitted: the EM's
@@ -173,10 +176,22 @@ def marginal_loglik(pairs: dict) -> np.ndarray:
     return np.fmax(m, pairs["profile_ll"]) if "profile_ll" in pairs else m
 
 
+def ladder_bucket(lam: np.ndarray) -> np.ndarray:
+    """The largest value of the exponential ladder 0, 1, 2, 5, 10, 20, 50, .. (Section 4) at most
+    ``lam``: lambda itself on that ladder, a shared bucket for lengths off it."""
+    lam = np.asarray(lam, dtype=np.int64)
+    x = np.maximum(lam, 1)
+    e = np.floor(np.log10(x)).astype(np.int64)
+    e = np.where(10 ** (e + 1) <= x, e + 1, np.where(10**e > x, e - 1, e))  # log10's rounding
+    head = x // 10**e
+    return np.where(lam <= 0, 0, np.where(head >= 5, 5, np.where(head >= 2, 2, 1)) * 10**e)
+
+
 def lambda_classes(p: np.ndarray, lam: np.ndarray, lam_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(class keys, class index per pair): lambda itself for lambda <= max C (0 and the task's
-    partial lengths), :data:`BEYOND` above it."""
-    key = np.where(lam > np.asarray(lam_q)[p], BEYOND, lam)
+    """(class keys, class index per pair): for lambda <= max C its bucket on the exponential
+    ladder (:func:`ladder_bucket`: lambda itself for the ladder's lengths, so that problems of
+    other L or with other partial lengths still share classes), :data:`BEYOND` above max C."""
+    key = np.where(lam > np.asarray(lam_q)[p], BEYOND, ladder_bucket(lam))
     classes, g = np.unique(key, return_inverse=True)
     return classes, g.reshape(-1)
 

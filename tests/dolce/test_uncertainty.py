@@ -25,6 +25,7 @@ from raylc.dolce.uncertainty import (
     class_likelihoods,
     dirichlet_mle,
     gibbs_classes,
+    ladder_bucket,
     log_dirichlet_multinomial,
     log_pair_prior,
     problem_uncertainty,
@@ -49,16 +50,28 @@ def _prior(rows):
     return [1.0 / len(lams) / n_k[lam] for lam, _, _ in rows]
 
 
+def _bucket(lam):
+    """The largest of 0, 1, 2, 5, 10, 20, 50, ... at most lam, by listing the ladder."""
+    ladder = [0] + [d * 10**e for e in range(19) for d in (1, 2, 5)]
+    return max(v for v in ladder if v <= lam)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**17))
+def test_ladder_bucket_is_the_next_smaller_ladder_length(lam):
+    assert int(ladder_bucket(np.array([lam]))[0]) == _bucket(lam)
+
+
 def _class_reference(pairs, P, lam_p, k_p, lam_q):
     """Per problem, in plain Python: {class: (log sum_pairs p(lambda, k | g) exp l, category masses
     within the class)}, p(. | g) uniform over the class's lambdas then the k at each; the class
-    of lambda is lambda itself up to max C, one class above."""
+    of lambda is its ladder bucket up to max C, one class above."""
     out = []
     for i in range(P):
         rows = [(lam, k, ll) for p, lam, k, ll in zip(*pairs) if p == i]
         classes: dict[int, list] = {}
         for lam, k, ll in rows:
-            classes.setdefault(lam if lam <= lam_q[i] else BEYOND, []).append((lam, k, ll))
+            classes.setdefault(_bucket(lam) if lam <= lam_q[i] else BEYOND, []).append((lam, k, ll))
         got = {}
         for g, members in classes.items():
             top = max(ll for _, _, ll in members)
