@@ -269,6 +269,10 @@ def reason_in(log: str) -> Optional[str]:
     return f"{kind}: {message}"
 
 
+#: How long a failed start-up waits for the dead engine core's last output (:meth:`OutputTail.drained`).
+DRAIN_S = 5.0
+
+
 class OutputTail:
     """Fds 1 and 2 of this process through one pipe, with the last ``keep`` bytes kept
     (:meth:`text`). Processes started meanwhile (vLLM's engine core and its workers) inherit the
@@ -291,7 +295,8 @@ class OutputTail:
             os.dup2(write, fd)
         os.close(write)
         self._read = read
-        threading.Thread(target=self._pump, name="raylc-output-tail", daemon=True).start()
+        self._thread = threading.Thread(target=self._pump, name="raylc-output-tail", daemon=True)
+        self._thread.start()
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -352,6 +357,13 @@ class OutputTail:
         with self._lock:
             return self._tail.decode("utf-8", "replace")
 
+    def drained(self, timeout: float = DRAIN_S) -> str:
+        """:meth:`text` once the pipe is empty: after :meth:`restore`, what the processes that
+        wrote to it (an engine core that just died) left in it, waiting at most ``timeout``
+        seconds for their last writes (a process still holding the pipe keeps it open)."""
+        self._thread.join(timeout)
+        return self.text()
+
 
 def _latency(output: Any) -> Optional[float]:
     m = getattr(output, "metrics", None)
@@ -384,7 +396,7 @@ class VLLMEngine:
             self.engine = vllm.AsyncLLMEngine.from_engine_args(args, usage_context=self._usage_context())
         except Exception as exc:  # vLLM's reason in one line (config, memory, CUDA, ...), from its core's log
             tail.restore()
-            reason = reason_in(tail.text()) if "See root cause above" in str(exc) else None
+            reason = reason_in(tail.drained()) if "See root cause above" in str(exc) else None
             detail = _shorten(reason) if reason else one_line(exc)
             log = tail.divert()
             where = f" (vLLM's start-up log: {log} on {socket.gethostname()})" if log else ""

@@ -43,7 +43,11 @@ LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is take
 
 
 class RunError(RuntimeError):
-    """A run that cannot start or continue; the message is one line."""
+    """A run that cannot start or continue; the message is one line: whatever a cause brings in
+    (an engine's log line, a Ray traceback's text) has its lines joined by " / "."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(" / ".join(ln.strip() for ln in str(message).splitlines() if ln.strip()))
 
 
 class InferenceFailed(RunError):

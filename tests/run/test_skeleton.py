@@ -9,6 +9,8 @@ import os
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from raylc.run.skeleton import LOCK, MANIFEST, RunError, open_run, run_job, stage_table
 from raylc.spec import parse_job
@@ -136,3 +138,17 @@ def test_a_runs_mapper_raises_a_tasks_own_error():
     with pytest.raises(ValueError, match="^subset a: bad counts$"):
         _raising_own_errors(map_tasks)(len, [[1]])
     assert _raising_own_errors(lambda fn, items, *a: [fn(i, *a) for i in items])(len, [[1], [1, 2]]) == [1, 2]
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30), max_size=6))
+def test_a_run_error_is_one_line_whatever_its_cause_brings(parts):
+    """RunError (and InferenceFailed) join the lines of a message by " / ": an engine log line or a
+    Ray traceback inside a cause cannot split the one line the CLI prints."""
+    from raylc.run.skeleton import InferenceFailed
+
+    message = "\n".join(parts)
+    for kind in (RunError, InferenceFailed):
+        got = str(kind(message))
+        assert len(got.splitlines()) <= 1
+        assert got == " / ".join(ln.strip() for ln in message.splitlines() if ln.strip())
+    assert str(RunError("x failed: a\nb (kept)")) == "x failed: a / b (kept)"
