@@ -82,9 +82,8 @@ from scipy.special import digamma, gammaln
 
 from raylc.dolce.categories import CATEGORIES, category_codes
 
-__all__ = ["problem_uncertainty", "class_likelihoods", "dirichlet_mle", "gibbs_classes", "ladder_bucket",
-           "lambda_classes",
-           "log_dirichlet_multinomial", "log_pair_prior", "marginal_loglik", "OPEN"]
+__all__ = ["OPEN", "class_likelihoods", "dirichlet_mle", "gibbs_classes", "ladder_bucket", "lambda_classes",
+           "log_dirichlet_multinomial", "log_pair_prior", "marginal_loglik", "problem_uncertainty"]
 
 #: The symmetric Dirichlet(a, a, a) below lambda where no task-level prior is fitted: the EM's
 #: step (b) in the posterior runs (``CellFit._marginal_argmax``) and tasks without any count
