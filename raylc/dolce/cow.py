@@ -12,7 +12,7 @@ import polars as pl
 from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
 from raylc.dolce.cover import cover_prob_partial
 from raylc.dolce.scenario import binarization_cut
-from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior
+from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior, marginal_from_parts
 
 __all__ = ["COWFit", "fit_cow_task", "OUTCOMES"]
 
@@ -324,10 +324,10 @@ class COWFit(CellFit):
         vp = np.repeat(ar, d["pair_reps"])
         # only the posterior's runs (_marginal_argmax) need the terms below lambda: their pairs_ feed it
         below = self._below_setup(d, cnt, vp) if self._marginal_argmax else None
-        if self._marginal_argmax:  # per pair: log prior + DirMult(counts below lambda; a), a from the last step
+        if self._marginal_argmax:  # per pair: log prior; DirMult(counts below lambda; a), a from the last step
             log_prior = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P)
             alpha = None  # the task's Dirichlet below lambda (module uncertainty), refitted every step
-            shift = log_prior + below["dm"][below["group"]]
+            dm = log_dirichlet_multinomial(below["n"], alpha)[below["group"]]
             chosen = None  # the pairs it was fitted to (the same pairs: the same a)
 
         cum = np.zeros((3, P, Mc + 1))
@@ -355,17 +355,15 @@ class COWFit(CellFit):
             ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
             scored_with = prior_N, prior_O
             score = ll
-            if self._marginal_argmax:  # the marginal m of module uncertainty, its DirMult part in shift
+            if self._marginal_argmax:  # prior x the marginal m of module uncertainty
                 part, profile = self._below_parts(below, noise, nonpar, prior_N, prior_O, per_group=True)
-                with np.errstate(invalid="ignore"):
-                    m = ll[:-1] - part.take(below["group"])
-                m = np.fmax(np.where(np.isnan(m), -np.inf, m), profile.take(below["group"])) + shift
-                score = np.append(m, -np.inf)
+                m = marginal_from_parts(ll[:-1], part.take(below["group"]), dm, profile.take(below["group"]))
+                score = np.append(m + log_prior, -np.inf)
             v_star = pad[ar, first_near_max(score.take(pad), pad < ll.size - 1)]
             if self._marginal_argmax and not np.array_equal(v_star, chosen):
                 chosen = v_star
                 alpha = dirichlet_mle(below["n"][below["group"][v_star]], alpha)
-                shift = log_prior + log_dirichlet_multinomial(below["n"], alpha)[below["group"]]
+                dm = log_dirichlet_multinomial(below["n"], alpha)[below["group"]]
             loglik = ll[v_star]
             l_star = d["l_v"][v_star]
 
@@ -402,8 +400,8 @@ class COWFit(CellFit):
     def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
         """What the marginal below lambda needs, once per fit, per distinct (problem, lambda) of the
         kept pairs (``group``: each pair's; pairs are sorted by problem, lambda): the counts n_x of
-        outcomes 1, 0, IDK below lambda ``n`` (G, 3), their Dirichlet-multinomial ``dm``, the
-        rank of the P_nonpar column, and at lambda = 0 the problem's counts (``tot``)."""
+        outcomes 1, 0, IDK below lambda ``n`` (G, 3), the rank of the P_nonpar column, and at
+        lambda = 0 the problem's counts (``tot``)."""
         P, Mc, M = d["P"], d["Mc"], d["M"]
         pl_v = vp * M + d["l_v"]
         first = np.flatnonzero(np.r_[True, pl_v[1:] != pl_v[:-1]])
@@ -412,8 +410,7 @@ class COWFit(CellFit):
         cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(cnt, axis=2)], axis=2)  # (3, P, Mc + 1)
         n = cum.reshape(3, -1)[:, p_g * (Mc + 1) + d["n_below"].reshape(-1)[pl_g]].T  # (G, 3)
         lam0 = d["cand"].reshape(-1)[pl_g] == 0
-        return dict(group=group, p=p_g, n=n, dm=log_dirichlet_multinomial(n), rank=d["b_rank"][pl_g], lam0=lam0,
-                    tot=cnt.sum(axis=2).T[p_g[lam0]])
+        return dict(group=group, p=p_g, n=n, rank=d["b_rank"][pl_g], lam0=lam0, tot=cnt.sum(axis=2).T[p_g[lam0]])
 
     @staticmethod
     def _below_parts(b: dict, noise, nonpar, prior_N, prior_O, per_group: bool = False):

@@ -70,8 +70,7 @@ share coverage: ``tests/benchmarks/share_coverage.py`` (docs/figures.md). Summar
   ``level`` of the lambda-marginal, widened down to one above the next smaller candidate (the
   data cannot tell lambda apart between two candidates). ``lam_high`` is open (None) when the
   set holds a lambda above max C: the data then only say lambda > max C;
-* ``share_draws``: (sweeps, 5) category counts of the task's problems, one row per sweep;
-* ``below_prior``: the fitted a (COW; None without counts below lambda).
+* ``share_draws``: (sweeps, 5) category counts of the task's problems, one row per sweep.
 """
 
 from __future__ import annotations
@@ -83,7 +82,8 @@ from scipy.special import digamma, gammaln
 from raylc.dolce.categories import CATEGORIES, category_codes
 
 __all__ = ["OPEN", "class_likelihoods", "dirichlet_mle", "gibbs_classes", "ladder_bucket", "lambda_classes",
-           "log_dirichlet_multinomial", "log_pair_prior", "marginal_loglik", "problem_uncertainty"]
+           "log_dirichlet_multinomial", "log_pair_prior", "marginal_from_parts", "marginal_loglik",
+           "problem_uncertainty"]
 
 #: The symmetric Dirichlet(a, a, a) below lambda where no task-level prior is fitted: the EM's
 #: step (b) in the posterior runs (``CellFit._marginal_argmax``) and tasks without any count
@@ -150,8 +150,9 @@ def dirichlet_mle(n: np.ndarray, start=None) -> np.ndarray | None:
 
 
 def log_pair_prior(p: np.ndarray, lam: np.ndarray, P: int) -> np.ndarray:
-    """log p(lambda, k) per scored pair: uniform over the problem's candidate lambdas, then uniform
-    over the scored k at lambda (the EM's step (b) in the posterior runs)."""
+    """log p(lambda, k) per scored pair: uniform over the candidate lambdas of its group ``p``
+    (of ``P``; a problem in the EM's step (b) of the posterior runs, a (problem, lambda class) in
+    :func:`class_likelihoods`), then uniform over the scored k at lambda."""
     p, lam = np.asarray(p, dtype=np.int64), np.asarray(lam, dtype=np.int64)
     _, pl_of, n_k = np.unique(p * (int(lam.max(initial=0)) + 1) + lam, return_inverse=True, return_counts=True)
     pl_of = pl_of.reshape(-1)
@@ -159,20 +160,25 @@ def log_pair_prior(p: np.ndarray, lam: np.ndarray, P: int) -> np.ndarray:
     return -np.log(n_lam[p]) - np.log(n_k[pl_of])
 
 
+def marginal_from_parts(ll, below_ll, dm, profile=None) -> np.ndarray:
+    """m = l - (the plug-in part below lambda) + DirMult(the counts below lambda), per pair (module
+    docstring): -inf where the plug-in part is -inf, and at lambda = 0 the larger of that and the
+    objective at its own best P_i(O) (``profile``, NaN elsewhere)."""
+    with np.errstate(invalid="ignore"):
+        m = np.asarray(ll, dtype=np.float64) - np.asarray(below_ll, dtype=np.float64) + dm
+    m = np.where(np.isnan(m), -np.inf, m)
+    return m if profile is None else np.fmax(m, profile)
+
+
 def marginal_loglik(pairs: dict) -> np.ndarray:
-    """m_i(lambda, k) per pair: the objective with the plug-in fit below lambda replaced by the
-    Dirichlet-multinomial marginal of its counts under the run's ``below_prior`` (default
-    :data:`DIRICHLET_ALPHA`; module docstring), if the pairs carry them (``below_ll``, ``below_n``;
-    a pair whose plug-in part is -inf stays at -inf), and at lambda = 0 the objective at its own
-    best P_i(O) where given (``profile_ll``, NaN elsewhere)."""
+    """m_i(lambda, k) per pair (:func:`marginal_from_parts`) from a run's pairs: the counts below
+    lambda under the run's ``below_prior`` (default :data:`DIRICHLET_ALPHA`), if the pairs carry
+    them (``below_ll``, ``below_n``, ``profile_ll``); else the objective itself."""
     ll = np.asarray(pairs["loglik"], dtype=np.float64)
     if "below_n" not in pairs:
         return ll
     dm = log_dirichlet_multinomial(pairs["below_n"], pairs.get("below_prior"))
-    with np.errstate(invalid="ignore"):
-        m = ll - np.asarray(pairs["below_ll"], dtype=np.float64) + dm
-    m = np.where(np.isnan(m), -np.inf, m)
-    return np.fmax(m, pairs["profile_ll"]) if "profile_ll" in pairs else m
+    return marginal_from_parts(ll, pairs["below_ll"], dm, pairs.get("profile_ll"))
 
 
 def ladder_bucket(lam: np.ndarray) -> np.ndarray:
@@ -208,10 +214,7 @@ def class_likelihoods(runs: list, n_problems: int, lam_p: int, k_p: int, lam_q: 
     classes, g = lambda_classes(p, lam, lam_q)
     G = classes.size
     pg = p * G + g
-    _, inv, n_k = np.unique(pg * (int(lam.max(initial=0)) + 1) + lam, return_inverse=True, return_counts=True)
-    inv = inv.reshape(-1)
-    n_lam = np.bincount(pg[np.unique(inv, return_index=True)[1]], minlength=P * G)
-    log_within = -np.log(n_lam[pg]) - np.log(n_k[inv])
+    log_within = log_pair_prior(pg, lam, P * G)  # uniform over lambda, then k, within each (problem, class)
     xs = [marginal_loglik(r) + log_within for r in runs]
     # a problem every start rules out everywhere keeps the prior alone
     dead = ~np.isin(np.arange(P), p[np.isfinite(np.array(xs)).any(axis=0)])
@@ -275,8 +278,8 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     lambda), or a list of them, one per EM start (the same rows); ``reported``: the reported
     category per problem ("I" .. "V"); ``lam_p``, ``k_p``: the task's thresholds; ``lam_q``: max C
     per problem. Returns ``confidence`` (P,), ``proba`` (P, 5, in :data:`CATEGORIES` order),
-    ``lam_low`` and ``lam_high`` (P,, int64; ``lam_high`` = :data:`OPEN` when open at the top),
-    ``share_draws`` (sweeps, 5: category counts) and ``below_prior`` (module docstring)."""
+    ``lam_low`` and ``lam_high`` (P,, int64; ``lam_high`` = :data:`OPEN` when open at the top) and
+    ``share_draws`` (sweeps, 5: category counts; module docstring)."""
     if not 0.0 < level < 1.0:
         raise ValueError("level must lie in (0, 1)")
     runs = [pairs] if isinstance(pairs, dict) else list(pairs)
@@ -288,7 +291,6 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     if p.size == 0 or np.bincount(p, minlength=P).min() == 0:
         raise ValueError("every problem needs at least one scored pair")
     cl = class_likelihoods(runs, P, lam_p, k_p, lam_q)
-    below_prior = runs[int(np.argmax(cl["start_weights"]))].get("below_prior")
     post, draws = gibbs_classes(cl["L"], cl["q"], seed=seed)
     proba = np.clip(np.einsum("pg,pgc->pc", post, cl["q"]), 0.0, 1.0)
     w = post[p, cl["pair_class"]] * cl["within"]  # per pair
@@ -317,5 +319,5 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     lam_low = np.where(ml[low_idx] == 0, 0, prev[low_idx] + 1)
     lam_high = np.where(ml[high_idx] > lam_q, OPEN, ml[high_idx])
     return dict(confidence=confidence, proba=proba, lam_low=lam_low.astype(np.int64),
-                lam_high=lam_high.astype(np.int64), share_draws=draws, below_prior=below_prior)
+                lam_high=lam_high.astype(np.int64), share_draws=draws)
 
