@@ -198,6 +198,8 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
 def _shared_problems(dolce: Sequence[RunRef]) -> list[tuple[RunRef, RunRef, pl.DataFrame]]:
     """Every pair of ``dolce`` runs that share problems, with those problems (task, problem_id,
     content; :func:`_problem_content`)."""
+    if len(dolce) < 2:  # no pair: no problems to read
+        return []
     content = {r.uri: _problem_content(r) for r in dolce}
     pairs = ((a, b, content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner"))
              for a, b in itertools.combinations(dolce, 2))
