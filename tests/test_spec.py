@@ -150,7 +150,7 @@ def test_read_only_store_nothing_written(tmp_path):
 def test_read_only_file_system_store(tmp_path, monkeypatch):
     """A store on a read-only mount (simulated: access() says no, statvfs says ST_RDONLY), even for root."""
     from raylc.evaluate import evaluate
-    from raylc.run import skeleton as runner
+    from raylc.run import runner
 
     store = tmp_path / "mnt" / "runs"
     (tmp_path / "mnt").mkdir()

@@ -66,7 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raylc.spec import Job, JobSpecError, VLLMProbe
+from raylc.backends.config import VLLMProbe
+from raylc.spec import Job, JobSpecError
 
 VLLM_VERSION = "0.33.0"
 HUB_TIMEOUT_S = 10.0

@@ -101,4 +101,4 @@ def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     _kill_inference_workers(job_file, tmp_path / "store")
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
-        assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.read(rel)), rel
+        assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.folder.read(rel)), rel

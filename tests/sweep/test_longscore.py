@@ -302,7 +302,7 @@ def test_bootstrap_deterministic_and_mapper_equals_in_process():
 
 @pytest.mark.ray
 def test_ray_mapper_equals_in_process(ray_session):
-    from raylc.run.ray_exec import map_tasks as ray_mapper
+    from raylc.run.tasks import map_tasks as ray_mapper
 
     scores = _samples(40)
     local = longscore(scores, n_boot=100, seed=2)
