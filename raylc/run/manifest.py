@@ -51,10 +51,6 @@ class StageRecord(BaseModel):
     progress: Optional[Progress] = None
 
 
-class ManifestError(ValueError):
-    """A manifest this raylc cannot read (a later format, or not a manifest); one line."""
-
-
 class Manifest(BaseModel):
     """``manifest.json``: ``job`` is the resolved job as JSON (:meth:`raylc.spec.Job.resolved`),
     so a reader needs no backend or suite to show it; ``plan`` the stages to run, in order."""

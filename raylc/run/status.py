@@ -16,8 +16,6 @@ from raylc.run.folder import RunFolder, lock_alive, run_folders, store_exists
 from raylc.run.manifest import Manifest
 from raylc.run.progress import INFER, infer_progress
 
-STATES = ("done", "running", "interrupted", "failed", "pending")
-
 
 def _when(value: Any) -> Optional[float]:
     """Epoch seconds of a manifest time (ISO text or a number)."""
