@@ -29,6 +29,7 @@ from raylc import __version__
 from raylc.io.errors import StoreUnavailable
 from raylc.io.names import UnsafeName, path_segment
 from raylc.run import pipeline, session
+from raylc.run.checkpoint import prompt_request_ids
 from raylc.run.errors import InferenceFailed, NothingWritten, RunError, RunInterrupted
 from raylc.run.folder import JUDGE_SHARDS, RunFolder
 from raylc.run.manifest import Manifest, StageRecord
@@ -208,16 +209,15 @@ class Run:
         (the judge's calls), through the inference path into the run's ``judge/`` shards: a
         resumed run sends only the prompts without a stored completion. A failed call's
         completion is null."""
-        from raylc.run.checkpoint import prompt_request_ids
-
         requests = pl.DataFrame({"request_id": prompt_request_ids(job.probe_fingerprint(), prompts),
                                  "context": prompts.cast(pl.String)}).select(
             "request_id", task=pl.lit("judge"), head=pl.lit(""), context="context", tail=pl.lit(""))
         done = self.folder.completed(JUDGE_SHARDS)
         pending = requests.filter(~done.among(requests["request_id"])).unique("request_id", maintain_order=True)
-        if pending.height:
-            reused = requests["request_id"].n_unique() - pending.height
+        reused = requests["request_id"].n_unique() - pending.height
+        if requests.height:
             self.log(f"[judge] {reused} judge calls kept from earlier attempts, {pending.height} to run")
+        if pending.height:
             progress = InferProgress(self.manifest, reused, self.save, log=self.log, stage=self.current or "judge",
                                      label="judge")
             pipeline.infer(self.folder, job, [pending], progress, self.log, shards=JUDGE_SHARDS)

@@ -5,6 +5,7 @@ functions alone: accounting, shards, completed keys."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -162,6 +163,60 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     # the bootstrap's float sums may differ in the last bits between any two runs
     assert_frame_equal(pl.read_parquet(store / "k" / "report" / "summary.parquet").drop("run_id"),
                        clean.folder.read("report/summary.parquet").drop("run_id"), rel_tol=1e-9)
+
+
+@pytest.mark.ray
+def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
+    """Issue 38, acceptance 5: a length sweep killed (SIGKILL) during its judge calls and run again
+    asks the judge only the calls without a stored completion, and its scores equal an
+    uninterrupted run's. The judge is an OpenAI-compatible test server in this process that answers
+    one call at a time, slowly, and records what it was asked."""
+    from doubles.openai_server import SimulatedOpenAIServer
+
+    from raylc.backends.config import SimulatedProbe
+    from raylc.backends.simulated import SimulatedBackend
+    from raylc.evaluate import evaluate
+    from raylc.run.checkpoint import prompt_request_ids
+
+    address = ray_session.get_runtime_context().gcs_address
+    spec = yaml.safe_load((ROOT / "jobs" / "longbench100.yaml").read_text())
+    spec["suite"].update({"tasks": ["single_doc_qa", "single_doc_sum"], "lengths": [2048, 4096],
+                          "base_lengths": [2048], "samples_per_length": 3,
+                          "sources": str(ROOT / "jobs" / "data" / "longbench100" / "sources.jsonl"),
+                          "distractors": str(ROOT / "jobs" / "data" / "longbench100" / "distractors.jsonl")})
+    spec["inference"] = {"shard_rows": 1, "shard_seconds": 0.1}
+    spec["ray"] = {"actors": 1, "actor_num_cpus": 0.25, "batch_size": 1}
+    with SimulatedOpenAIServer(SimulatedBackend(SimulatedProbe(), {}), model="judge", delay_s=0.5,
+                               record=True) as server:
+        spec["judge"] = {"backend": "openai", "base_url": server.base_url, "model": "judge", "mode": "completions",
+                         "concurrency": 1, "sampling": {"max_tokens": 64}}
+        job_file = tmp_path / "judged.yaml"
+        job_file.write_text(yaml.safe_dump(spec))
+        store, judge_dir = tmp_path / "store", tmp_path / "store" / "k" / "judge"
+        proc = _start(job_file, store, address)
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not list(judge_dir.rglob("*.parquet")):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before its judge calls could be interrupted"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        stored = pl.read_parquet(sorted(judge_dir.rglob("*.parquet"))).filter(pl.col("error").is_null())
+        asked_first = len(server.requests)
+        assert stored.height and asked_first
+        server.requests.clear()
+
+        proc = _start(job_file, store, address)
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+        kept = [int(m) for m in re.findall(r"^\[judge\] (\d+) judge calls kept from earlier attempts", err, re.M)]
+        assert sum(kept) == stored["request_id"].n_unique(), err  # every stored call was kept
+        asked = pl.Series([r["body"]["prompt"] for r in server.requests if r["path"].endswith("/completions")])
+        fingerprint = load_job(job_file).as_judge().probe_fingerprint()
+        assert asked.len() and not set(prompt_request_ids(fingerprint, asked)) & set(stored["request_id"])
+        clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
+    got = pl.read_parquet(store / "k" / "score" / "scores.parquet")
+    assert got.filter(pl.col("metric").is_in(["judge_qa", "judge_sum"])).height
+    assert got.equals(clean.folder.read("score/scores.parquet"))
 
 
 # --- the checkpoint functions themselves (no Ray) ---------------------------------------------
