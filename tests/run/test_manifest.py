@@ -84,3 +84,36 @@ def test_an_unfinished_run_written_by_14bd8b5_has_no_report(store):
     out = raylc("report", store / RUNS[2])
     assert out.returncode == 2 and out.stderr.strip() == (
         f"error: {store / RUNS[2]}: the run has no report yet (run it to completion with `raylc run`)")
+
+
+def test_a_manifest_this_raylc_cannot_read_is_one_line(store):
+    """A later format, or a file that is not a manifest: one line naming the file, exit 2, for
+    ``raylc status`` and ``raylc report``; ``raylc runs`` leaves the folder out."""
+    path = store / RUNS[0] / "manifest.json"
+    newer = {**json.loads(path.read_text()), "version": 99}
+    path.write_text(json.dumps(newer))
+    for command in ("status", "report"):
+        out = raylc(command, store / RUNS[0])
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert out.stderr.strip() == (f"error: {path}: not a raylc manifest (manifest version 99 is newer than this "
+                                      "raylc reads (up to 2): update raylc)"), out.stderr
+    path.write_text(json.dumps({"stages": "none"}))
+    out = raylc("status", store / RUNS[0])
+    assert out.returncode == 2 and out.stderr.startswith(f"error: {path}: not a raylc manifest (run_id: ")
+    listed = raylc("runs", store, env={"COLUMNS": "200"})
+    assert listed.returncode == 0 and RUNS[0] not in listed.stdout and RUNS[1] in listed.stdout
+
+
+def test_a_manifest_written_now_has_the_current_version_and_the_old_keys(tmp_path):
+    """What 14bd8b5 wrote, opened and written again: the same keys, plus ``version`` 2."""
+    from raylc.run.folder import RunFolder
+
+    shutil.copytree(FIXTURES / RUNS[2], tmp_path / RUNS[2])
+    folder = RunFolder(str(tmp_path), RUNS[2])
+    before = json.loads((tmp_path / RUNS[2] / "manifest.json").read_text())
+    manifest = folder.manifest()
+    assert manifest.version == 2 and manifest.stages["infer"].progress.to_run == 220428
+    folder.save(manifest)
+    after = json.loads((tmp_path / RUNS[2] / "manifest.json").read_text())
+    assert after.pop("version") == 2 and after.pop("updated_at") != before.pop("updated_at")
+    assert after == before
