@@ -263,7 +263,7 @@ def test_cli_plan_with_set_plans_the_changed_job(tmp_path):
 
 def test_cli_run_hands_the_overrides_to_the_run(tmp_path, monkeypatch):
     """`raylc run --set` reaches :func:`raylc.evaluate.evaluate` (which records it in the manifest,
-    tests/run/test_skeleton.py) with --store and --seed, without starting Ray here."""
+    tests/run/test_runner.py) with --store and --seed, without starting Ray here."""
     from typer.testing import CliRunner
 
     import raylc.evaluate

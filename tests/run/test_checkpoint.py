@@ -129,7 +129,7 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
 
 
 @pytest.mark.ray
-# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
 def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):

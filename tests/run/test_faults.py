@@ -88,7 +88,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
 
 
 @pytest.mark.ray
-# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
 def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
