@@ -52,8 +52,8 @@ def test_every_stage_written_and_manifest_complete(quickstart_runs):
     for outputs in OUTPUTS.values():
         for rel in outputs:
             assert Path(store, "first", rel).exists(), rel
-    manifest = first.manifest
-    assert manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
+    manifest = first.manifest.record()
+    assert manifest["version"] == 2 and manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(OUTPUTS, "done")
     observations = _read(store, "first", "score/observations.parquet")
     assert manifest["stages"]["score"]["rows"]["observations"] == observations.height
@@ -108,7 +108,7 @@ def test_same_run_id_different_spec_refused(quickstart_runs):
 def test_report_command(quickstart_runs):
     store = quickstart_runs[0]
     tables, manifest, _ = load_report(str(Path(store, "first")))
-    assert manifest["run_id"] == "first"
+    assert manifest.run_id == "first" and manifest.finished()
     proc = subprocess.run([sys.executable, "-m", "raylc", "report", str(Path(store, "first"))],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
