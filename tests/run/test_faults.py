@@ -42,7 +42,7 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
 
 def _infer_actor_pids(parent: int) -> list[int]:
     """Ray Data inference actors (their process title names the UDF)."""
-    out = subprocess.run(["pgrep", "-f", "MapWorker.*TextEngineActor"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "MapWorker.*TextActor"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 
