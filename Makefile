@@ -26,9 +26,11 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(BIN)/raylc run jobs/quickstart.yaml
 
-# ruff over the package and the tests (configuration: [tool.ruff] in pyproject.toml).
+# ruff over the package and the tests, complexity (C901) included, then the dead-code check
+# (configuration: [tool.ruff] and [tool.vulture] in pyproject.toml).
 lint: install-test
 	$(BIN)/ruff check raylc tests
+	$(BIN)/vulture
 
 # The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
 # in one process (one shared Ray instance; Ray's own workers need the cores).

@@ -16,8 +16,8 @@ import typer
 from pydantic import ValidationError
 
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
-from raylc.io.store import StoreError, StoreUnavailable
-from raylc.run.ray_exec import RayUnavailable
+from raylc.io.errors import StoreError, StoreUnavailable
+from raylc.run.session import RayUnavailable
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
 app = typer.Typer(
@@ -42,7 +42,7 @@ def _setup(
                                       "lines); also RAYLC_VERBOSE=1."),
 ) -> None:
     """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
-    from raylc.run.ray_exec import VERBOSE_ENV
+    from raylc.run.session import VERBOSE_ENV
 
     warnings.showwarning = _one_line_warning
     if verbose:
@@ -98,9 +98,10 @@ def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
 
 
 @app.command()
-@_errors(exit1=(*_UNAVAILABLE, "raylc.backends.base:BackendUnavailable", "raylc.run.skeleton:InferenceFailed",
+@_errors(exit1=(*_UNAVAILABLE, "raylc.backends.base:BackendUnavailable", "raylc.run.errors:InferenceFailed",
+                "raylc.run.errors:NothingWritten",
                 ImportError),  # an optional package the job needs here (a tokenizer's transformers)
-         exit2=(*_BAD_INPUT, "raylc.run.skeleton:RunError", "raylc.io.names:UnsafeName",
+         exit2=(*_BAD_INPUT, "raylc.run.errors:RunError", "raylc.io.names:UnsafeName",
                 "raylc.dolce.fit:ObservationError"))
 def run(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
@@ -117,7 +118,8 @@ def run(
     length-controlled suites: build, infer, score, report)."""
     from raylc.evaluate import evaluate
     from raylc.io.names import UnsafeName, path_segment
-    from raylc.run.skeleton import NothingWritten, RunInterrupted, default_run_id
+    from raylc.run.errors import NothingWritten, RunInterrupted
+    from raylc.run.runner import default_run_id
 
     try:
         overrides = parse_overrides(settings)
@@ -157,24 +159,17 @@ def report(run_dir: str = typer.Argument(...,
     report_page(run_dir).print(console())  # the page's sections, in the page's order
 
 
-def _run_folder(run_dir: str) -> tuple[Any, str]:
-    """``<store>/<run_id>`` as the store and the run id."""
-    from raylc.io.store import Store
-
-    root, _, run_id = run_dir.rstrip("/").rpartition("/")
-    return Store(root or "."), run_id
-
-
 @app.command()
 @_errors()
 def status(run_dir: str = typer.Argument(...,
                                          help="A run folder: <store>/<run_id> (local path or s3:// URI).")) -> None:
     """What a run is doing: each stage's state; for inference the requests stored against planned, rates and an ETA."""
     from raylc.io.tables import console, rich_table
+    from raylc.run.folder import RunFolder
     from raylc.run.progress import duration
     from raylc.run.status import run_status
 
-    st = run_status(*_run_folder(run_dir))
+    st = run_status(RunFolder.at(run_dir))
     rows = []
     for stage, state in st["stages"].items():
         counts = st["rows"].get(stage) or {}
@@ -207,15 +202,11 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
                                                      "default ./runs, where jobs write unless store.path says "
                                                      "otherwise.")) -> None:
     """The runs in a store: run id, job, model, state, when created, age and last update, newest first."""
-    from raylc.io.store import Store
     from raylc.io.tables import console, rich_table
     from raylc.run.progress import duration
     from raylc.run.status import list_runs
 
-    where = Store(store)
-    if "://" not in store and not where.exists():
-        _fail(f"{store}: no such store (the folder does not exist)")
-    table = list_runs(where)
+    table = list_runs(store)
     if not table.height:
         typer.echo(f"{store}: no runs")
         return
@@ -274,8 +265,8 @@ def longscore(
 ) -> None:
     """LongScore LC_l = 100 (S_l - Base) / Base per model and task, rankings, correlations, figures."""
 
-    from raylc.compare import run_longscore
     from raylc.io.tables import console, rich_table
+    from raylc.longscore import run_longscore
 
     lengths = None
     if base_lengths is not None:
@@ -283,7 +274,7 @@ def longscore(
             lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
         except ValueError:
             _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
-    from raylc.run.ray_exec import task_mapper
+    from raylc.run.tasks import task_mapper
 
     result = run_longscore(scores, out, lengths, n_boot, seed,
                            task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),  # RAY_ADDRESS: a cluster
@@ -315,12 +306,11 @@ def compare(
 ) -> None:
     """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category
     shares with 95% intervals, agreement between probes, figures."""
-    from raylc.compare import compare_runs, find_runs, write_compare_page
+    from raylc.compare import compare_runs, find_runs
     from raylc.io.tables import console
 
-    found = find_runs(runs)
-    tables = compare_runs(found, out, n_boot=n_boot, seed=seed)
-    write_compare_page(found, tables, out).print(console())  # the page's sections, in the page's order
+    _, page = compare_runs(find_runs(runs), out, n_boot=n_boot, seed=seed)
+    page.print(console())  # the page's sections, in the page's order
     typer.echo(f"tables, figures and index.html -> {out}", err=True)
 
 
@@ -366,7 +356,7 @@ def _table_mapper(ray: Optional[bool]) -> Any:
     read and checked) unless ``ray`` is False (in process)."""
     if ray is False:
         return None
-    from raylc.run.ray_exec import task_mapper
+    from raylc.run.tasks import task_mapper
 
     def mapper(fn: Callable[..., Any], frames: list, *args: Any) -> list:
         return task_mapper(True, default=True)(fn, frames, *args)

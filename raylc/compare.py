@@ -1,7 +1,6 @@
-"""Finished runs side by side (``raylc compare``), and LongScore of score tables and runs
-(``raylc longscore``).
+"""Finished runs side by side (``raylc compare``): the runs named, their tables, the comparison and its page.
 
-A run is ``<store>/<run_id>`` (local or s3://), named directly or by a glob on its last
+A run is its folder ``<store>/<run_id>`` (local or s3://), named directly or by a glob on its last
 segment (``runs/helmet-*``, ``s3://bucket/runs/q*``). From the length-controlled runs come
 their kept scores, relabelled so that LongScore (:func:`raylc.sweep.longscore.longscore`) ranks
 runs, not only models: two runs of one model stay two rows. From the DOLCE runs come the
@@ -25,42 +24,45 @@ from raylc.dolce.categories import CATEGORIES
 from raylc.io.figures import png_bytes
 from raylc.io.page import Page, image_html, table_html, text_html
 from raylc.io.parallel import Mapper
-from raylc.io.store import Store, StoreError, read_input
-from raylc.run.skeleton import MANIFEST
+from raylc.io.store import Store, StoreError
+from raylc.run.folder import MANIFEST, RunFolder, run_folders
+from raylc.run.manifest import Manifest
 from raylc.spec import Job, JobSpecError, parse_job
-from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, rank_tables, task_correlation
-from raylc.sweep.report import longscore_figures, write_longscore_result
+from raylc.sweep.longscore import rank_tables
+from raylc.sweep.report import longscore_figures
 
 
 @dataclass(frozen=True)
 class RunRef:
-    """A finished run: its store, id, manifest and job."""
+    """A finished run: its folder and job."""
 
-    store: Store
-    run_id: str
+    folder: RunFolder
     job: Job
 
     @property
+    def run_id(self) -> str:
+        return self.folder.run_id
+
+    @property
     def uri(self) -> str:
-        return self.store.uri(self.run_id)
+        return self.folder.uri()
 
     @property
     def model(self) -> str:
         return self.job.model_name()
 
     def read(self, rel: str) -> pl.DataFrame:
-        return self.store.read_table(self.run_id, *rel.split("/"))
+        return self.folder.read(rel)
 
 
-def _candidates(pattern: str) -> list[tuple[Store, str]]:
-    """(store, run id) pairs a pattern names: itself, or the folders its last segment matches."""
+def _candidates(pattern: str) -> list[RunFolder]:
+    """The run folders a pattern names: itself, or the folders its last segment matches."""
     root, _, last = pattern.rstrip("/").rpartition("/")
-    store = Store(root or ".")
     if not any(c in last for c in "*?["):
-        return [(store, last)]
+        return [RunFolder.at(pattern)]
     if any(c in root for c in "*?[") and "://" not in root:  # a local glob with wildcards higher up
-        return [_candidates(path)[0] for path in sorted(glob.glob(pattern.rstrip("/")))]
-    return [(store, name) for name in store.folders() if fnmatch.fnmatchcase(name, last)]
+        return [RunFolder.at(path) for path in sorted(glob.glob(pattern.rstrip("/")))]
+    return [folder for folder in run_folders(root or ".") if fnmatch.fnmatchcase(folder.run_id, last)]
 
 
 def find_runs(patterns: Sequence[str]) -> list[RunRef]:
@@ -73,8 +75,8 @@ def find_runs(patterns: Sequence[str]) -> list[RunRef]:
         found = _candidates(pattern)
         direct = len(found) == 1 and not any(c in pattern for c in "*?[")
         kept = 0
-        for store, run_id in found:
-            ref = _finished_run(store, run_id, strict=direct)
+        for folder in found:
+            ref = _finished_run(folder, strict=direct)
             if ref is None:
                 continue
             kept += 1
@@ -86,22 +88,26 @@ def find_runs(patterns: Sequence[str]) -> list[RunRef]:
     return runs
 
 
-def _finished_run(store: Store, run_id: str, strict: bool) -> Optional[RunRef]:
-    manifest = store.read_json(run_id, MANIFEST)
-    uri = store.uri(run_id)
+def run_job_of(folder: RunFolder, manifest: Manifest) -> Job:
+    """The job a run's manifest records (a :class:`StoreError` naming the manifest when it is no job)."""
+    try:
+        return parse_job(manifest.job, folder.uri(MANIFEST))
+    except JobSpecError as exc:
+        raise StoreError(str(exc)) from None
+
+
+def _finished_run(folder: RunFolder, strict: bool) -> Optional[RunRef]:
+    manifest = folder.manifest()
+    uri = folder.uri()
     problem = None
     if manifest is None:
         problem = "not a raylc run (no manifest.json)"
     else:
-        try:
-            job = parse_job(manifest.get("job"), f"{uri}/{MANIFEST}")
-        except JobSpecError as exc:
-            raise StoreError(str(exc)) from None
-        unfinished = [s for s, v in manifest.get("stages", {}).items() if v.get("status") != "done"]
-        if unfinished or not manifest.get("finished_at"):
-            problem = f"not finished (stage {unfinished[0] if unfinished else 'report'}; see `raylc status {uri}`)"
+        job = run_job_of(folder, manifest)
+        if not manifest.finished():
+            problem = f"not finished (stage {manifest.first_unfinished() or 'report'}; see `raylc status {uri}`)"
     if problem is None:
-        return RunRef(store, run_id, job)
+        return RunRef(folder, job)
     if strict:
         raise StoreError(f"{uri}: {problem}")
     return None
@@ -198,6 +204,8 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
 def _shared_problems(dolce: Sequence[RunRef]) -> list[tuple[RunRef, RunRef, pl.DataFrame]]:
     """Every pair of ``dolce`` runs that share problems, with those problems (task, problem_id,
     content; :func:`_problem_content`)."""
+    if len(dolce) < 2:  # no pair: no problems to read
+        return []
     content = {r.uri: _problem_content(r) for r in dolce}
     pairs = ((a, b, content[a.uri].join(content[b.uri], on=["task", "problem_id", "content"], how="inner"))
              for a, b in itertools.combinations(dolce, 2))
@@ -232,8 +240,7 @@ def runs_longscore(runs: Sequence[RunRef], base_lengths: Optional[Sequence[int]]
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
     out = []
     for ref, label in zip(sweep, _labels(sweep)["label"]):
-        stored = ref.read("report/summary.parquet") if ref.store.exists(ref.run_id, "report", "summary.parquet") \
-            else None
+        stored = ref.read("report/summary.parquet") if ref.folder.exists("report/summary.parquet") else None
         own_boot, own_seed = run_bootstrap(ref.job, stored)
         kept = ref.read("score/scores.parquet").filter(pl.col("kept"))
         try:
@@ -254,13 +261,14 @@ def merge_longscore(results: Sequence[dict[str, pl.DataFrame]]) -> dict[str, pl.
 
 
 def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = None, seed: Optional[int] = None,
-                 mapper: Optional[Mapper] = None) -> dict[str, pl.DataFrame]:
+                 mapper: Optional[Mapper] = None) -> tuple[dict[str, pl.DataFrame], Page]:
     """The leaderboard of ``runs`` under ``out_uri``: ``runs``, LongScore (``per_length``,
     ``summary``: per run and task with CIs and the three rankings; each run's intervals from its
     own bootstrap, :func:`runs_longscore`, unless ``n_boot`` / ``seed`` are given) for the
     length-controlled runs, ``categories`` (each run's stored shares, :func:`category_shares`)
-    and ``agreement`` for the DOLCE runs, and figures. Nothing is written when a table cannot be
-    made."""
+    and ``agreement`` for the DOLCE runs, figures, and the page ``index.html``
+    (:func:`compare_page`), which is returned with the tables (``raylc compare`` prints it).
+    Nothing is written when a table cannot be made."""
     tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
     figures: dict[str, bytes] = {}
     scores, labels, base = length_scores(runs)
@@ -275,82 +283,9 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
         tables["categories"] = shares
         tables["agreement"] = probe_agreement(runs)
         figures.update(png_bytes({"categories.png": lambda path: plot_category_shares_by_run(shares, path)}))
-    out = Store(out_uri)
-    for name, frame in tables.items():
-        out.write_table(frame, f"{name}.parquet")
-    for name, data in figures.items():
-        out.write_bytes(data, name)
-    return tables
-
-
-def run_longscore(
-    sources: str | Sequence[str],
-    out_uri: str,
-    base_lengths: Optional[Sequence[int]] = None,
-    n_boot: Optional[int] = None,
-    seed: Optional[int] = None,
-    mapper: Optional[Mapper] = None,
-    figures: bool = True,
-) -> dict[str, pl.DataFrame]:
-    """Read the scores of ``sources`` (score tables, and run folders or globs of them: a run's
-    kept scores, :func:`raylc.compare.length_scores`), compute LongScore, write ``per_length``,
-    ``summary``, ``correlation`` Parquet tables and PNG figures (unless ``figures`` is false)
-    under ``out_uri`` (local or s3://). Every table carries ``run_id`` (null for rows from a score table) and ``model``.
-    A run's LongScore is the one its report computed (:func:`runs_longscore`: its own bootstrap
-    unless ``n_boot`` / ``seed`` are given); a score table's has ``n_boot`` resamples (default 0:
-    no CI) with ``seed`` (default 0). Every table states n_boot and boot_seed.
-    Per (model, task) aggregation is mapped by ``mapper`` (e.g. over Ray tasks; None: in
-    process). A table that :func:`raylc.sweep.longscore.validate_scores` refuses is a
-    :class:`StoreError` line naming the file, before anything is written."""
-    sources = [sources] if isinstance(sources, str) else list(sources)
-    tables, run_patterns = [], []
-    for source in sources:
-        (run_patterns if is_run_source(source) else tables).append(source)
-    frames, labels, results = [], [], []
-    for uri in tables:
-        scores = read_input(uri)
-        missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
-        if missing:
-            hint = " (a run's own score table: pass the run folder instead)" if missing == ["model"] else ""
-            raise StoreError(f"{uri}: scores is missing columns {missing} (needed: model, task, length, score "
-                             f"[, sample_id]){hint}")
-        frames.append(scores)
-        labels.append(scores.select(pl.col("model").cast(pl.String).unique().alias("label")).with_columns(
-            run_id=pl.lit(None, pl.String), model=pl.col("label")))
-    if run_patterns:
-        runs = find_runs(run_patterns)
-        run_scores, run_labels, run_base = length_scores(runs)
-        base_lengths = run_base if base_lengths is None and run_base else base_lengths
-        if not run_scores.height:
-            raise StoreError(f"{', '.join(run_patterns)}: no length-controlled run among them")
-        results = runs_longscore(runs, base_lengths, n_boot, seed, mapper)
-        labels.append(run_labels)
-    base_lengths = DEFAULT_BASE_LENGTHS if base_lengths is None else base_lengths
-    if frames:
-        where = ", ".join(tables)
-        try:
-            results.insert(0, longscore(pl.concat(frames, how="diagonal_relaxed"), base_lengths,
-                                        n_boot=n_boot or 0, seed=seed or 0, mapper=mapper))
-        except ValueError as exc:
-            raise StoreError(f"{where}: {exc}") from None
-    scores = pl.concat(frames + ([run_scores] if run_patterns else []), how="diagonal_relaxed")
-    result = merge_longscore(results)
-    if scores["model"].n_unique() >= 3 and scores["task"].n_unique() >= 2:
-        result["correlation"] = task_correlation(scores, by="task")
-    label_table = pl.concat(labels).unique("label", keep="first")
-    result = {name: relabel(frame, label_table) if name in ("per_length", "summary") else frame
-              for name, frame in result.items()}
-    write_longscore_result(result, Store(out_uri), figures)
-    return result
-
-
-def is_run_source(source: str) -> bool:
-    """Whether ``source`` names runs (a glob, or a folder holding a manifest.json), not a table."""
-    last = source.rstrip("/").rpartition("/")[2]
-    if any(c in last for c in "*?["):
-        return True
-    root, _, name = source.rstrip("/").rpartition("/")
-    return Store(root or ".").exists(name, MANIFEST)
+    page = compare_page(runs, tables, figures)
+    Store(out_uri).write_outputs(tables, {**figures, "index.html": page.render()})
+    return tables, page
 
 
 # The page of a comparison: ``index.html`` beside its tables, built like a run's page
@@ -428,16 +363,3 @@ def compare_page(runs: Sequence[RunRef], tables: dict[str, pl.DataFrame], figure
             out.details.append((heading, [image_html(figures[name], f"{heading} ({name})")]))
     return out
 
-
-def write_compare_page(runs: Sequence[RunRef], tables: dict[str, pl.DataFrame], out_uri: str) -> Page:
-    """:func:`compare_page` of the tables and the figures written under ``out_uri``, written there
-    as ``index.html``; returns the page (``raylc compare`` prints it)."""
-    out = Store(out_uri)
-    figures = {}
-    for name, _ in FIGURES:
-        if out.exists(name):
-            with out.open_input(name) as f:
-                figures[name] = f.read()
-    page = compare_page(runs, tables, figures)
-    out.write_text(page.render(), "index.html")
-    return page

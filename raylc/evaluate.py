@@ -2,7 +2,7 @@
 family that evaluates its suite (DOLCE or a length sweep), :func:`load_report` reads a run back.
 
 The suite's config says which family it belongs to (:mod:`raylc.suites.registry`); the
-family's evaluation gives its stages to the run skeleton (:mod:`raylc.run.skeleton`).
+family's evaluation gives its stages to the stage runner (:mod:`raylc.run.runner`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any, Callable, Optional
 import polars as pl
 
 from raylc.dolce.evaluation import DolceEvaluation
-from raylc.io.store import Store, StoreError
-from raylc.run.skeleton import Evaluation, Run, run_job
+from raylc.io.errors import StoreError
+from raylc.run.folder import MANIFEST, RunFolder
+from raylc.run.manifest import Manifest
+from raylc.run.runner import Evaluation, Run, run_job
 from raylc.spec import Job, JobSpecError, parse_job
 from raylc.sweep.evaluation import SweepEvaluation
 
@@ -32,20 +34,24 @@ def evaluate(job: Job, run_id: Optional[str] = None, log: Callable[[str], None] 
     return run_job(job, evaluation_for(job), run_id, log, overrides)
 
 
-def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any], Evaluation]:
-    """A finished run's report tables, manifest and evaluation, from ``run_dir`` (path or s3:// URI)."""
-    root, _, run_id = run_dir.rstrip("/").rpartition("/")
-    store = Store(root or ".")
-    manifest = store.read_json(run_id, "manifest.json")
-    if manifest is None:
-        raise StoreError(f"{run_dir}: not a raylc run (no manifest.json)")
+def _run_job(folder: RunFolder, manifest: Manifest) -> Job:
     try:
-        job = parse_job(manifest.get("job"), f"{run_dir}/manifest.json")
+        return parse_job(manifest.job, folder.uri(MANIFEST))
     except JobSpecError as exc:
         raise StoreError(str(exc)) from None
+
+
+def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], Manifest, Evaluation]:
+    """A finished run's report tables, manifest and evaluation, from its folder ``run_dir``
+    (path or s3:// URI)."""
+    folder = RunFolder.at(run_dir)
+    manifest = folder.manifest()
+    if manifest is None:
+        raise StoreError(f"{run_dir}: not a raylc run (no manifest.json)")
+    job = _run_job(folder, manifest)
     evaluation = evaluation_for(job)
-    tables = {name: store.read_table(run_id, "report", f"{name}.parquet")
-              for name in evaluation.report_tables(job) if store.exists(run_id, "report", f"{name}.parquet")}
+    tables = {name: folder.read(f"report/{name}.parquet")
+              for name in evaluation.report_tables(job) if folder.exists(f"report/{name}.parquet")}
     if not tables:
         raise StoreError(f"{run_dir}: the run has no report yet (run it to completion with `raylc run`)")
     return tables, manifest, evaluation
@@ -55,17 +61,11 @@ def report_page(run_dir: str) -> Any:
     """A finished run's page (:class:`raylc.io.page.Page`) rebuilt from its stored report, figures
     and fits: ``raylc report`` prints its sections, in the page's order."""
     tables, manifest, evaluation = load_report(run_dir)
-    root, _, run_id = run_dir.rstrip("/").rpartition("/")
-    store = Store(root or ".")
+    folder = RunFolder.at(run_dir)
 
     def read(rel: str) -> Any:
-        parts = rel.split("/")
-        if not store.exists(run_id, *parts):
+        if not folder.exists(rel):
             return None
-        if rel.endswith(".parquet"):
-            return store.read_table(run_id, *parts)
-        with store.open_input(run_id, *parts) as f:
-            return f.read()
+        return folder.read(rel) if rel.endswith(".parquet") else folder.read_bytes(rel)
 
-    job = parse_job(manifest.get("job"), f"{run_dir}/manifest.json")
-    return evaluation.report_page(job, tables, manifest, read)
+    return evaluation.report_page(_run_job(folder, manifest), tables, manifest.record(), read)

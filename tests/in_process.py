@@ -1,38 +1,40 @@
-"""The whole inference path in this process, for tests and benchmarks (runs go through Ray:
-:func:`raylc.run.ray_exec.stream_requests`)."""
+"""The whole inference path in this process, for tests and benchmarks: the backend's pipeline
+stages (:meth:`raylc.backends.registry.BackendPlugin.stages`) applied one after the other, as
+:func:`raylc.run.pipeline.stream` maps them over Ray Data in a run."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any, Optional
 
 import polars as pl
 
-from raylc.backends.registry import ENGINE, backend_of
-from raylc.run.inference import ProblemSource, PromptTokenizer, generate_text, generate_tokens, prepare
+from raylc.backends.registry import backend_of
+from raylc.backends.stages import ProblemSource, StageInputs
 
 
-def infer_frame(
-    requests: pl.DataFrame, problems: Optional[pl.DataFrame], job: Any, backend: Any = None
-) -> pl.DataFrame:
-    """Render ``requests`` (span references from ``problems``), then the probe's engine stage: an
-    engine backend (vLLM) fits, tokenizes and generates with a local engine (or ``backend``); a
-    text backend generates with ``backend``, or its own built with ``problems``."""
-    plugin = backend_of(job.probe)
-    source = ProblemSource(problems=problems)
-    if plugin.pipeline == ENGINE:
-        import asyncio
+def make_backend(job: Any, table: Optional[pl.DataFrame] = None) -> Any:
+    """The text backend of ``job.probe``, as its pipeline's text stage builds it; ``table``: the
+    suite's built table (the simulated probe's knowledge)."""
+    (stage,) = backend_of(job.probe).stages(job, verbose=False)
+    return stage.fn(job, StageInputs(ProblemSource(problems=table), None if table is None else table.lazy())).backend
 
-        ready = prepare(requests, source, job, PromptTokenizer.load(*plugin.prompt_tokenizer(job.probe)))
-        engine = backend or plugin.engine(job.probe)
+
+def infer_frame(requests: pl.DataFrame, problems: Optional[pl.DataFrame], job: Any) -> pl.DataFrame:
+    """Every stage of the probe's pipeline in turn on ``requests`` (span references rendered from
+    ``problems``; an engine backend: prepare, then a local engine)."""
+    inputs = StageInputs(ProblemSource(problems=problems), None if problems is None else problems.lazy())
+    rows = requests
+    for stage in backend_of(job.probe).stages(job, verbose=False):
+        fn = stage.fn(job, inputs)
         try:
-            return asyncio.run(generate_tokens(ready, engine, job.probe.max_tokens()))
+            out = fn(rows)
+            rows = asyncio.run(out) if inspect.isawaitable(out) else out
         finally:
-            if backend is None:
-                engine.shutdown()
-    if backend is not None:
-        return generate_text(prepare(requests, source, job), backend)
-    with plugin.text_backend(job, None if problems is None else problems.lazy()) as own:
-        return generate_text(prepare(requests, source, job), own)
+            if hasattr(fn, "close"):
+                fn.close()
+    return rows
 
 
 def dolce_tables(job: Any) -> dict[str, pl.DataFrame]:
@@ -47,7 +49,7 @@ def dolce_tables(job: Any) -> dict[str, pl.DataFrame]:
     done = infer_frame(stages.with_request_ids(spans, problems, job), problems, job)
     obs = stages.score(done, problems, job)
     problem_fits, task_fits = stages.fit(obs, job)
-    report = stages.report(problem_fits, task_fits, problems, stages.partial_lengths(obs))
+    report = stages.report(problem_fits, task_fits, problems, stages.longest_partial(obs))
     return {"build/problems.parquet": problems, "fits/problems.parquet": problem_fits,
             "fits/tasks.parquet": task_fits, **{f"report/{name}.parquet": t for name, t in report.items()}}
 

@@ -93,7 +93,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_graph_is_read():
     """The checker sees what it should (a broken parser would pass every rule below)."""
-    assert "raylc.run.skeleton" in GRAPH["raylc.evaluate"]
+    assert "raylc.run.runner" in GRAPH["raylc.evaluate"]
     assert "raylc.dolce.stages" in GRAPH["raylc.dolce.evaluation"]
     assert "raylc.suites.registry" in GRAPH["raylc.spec"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -109,7 +109,8 @@ def _within(module: str, *packages: str) -> bool:
 
 
 FAMILIES = ("raylc.dolce", "raylc.sweep")
-ABOVE = ("raylc.evaluate", "raylc.compare", "raylc.cli", "raylc.__main__")
+ABOVE = ("raylc.evaluate", "raylc.compare", "raylc.longscore", "raylc.cli", "raylc.__main__")
+BELOW_SPEC = ("raylc.backends.registry", "raylc.backends.config")  #: of the backends, what the job spec imports
 
 
 @pytest.mark.parametrize("layer, forbidden", [
@@ -121,7 +122,9 @@ ABOVE = ("raylc.evaluate", "raylc.compare", "raylc.cli", "raylc.__main__")
     (("raylc.suites", "raylc.text", "raylc.scoring", "raylc.io"),
      (*FAMILIES, "raylc.run", "raylc.spec", "raylc.backends", *ABOVE)),
     (("raylc.backends",), (*FAMILIES, "raylc.run", *ABOVE)),
-    (("raylc.spec",), ("raylc.run", "raylc.backends", "raylc.sweep", *ABOVE)),
+    # the job spec builds its probe's union from the backend registry, which sits below it
+    (("raylc.spec",), ("raylc.run", "raylc.sweep", *ABOVE)),
+    (BELOW_SPEC, ("raylc.spec", "raylc.run", *FAMILIES, *ABOVE)),
 ])
 def test_layers(layer, forbidden):
     wrong = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if _within(m, *layer)
@@ -129,9 +132,14 @@ def test_layers(layer, forbidden):
     assert not wrong, wrong
 
 
-def test_the_spec_imports_only_the_dolce_options():
-    """The job's ``fit`` section is the estimator's own FitOptions; nothing else of a family."""
+def test_the_spec_imports_only_the_dolce_options_and_the_backend_registry():
+    """The job's ``fit`` section is the estimator's own FitOptions; nothing else of a family. Its
+    ``probe`` and ``judge`` sections are the configs the backend registry names: the spec holds
+    no backend config."""
     assert {d for d in GRAPH["raylc.spec"] if _within(d, *FAMILIES)} == {"raylc.dolce.options"}
+    assert {d for d in GRAPH["raylc.spec"] if _within(d, "raylc.backends")} == set(BELOW_SPEC)
+    spec = (PACKAGE / "spec.py").read_text(encoding="utf-8")
+    assert not re.search(r"^class \w*Probe\b|^PROBES\b", spec, re.M)
 
 
 def test_no_branching_on_suite_lists():
@@ -145,9 +153,11 @@ def test_no_branching_on_suite_lists():
 
 def test_flat_modules_are_the_entry_points_only():
     """Every module lives in the package named for its concept; the top level keeps the entry
-    points (``evaluate`` runs any job, ``compare`` reads any finished runs) and the job spec."""
+    points (``evaluate`` runs any job, ``compare`` reads finished runs side by side, ``longscore``
+    ranks score tables and runs) and the job spec."""
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert flat == ["__init__.py", "__main__.py", "cli.py", "compare.py", "evaluate.py", "spec.py"], flat
+    assert flat == ["__init__.py", "__main__.py", "cli.py", "compare.py", "evaluate.py", "longscore.py",
+                    "spec.py"], flat
 
 
 def test_the_job_spec_loads_no_estimator_or_metric_package():
@@ -184,3 +194,83 @@ def test_every_break_of_the_promise_benchmark_still_applies():
     for name, module, text, _, tests in bench.BREAKS:
         assert (ROOT / module).read_text().count(text) == 1, f"{name}: {text!r} is not once in {module}"
         assert all((ROOT / t.split("::")[0]).exists() for t in tests), name
+
+
+# --- the run folder is the only door to a run's storage (issue 38, acceptance 1) ----------------
+
+#: who may import the store module: the run folder, and the commands and suites that open the
+#: user's own locations (input tables, data files, run folders named on the command line, --out)
+STORE_IMPORTERS = {"raylc.run.folder", "raylc.compare", "raylc.longscore", "raylc.dolce.commands",
+                   "raylc.suites.documents", "raylc.suites.context", "raylc.suites.longbench",
+                   "raylc.suites.longbench_v2"}
+#: the store's methods that take path parts: a run id among their arguments pairs it with a store
+STORE_METHODS = {"path", "uri", "exists", "write_table", "read_table", "parquet_files", "folders", "table_ok",
+                 "write_json", "read_json", "write_text", "write_bytes", "delete", "open_input", "open_output",
+                 "read_text", "write_outputs"}
+#: PENDING: the DOLCE report (raylc/dolce/report.py) is rewritten in parallel; its write_report
+#: still writes through ``run.store`` and ``run.run_id`` and is no longer called (the report stage
+#: writes through RunFolder.write_outputs). Remove this entry with write_report.
+PENDING = {"raylc/dolce/report.py:write_report"}
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every raylc module ``path`` imports, ``if TYPE_CHECKING:`` blocks included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update({node.module, *(f"{node.module}.{a.name}" for a in node.names)})
+    return found
+
+
+def test_only_the_run_folder_and_the_readers_of_the_users_files_import_the_store():
+    importers = {name for name, path in MODULES.items() if "raylc.io.store" in _all_imports(path)} - {"raylc.io"}
+    assert importers == STORE_IMPORTERS, sorted(importers ^ STORE_IMPORTERS)
+
+
+def _run_id_in(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "run_id" or isinstance(n, ast.Attribute) and n.attr == "run_id"
+               for n in ast.walk(node))
+
+
+def _store_pairs(path: Path) -> set[str]:
+    """``file:function`` of every function of ``path`` that takes a Store with a run id, or passes
+    a run id to a store's method (``store.read_table(run_id, ...)``, ``run.store.uri(run.run_id)``)."""
+    rel = str(path.relative_to(ROOT))
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        typed = any(a.annotation is not None and "Store" in ast.unparse(a.annotation) for a in args)
+        if typed and any(a.arg == "run_id" for a in args):
+            found.add(f"{rel}:{fn.name}")
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+            if (isinstance(call.func, ast.Attribute) and call.func.attr in STORE_METHODS
+                    and "store" in ast.unparse(call.func.value).lower()
+                    and any(_run_id_in(a) for a in [*call.args, *(k.value for k in call.keywords)])):
+                found.add(f"{rel}:{fn.name}")
+    return found
+
+
+def test_the_scan_for_store_and_run_id_pairs_finds_them(tmp_path):
+    """The scan below sees a pair where there is one (a scan that finds nothing would pass)."""
+    code = ("def a(store: Store, run_id: str): ...\n"
+            "def b(run):\n    return run.store.read_table(run.run_id, 'x')\n"
+            "def c(folder):\n    return folder.read('x')\n"
+            "def d(store, run_id):\n    return store.uri(run_id, 'report')\n")
+    (tmp_path / "raylc").mkdir()
+    (tmp_path / "raylc" / "m.py").write_text(code)
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _store_pairs(tmp_path / "raylc" / "m.py") == {"raylc/m.py:a", "raylc/m.py:b", "raylc/m.py:d"}
+    finally:
+        ROOT = saved
+
+
+def test_no_function_outside_the_run_folder_pairs_a_store_with_a_run_id():
+    found = set().union(*(_store_pairs(p) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "folder.py"
+                          or p.parent.name != "run"))
+    assert found == PENDING, sorted(found ^ PENDING)
+

@@ -22,10 +22,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.compare import RunRef, agreement_note, compare_page, find_runs, write_compare_page
+from raylc.compare import RunRef, agreement_note, compare_page, find_runs
 from raylc.dolce.categories import wilson
 from raylc.dolce.sensitivity import COMPARE_SCHEMA
 from raylc.io.store import Store, StoreError
+from raylc.run.folder import RunFolder
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,8 +214,9 @@ def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needl
     four at the short lengths and one in two at the longest, its report written by the run's own
     report function."""
     from raylc.io.parallel import in_process
-    from raylc.io.store import Store
-    from raylc.run.skeleton import Run
+    from raylc.run.folder import RunFolder
+    from raylc.run.manifest import Manifest
+    from raylc.run.runner import Run
     from raylc.spec import parse_job
     from raylc.sweep import stages
     from raylc.sweep.report import write_length_report
@@ -230,12 +232,13 @@ def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needl
         error=pl.lit(None, pl.String), truncated_tokens=pl.lit(0))
     scores = job.suite.kept(stages.with_visibility(stages.score_samples(
         stages.final_completions(samples, first, first.clear()))))
-    run = Run(Store(str(store)), run_id, {"run_id": run_id, "job": job.resolved(), "seed": seed,
-                                           "stages": {"report": {"status": "done"}}, "finished_at": "t"}, job=job)
+    manifest = Manifest(run_id=run_id, job=job.resolved(), seed=seed, stages={"report": {"status": "done"}},
+                        finished_at="t")
+    run = Run(RunFolder(str(store), run_id), job, manifest)
     run.mapper = lambda: in_process
-    run.write(scores, "score/scores.parquet")
+    run.folder.write(scores, "score/scores.parquet")
     write_length_report(run, job, scores)
-    run.store.write_json(run.manifest, run_id, "manifest.json")
+    run.save()
     return store / run_id
 
 
@@ -355,14 +358,14 @@ LONG_ID = "helmet-recall-20261126-120000-very-long-run-id-a"
 def _runs(tmp_path: Path, problems: dict[str, list[str]]) -> list[RunRef]:
     """DOLCE run references whose build/problems.parquet hold the given questions (one task)."""
     job = load_job(ROOT / "jobs" / "quickstart.yaml")
-    store = Store(str(tmp_path))
     out = []
     for run_id, questions in problems.items():
-        store.write_table(pl.DataFrame({"task": ["planted-a"] * len(questions),
-                                        "problem_id": [f"p{i}" for i in range(len(questions))],
-                                        "question": questions, "units": [["u"]] * len(questions)}),
-                          run_id, "build", "problems.parquet")
-        out.append(RunRef(store, run_id, job))
+        folder = RunFolder(str(tmp_path), run_id)
+        folder.write(pl.DataFrame({"task": ["planted-a"] * len(questions),
+                                   "problem_id": [f"p{i}" for i in range(len(questions))],
+                                   "question": questions, "units": [["u"]] * len(questions)}),
+                     "build/problems.parquet")
+        out.append(RunRef(folder, job))
     return out
 
 
@@ -420,7 +423,8 @@ def test_compare_page_renders_in_headless_chromium(tmp_path):
     tables = _tables(runs)
     out = tmp_path / "cmp"
     plot_category_shares_by_run(tables["categories"], out / "categories.png")
-    write_compare_page(runs, tables, str(out))
+    page = compare_page(runs, tables, {"categories.png": (out / "categories.png").read_bytes()})
+    Store(str(out)).write_outputs({}, {"index.html": page.render()})
     page = (out / "index.html").read_text(encoding="utf-8")
     assert "<script" not in page and not re.search(r'(src|href)="(?!data:image/png;base64,)', page)
     assert page.index("<table>") < page.index("<img")  # the tables before the figures

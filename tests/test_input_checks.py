@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from cli_runner import raylc
+from length_slopes import length_slopes
 
 from raylc.dolce import ObservationError, validate_observations
 from raylc.io.store import StoreError, json_records, read_input
@@ -20,7 +21,7 @@ from raylc.suites.context import PoolError, pool_from_frame
 from raylc.suites.documents import DocumentsError, DocumentsSuite, build_documents
 from raylc.suites.longbench100 import LongBench100Suite, build_longbench100
 from raylc.suites.samples import SampleTableError, check_samples
-from raylc.sweep.longscore import length_slopes, longscore, longscore_group, pair_slopes, validate_scores
+from raylc.sweep.longscore import longscore, longscore_group, pair_slopes, validate_scores
 from raylc.text.tokenize import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -150,7 +150,7 @@ def test_read_only_store_nothing_written(tmp_path):
 def test_read_only_file_system_store(tmp_path, monkeypatch):
     """A store on a read-only mount (simulated: access() says no, statvfs says ST_RDONLY), even for root."""
     from raylc.evaluate import evaluate
-    from raylc.run import skeleton as runner
+    from raylc.run import runner
 
     store = tmp_path / "mnt" / "runs"
     (tmp_path / "mnt").mkdir()
@@ -263,7 +263,7 @@ def test_cli_plan_with_set_plans_the_changed_job(tmp_path):
 
 def test_cli_run_hands_the_overrides_to_the_run(tmp_path, monkeypatch):
     """`raylc run --set` reaches :func:`raylc.evaluate.evaluate` (which records it in the manifest,
-    tests/run/test_skeleton.py) with --store and --seed, without starting Ray here."""
+    tests/run/test_runner.py) with --store and --seed, without starting Ray here."""
     from typer.testing import CliRunner
 
     import raylc.evaluate

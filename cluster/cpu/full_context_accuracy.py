@@ -1,6 +1,6 @@
 """Score a DOLCE job's problems with the probe's model through transformers, without Ray or vLLM:
 does the model answer them at all? Prompts are rendered, fitted and tokenized by raylc's own
-prepare stage (``raylc.run.inference.prepare``: the job's template, the chat template, the
+prepare stage (``raylc.backends.stages.prepare``: the job's template, the chat template, the
 window), generated greedily (``do_sample=False``, ``max_new_tokens`` = the probe's
 ``sampling.max_tokens``) and scored by the job's scoring (``raylc.scoring.score_spans``).
 
@@ -49,8 +49,8 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from raylc.backends.stages import ProblemSource, PromptTokenizer, prepare
     from raylc.backends.vllm_engine import tokenizer_spec
-    from raylc.run.inference import ProblemSource, PromptTokenizer, prepare
     from raylc.scoring import score_spans
     from raylc.spec import load_job
 

@@ -1,31 +1,53 @@
-"""The built-in backends (:mod:`raylc.backends.registry`): the simulated probe, vLLM engines
-and OpenAI-compatible endpoints. Each imports its implementation only when it is used."""
+"""The built-in backends (:mod:`raylc.backends.registry`): the simulated probe, vLLM engines and
+OpenAI-compatible endpoints, each its config, its pipeline stages and its checks. Each imports
+its implementation only when it is used."""
 
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import polars as pl
 
-from raylc.backends.registry import ENGINE, BackendPlugin, EnginePool, register_backend
-from raylc.spec import OpenAIProbe, SimulatedProbe, VLLMProbe
+from raylc.backends.config import OpenAIProbe, SimulatedProbe, VLLMProbe
+from raylc.backends.registry import BackendPlugin, register_backend
+from raylc.backends.stages import EngineStage, PipelineStage, PrepareStage, text_pipeline
 
 if TYPE_CHECKING:
     from raylc.backends.base import Backend
     from raylc.spec import Job
 
 
+def simulated_backend(job: Job, table: Optional[pl.LazyFrame]) -> Backend:
+    """The simulated probe, which knows the suite's built table (its planted answers)."""
+    from raylc.backends.simulated import simulated_backend as build
+
+    return build(job.probe, table, seed=job.seed)  # type: ignore[arg-type]
+
+
+def openai_backend(job: Job, table: Optional[pl.LazyFrame] = None) -> Backend:
+    """An OpenAI-compatible endpoint's client."""
+    from raylc.backends.openai_http import OpenAIBackend
+
+    return OpenAIBackend(job.probe, seed=job.seed)  # type: ignore[arg-type]
+
+
+def vllm_engine(probe: Any) -> Any:
+    """A vLLM engine (``AsyncLLM``), built in its actor."""
+    from raylc.backends.vllm_engine import VLLMEngine
+
+    return VLLMEngine(probe)
+
+
 @register_backend
 class Simulated(BackendPlugin):
-    """The simulated probe (:mod:`raylc.backends.simulated`), which knows the suite's built table."""
+    """The simulated probe (:mod:`raylc.backends.simulated`): one text stage."""
 
     probe = SimulatedProbe
 
-    def text_backend(self, job: Job, table: Optional[pl.LazyFrame]) -> Backend:
-        from raylc.backends.simulated import simulated_backend
-
-        return simulated_backend(job.probe, table, seed=job.seed)  # type: ignore[arg-type]
+    def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
+        return text_pipeline(job, simulated_backend)
 
 
 @register_backend
@@ -35,27 +57,25 @@ class VLLM(BackendPlugin):
     time), and no no-progress guard by default (the wait for a GPU node may be long)."""
 
     probe = VLLMProbe
-    pipeline = ENGINE
     block_factor = 1
     no_progress_guard = False
 
-    def prompt_tokenizer(self, probe: Any) -> tuple[str, bool]:
-        from raylc.backends.vllm_engine import tokenizer_spec
-
-        return tokenizer_spec(probe), probe.chat_template
-
-    def engine(self, probe: Any) -> Any:
-        from raylc.backends.vllm_engine import VLLMEngine
-
-        return VLLMEngine(probe)
-
-    def engine_pool(self, job: Job, batch_size: int, verbose: bool) -> EnginePool:
-        from raylc.backends.vllm_engine import actor_options, concurrent_batches
+    def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
+        """``prepare_actors`` CPU actors render, fit and tokenize; ``replicas`` engine actors (GPUs,
+        or CPUs with ``probe.device: cpu``) each keep ``max_concurrent_batches`` batches in flight."""
+        from raylc.backends.vllm_engine import actor_options, concurrent_batches, tokenizer_spec
 
         probe: Any = job.probe
-        return EnginePool(replicas=probe.replicas, prepare_actors=probe.prepare_actors,
-                          concurrent_batches=concurrent_batches(probe, batch_size),
-                          options=actor_options(probe, verbose))
+        options = actor_options(probe, verbose)
+        return [
+            PipelineStage("prepare", partial(PrepareStage, tokenizer=(tokenizer_spec(probe), probe.chat_template)),
+                          actors=probe.prepare_actors, num_cpus=job.ray.actor_num_cpus),
+            PipelineStage("engine", partial(EngineStage, engine=vllm_engine), actors=probe.replicas,
+                          num_cpus=options.pop("num_cpus", job.ray.actor_num_cpus), batch_size=job.ray.batch_size,
+                          concurrent_batches=concurrent_batches(probe, job.ray.batch_size), options=options,
+                          max_restarts=probe.max_engine_restarts, restarts_key="probe.max_engine_restarts",
+                          label="vLLM engine"),
+        ]
 
     def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
         """Engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu`` engines
@@ -84,17 +104,16 @@ class VLLM(BackendPlugin):
 
 @register_backend
 class OpenAI(BackendPlugin):
-    """Any OpenAI-compatible endpoint (:mod:`raylc.backends.openai_http`), checked before Ray starts."""
+    """Any OpenAI-compatible endpoint (:mod:`raylc.backends.openai_http`): one text stage, the
+    endpoint checked before Ray starts."""
 
     probe = OpenAIProbe
 
-    def text_backend(self, job: Job, table: Optional[pl.LazyFrame]) -> Backend:
-        from raylc.backends.openai_http import OpenAIBackend
-
-        return OpenAIBackend(job.probe, seed=job.seed)  # type: ignore[arg-type]
+    def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
+        return text_pipeline(job, openai_backend)
 
     def check_endpoint(self, job: Job) -> None:
-        with self.text_backend(job, None) as backend:
+        with openai_backend(job) as backend:
             backend.check_endpoint()
 
     def preflight(self, job: Job, section: str, *, endpoints: bool = False, source: Any = None, prompts: Any = None,

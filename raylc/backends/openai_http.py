@@ -95,7 +95,7 @@ from raylc.backends.base import (
     request_max_tokens,
     request_raw,
 )
-from raylc.spec import OpenAIProbe
+from raylc.backends.config import OpenAIProbe
 from raylc.text.tokenize import get_tokenizer
 from raylc.text.truncation import PromptTooLong, fit_to_window
 

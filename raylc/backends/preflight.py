@@ -66,12 +66,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raylc.spec import Job, JobSpecError, VLLMProbe
+from raylc.backends.config import BLOCK_SIZE, GIB, VLLM_VERSION, VLLMProbe
+from raylc.spec import Job, JobSpecError
 
-VLLM_VERSION = "0.33.0"
 HUB_TIMEOUT_S = 10.0
-BLOCK_SIZE = 16
-GIB = 1024 ** 3
 
 #: Length keys of ``derive_max_model_len_and_key`` (``model_arch_config_convertor.py:376-392``), in its order.
 LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",

@@ -1,77 +1,46 @@
-"""The backend registry: a job's ``probe.backend`` names a probe config and the backend serving it.
+"""The backend registry: a job's ``probe.backend`` names a :class:`BackendPlugin`, which supplies
 
-A backend is a :class:`BackendPlugin` subclass registered with :func:`register_backend`. It declares
+- ``probe``: its config model (a :class:`~raylc.backends.config.ProbeConfig` with
+  ``backend: Literal['<name>']``), which a job's ``probe`` and ``judge`` sections parse into
+  (:func:`parse_probe`: the probe's union is the registry's);
+- :meth:`~BackendPlugin.stages`: its inference pipeline, a list of
+  :class:`~raylc.backends.stages.PipelineStage` (each a stage function and its ``map_batches``
+  settings, as ray.data.llm's ``StatefulStage``), which the run layer maps over Ray Data;
+- its checks: :meth:`~BackendPlugin.preflight` (``raylc run``'s refusal and ``raylc check``),
+  :meth:`~BackendPlugin.check_endpoint` (before Ray starts), :meth:`~BackendPlugin.check_cluster`
+  (once Ray is up);
+- what it asks of Ray beyond its stages: ``block_factor`` and ``no_progress_guard``.
 
-- ``probe``: its config model (a :class:`raylc.spec.ProbeConfig` with ``backend: Literal['<name>']``),
-  which a job's ``probe`` and ``judge`` sections then parse into;
-- ``pipeline``, the shape of its inference stream: :data:`TEXT` (one actor pool renders the
-  prompts and generates with :meth:`~BackendPlugin.text_backend`), or :data:`ENGINE` (prepare
-  actors render, fit and tokenize with :meth:`~BackendPlugin.prompt_tokenizer`, then a pool of
-  :meth:`~BackendPlugin.engine_pool` actors generates with :meth:`~BackendPlugin.engine`);
-- what it asks of Ray: ``block_factor`` (request rows per file, in ``ray.batch_size``),
-  ``no_progress_guard``, the engine pool's size and actor options;
-- its checks: :meth:`~BackendPlugin.check_endpoint` (before Ray starts),
-  :meth:`~BackendPlugin.check_cluster` (once Ray is up) and :meth:`~BackendPlugin.preflight`
-  (``raylc run``'s refusal and ``raylc check``).
-
-The built-in backends are in :mod:`raylc.backends.builtin`. Nothing outside ``raylc/backends``
-branches on a backend's name: the run layer asks :func:`backend_of`.
+A plug-in is registered with :func:`register_backend` (the built-in ones in
+:mod:`raylc.backends.builtin`, loaded on first use). Nothing outside ``raylc/backends`` branches
+on a backend's name: the run layer asks :func:`backend_of`.
 """
 
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
-import polars as pl
+from pydantic_core import PydanticCustomError
 
-from raylc.spec import PROBES, ProbeConfig
+from raylc.backends.config import ProbeConfig
+from raylc.io.registry import Registry
 
 if TYPE_CHECKING:
-    from raylc.backends.base import Backend
+    from raylc.backends.stages import PipelineStage
     from raylc.spec import Job
-
-TEXT = "text"  #: one fused actor pool: render, then generate text
-ENGINE = "engine"  #: prepare actors (render, fit, tokenize), then a pool of token engines
-
-
-@dataclass(frozen=True)
-class EnginePool:
-    """The engine stage's Ray shape: ``replicas`` engine actors (``options``: Ray actor options,
-    e.g. ``num_gpus``), each with ``concurrent_batches`` batches in flight, after
-    ``prepare_actors`` CPU actors."""
-
-    replicas: int = 1
-    prepare_actors: int = 1
-    concurrent_batches: int = 2
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 class BackendPlugin:
-    """A backend: its probe config, pipeline shape, Ray needs and checks (see the module)."""
+    """A backend: its probe config, pipeline stages, Ray needs and checks (see the module)."""
 
     probe: ClassVar[type[ProbeConfig]]
-    pipeline: ClassVar[str] = TEXT
-    block_factor: ClassVar[int] = 4  #: request rows per file = ``ray.batch_size`` times this
+    block_factor: ClassVar[int] = 4  #: request rows per request file = ``ray.batch_size`` times this
     no_progress_guard: ClassVar[bool] = True  #: keep Ray Data's no-progress timeout by default
 
-    def text_backend(self, job: Job, table: Optional[pl.LazyFrame]) -> Backend:
-        """The generating object of a :data:`TEXT` backend; ``table``: the suite's built table
-        (DOLCE problems, a sweep's samples), None when there is none (judge calls)."""
-        raise ValueError(f"probe backend {job.probe.backend!r} runs as an engine stage, not a text backend")
-
-    def prompt_tokenizer(self, probe: Any) -> tuple[str, bool]:
-        """An :data:`ENGINE` backend's tokenizer: (spec, whether to apply the chat template)."""
+    def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
+        """The inference pipeline of ``job.probe``: request rows in, completion rows out."""
         raise NotImplementedError
-
-    def engine(self, probe: Any) -> Any:
-        """An :data:`ENGINE` backend's engine: ``await generate(token_ids, max_tokens)``, ``shutdown()``."""
-        raise NotImplementedError
-
-    def engine_pool(self, job: Job, batch_size: int, verbose: bool) -> EnginePool:
-        """The engine stage's Ray shape (:data:`ENGINE` backends)."""
-        return EnginePool()
 
     def check_endpoint(self, job: Job) -> None:
         """Fail fast (:class:`~raylc.backends.base.BackendUnavailable`) before Ray starts."""
@@ -85,24 +54,53 @@ class BackendPlugin:
         return None
 
 
-BACKENDS: dict[str, BackendPlugin] = {}
+def _check(name: str, plugin: BackendPlugin) -> None:
+    """A backend entry: a plug-in whose probe config derives from ProbeConfig with the literal
+    ``backend`` of its name, and which gives its stages."""
+    probe = getattr(plugin, "probe", None)
+    field = probe.model_fields.get("backend") if isinstance(probe, type) and issubclass(probe, ProbeConfig) else None
+    if not isinstance(plugin, BackendPlugin) or field is None or typing.get_args(field.annotation) != (name,):
+        raise TypeError(f"backend {name!r}: a BackendPlugin whose probe config derives from ProbeConfig and has "
+                        f"backend: Literal['{name}']")
+    if type(plugin).stages is BackendPlugin.stages:
+        raise TypeError(f"backend {name!r}: {type(plugin).__name__} gives no pipeline stages")
+
+
+#: the backends by name; the built-in ones load on first use (raylc/backends/__init__.py)
+BACKENDS: Registry[BackendPlugin] = Registry("backend", _check)
 
 
 def register_backend(plugin: type[BackendPlugin]) -> type[BackendPlugin]:
-    """Class decorator: register ``plugin`` (and its probe config) under the config's literal ``backend``."""
-    field_ = plugin.probe.model_fields.get("backend")
-    names = typing.get_args(field_.annotation) if field_ is not None else ()
-    if len(names) != 1 or not isinstance(names[0], str):
-        raise TypeError(f"{plugin.probe.__name__}: a probe config has backend: Literal['<its name>']")
-    BACKENDS[names[0]] = plugin()
-    PROBES[names[0]] = plugin.probe
+    """Class decorator: register ``plugin`` under its probe config's literal ``backend`` (checked;
+    a name registered already is a ValueError)."""
+    field = plugin.probe.model_fields.get("backend") if isinstance(getattr(plugin, "probe", None), type) else None
+    names = typing.get_args(field.annotation) if field is not None else ()
+    BACKENDS.register(names[0] if len(names) == 1 and isinstance(names[0], str) else plugin.__name__, plugin())
     return plugin
 
 
 def backend_of(probe: ProbeConfig) -> BackendPlugin:
     """The registered backend of a probe config."""
-    return BACKENDS[probe.backend]  # type: ignore[attr-defined]
+    return BACKENDS.get(probe.backend)  # type: ignore[attr-defined]
 
 
-def backend_names() -> list[str]:
-    return list(BACKENDS)
+def parse_probe(value: Any) -> ProbeConfig:
+    """A ``probe`` or ``judge`` section (a mapping with ``backend``) as the config model of the
+    backend it names; the config's own errors keep their keys (``probe.model``)."""
+    if isinstance(value, ProbeConfig):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError("probe_type", "must be a mapping with a backend")
+    known = ", ".join(f"'{k}'" for k in BACKENDS)
+    if "backend" not in value:
+        raise PydanticCustomError("probe_backend_missing", "one of {known}", {"known": known})
+    if value["backend"] not in BACKENDS:
+        raise PydanticCustomError("probe_backend", "{got} is not one of {known}",
+                                  {"got": repr(value["backend"]), "known": known})
+    return BACKENDS.get(value["backend"]).probe.model_validate(value)
+
+
+def probe_config_of(data: Any) -> Optional[type[ProbeConfig]]:
+    """The config model a raw probe section names, if any (for error messages)."""
+    backend = data.get("backend") if isinstance(data, dict) else None
+    return BACKENDS.get(backend).probe if isinstance(backend, str) and backend in BACKENDS else None

@@ -28,8 +28,8 @@ from raylc.backends.base import (
     generation,
     prompt_text,
 )
+from raylc.backends.config import SimulatedProbe
 from raylc.scoring.judge import simulated_judgement
-from raylc.spec import SimulatedProbe
 from raylc.suites.planted import CLUE_RE, QUESTION_RE
 from raylc.text.prompts import IDK_ANSWER
 from raylc.text.tokenize import count_texts, get_tokenizer

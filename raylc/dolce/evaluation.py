@@ -1,8 +1,8 @@
 """DOLCE as an evaluation: ``build -> sample -> infer -> score -> fit -> report`` (DOLCE
-Sections 3-4), each stage a function of the :class:`~raylc.run.skeleton.Run` it is given.
+Sections 3-4), each stage a function of the :class:`~raylc.run.runner.Run` it is given.
 
 The work is in the plain Polars functions of :mod:`raylc.dolce.stages`; this module only
-moves their tables through the run folder: problems in small row groups (an inference actor
+moves their tables through the run's folder (``run.folder``): problems in small row groups (an inference actor
 reads the few problems its batch names), spans and observations streamed chunk by chunk, the
 fit's per-(task, subset) work as Ray tasks started by the driver (:meth:`Run.mapper`).
 """
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import polars as pl
 
+from raylc.backends.stages import PROBLEM_ROW_GROUP
 from raylc.dolce import stages
 from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens
 
 if TYPE_CHECKING:
-    from raylc.run.skeleton import Rows, Run, Stage
+    from raylc.run.runner import Rows, Run, Stage
     from raylc.spec import Job
     from raylc.text.tokenize import Tokenizer
 
@@ -31,41 +32,41 @@ SPANS = "sample/spans.parquet"
 OBSERVATIONS = "score/observations.parquet"
 
 
-def build(run: Run) -> Rows:
+def build_stage(run: Run) -> Rows:
     problems = run.built if run.built is not None else stages.build(run.job)
-    run.write(problems, PROBLEMS, row_group_size=run.PROBLEM_ROW_GROUP)
+    run.folder.write(problems, PROBLEMS, row_group_size=PROBLEM_ROW_GROUP)
     return {"problems": problems.height}
 
 
-def sample(run: Run) -> Rows:
-    problems = run.read(PROBLEMS).sort("task", "problem_id")
+def sample_stage(run: Run) -> Rows:
+    problems = run.folder.read(PROBLEMS).sort("task", "problem_id")
     chunks = (stages.sample(problems.slice(i, SAMPLE_PROBLEMS), run.job)
               for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
-    return {"spans": run.write_parts(chunks, SPANS, stages.sample(problems.clear(), run.job))}
+    return {"spans": run.folder.write_parts(chunks, SPANS, stages.sample(problems.clear(), run.job))}
 
 
-def infer(run: Run) -> Rows:
+def infer_stage(run: Run) -> Rows:
     """Every span without a stored completion through the probe, spans sharing a prefix (same
     problem and start) back to back for vLLM's prefix cache."""
-    problems = run.read(PROBLEMS)
-    total = run.num_rows(SPANS)
-    done = run.completed()
+    problems = run.folder.read(PROBLEMS)
+    total = run.folder.num_rows(SPANS)
+    done = run.folder.completed()
     add_ids = stages.request_ids(problems, run.job)
 
     def span_chunks() -> Iterator[pl.DataFrame]:
-        return (add_ids(chunk) for chunk in run.iter_rows(SPANS, SPAN_CHUNK_ROWS))
+        return (add_ids(chunk) for chunk in run.folder.iter_rows(SPANS, SPAN_CHUNK_ROWS))
 
     # a fresh run has nothing to skip: no pass over the spans just to count
-    reused = sum(int(run.is_completed(c["request_id"], done).sum()) for c in span_chunks()) if done.size else 0
+    reused = sum(int(done.among(c["request_id"]).sum()) for c in span_chunks()) if len(done) else 0
     run.log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
     if total > reused:
-        run.infer((prefix_order(c.filter(~run.is_completed(c["request_id"], done))) for c in span_chunks()),
+        run.infer((prefix_order(c.filter(~done.among(c["request_id"]))) for c in span_chunks()),
                   table=PROBLEMS, reused=reused)
     del done
     return run.inference_rows(reused, total)
 
 
-def score(run: Run) -> Rows:
+def score_stage(run: Run) -> Rows:
     """Every stored completion scored, as the observation table sorted by (task, problem_id, C,
     start); a span stored twice keeps its last score (a run's shards hold only its own spans'
     requests, as the run is tied to the job's fingerprint).
@@ -76,47 +77,50 @@ def score(run: Run) -> Rows:
     ``score/.parts/b<bucket>/part-<shard>.parquet``; pass 2 merges each bucket's parts
     (:func:`stages.merge_observations`, in shard order) and streams the buckets into the table."""
     job = run.job
-    problems = run.read(PROBLEMS).sort("task", "problem_id")
-    per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.num_rows(SPANS), 1))
+    problems = run.folder.read(PROBLEMS).sort("task", "problem_id")
+    per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.folder.num_rows(SPANS), 1))
     buckets = problems.select("problem_id", _bucket=pl.int_range(pl.len(), dtype=pl.Int64) // per_bucket)
-    run.store.delete(run.run_id, "score", ".parts")  # left by an interrupted attempt
+    run.folder.delete("score/.parts")  # left by an interrupted attempt
     seen: set[int] = set()
-    for i, shard in enumerate(run.shards()):
+    for i, shard in enumerate(run.folder.shards()):
         obs = stages.score(shard.filter(pl.col("error").is_null() & pl.col("completion").is_not_null()), problems, job)
         groups = obs.join(buckets, on="problem_id", how="left", maintain_order="left").partition_by(
             "_bucket", as_dict=True, maintain_order=True)
         for (b,), part in groups.items():
-            run.write(part.drop("_bucket"), f"score/.parts/b{b:06d}/part-{i:06d}.parquet")
+            run.folder.write(part.drop("_bucket"), f"score/.parts/b{b:06d}/part-{i:06d}.parquet")
             seen.add(int(b))  # type: ignore[arg-type]
-    merged = (stages.merge_observations([run.read(f"score/.parts/b{b:06d}")]) for b in sorted(seen))
-    n = run.write_parts(merged, OBSERVATIONS, stages.merge_observations([]))
-    run.store.delete(run.run_id, "score", ".parts")
+    merged = (stages.merge_observations([run.folder.read(f"score/.parts/b{b:06d}")]) for b in sorted(seen))
+    n = run.folder.write_parts(merged, OBSERVATIONS, stages.merge_observations([]))
+    run.folder.delete("score/.parts")
     return {"observations": n}
 
 
-def fit(run: Run) -> Rows:
+def fit_stage(run: Run) -> Rows:
     """Validation and scenario selection on the driver, one Ray task per (task, subset) fit."""
-    problems, tasks = stages.fit(run.read(OBSERVATIONS), run.job, mapper=run.mapper())
-    run.write(problems, "fits/problems.parquet")
-    run.write(tasks, "fits/tasks.parquet")
+    problems, tasks = stages.fit(run.folder.read(OBSERVATIONS), run.job, mapper=run.mapper())
+    run.folder.write(problems, "fits/problems.parquet")
+    run.folder.write(tasks, "fits/tasks.parquet")
     return {"problems": problems.height, "tasks": tasks.height}
 
 
-def report(run: Run) -> Rows:
-    from raylc.dolce.report import write_report
+def report_stage(run: Run) -> Rows:
+    from raylc.dolce.report import figures, markdown, page, print_report
 
-    fits = run.read("fits/problems.parquet"), run.read("fits/tasks.parquet")
+    fits = run.folder.read("fits/problems.parquet"), run.folder.read("fits/tasks.parquet")
     # lambda_q per chunk, then over the chunks: memory holds one chunk of the observations
-    lam_q = stages.partial_lengths(pl.concat(
-        [stages.partial_lengths(chunk) for chunk in run.iter_rows(OBSERVATIONS, OBS_BUCKET_ROWS)]
+    lam_q = stages.longest_partial(pl.concat(
+        [stages.longest_partial(chunk) for chunk in run.folder.iter_rows(OBSERVATIONS, OBS_BUCKET_ROWS)]
         or [pl.DataFrame(schema={"problem_id": pl.String, "lam_q": pl.Int64})]))
-    tables = stages.report(*fits, run.read(PROBLEMS), lam_q)
-    write_report(run, tables, fits)
+    tables = stages.report(*fits, run.folder.read(PROBLEMS), lam_q)
+    pngs, manifest = figures(*fits), run.manifest.record()
+    run.folder.write_outputs("report", tables, {**pngs, "summary.md": markdown(tables, manifest),
+                                                "index.html": page(tables, pngs, manifest, fits[1]).render()})
+    print_report(tables)
     return {name: t.height for name, t in tables.items()}
 
 
 class DolceEvaluation:
-    """The DOLCE family for the skeleton (:class:`raylc.run.skeleton.Evaluation`)."""
+    """The DOLCE family for the stage runner (:class:`raylc.run.runner.Evaluation`)."""
 
     @staticmethod
     def report_tables(job: Job) -> tuple[str, ...]:
@@ -159,11 +163,11 @@ class DolceEvaluation:
 
     def stages(self, job: Job) -> Sequence[Stage]:
         return (
-            ("build", (PROBLEMS,), build),
-            ("sample", (SPANS,), sample),
-            ("infer", ("infer",), infer),
-            ("score", (OBSERVATIONS,), score),
-            ("fit", ("fits/problems.parquet", "fits/tasks.parquet"), fit),
+            ("build", (PROBLEMS,), build_stage),
+            ("sample", (SPANS,), sample_stage),
+            ("infer", ("infer",), infer_stage),
+            ("score", (OBSERVATIONS,), score_stage),
+            ("fit", ("fits/problems.parquet", "fits/tasks.parquet"), fit_stage),
             ("report", ("report/categories.parquet", "report/summary.md", "report/categories.png",
-                        "report/lambda_k.png"), report),
+                        "report/lambda_k.png"), report_stage),
         )

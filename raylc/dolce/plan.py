@@ -60,6 +60,7 @@ import numpy as np
 import polars as pl
 import yaml
 
+from raylc.backends.config import BLOCK_SIZE
 from raylc.io.plans import PlanError, plan_tokenizer, write_whole
 from raylc.text.prompts import DOCUMENT_COLUMNS, render_prompts
 from raylc.text.sampling import Sampling, sample_spans, stride_expr
@@ -68,7 +69,6 @@ from raylc.text.tokenize import Tokenizer, count_texts, get_tokenizer
 if TYPE_CHECKING:
     from raylc.spec import Job
 
-BLOCK_SIZE = 16
 _SENTINELS = ("\x00raylc-unit-a\x00", "\x00raylc-unit-b\x00")
 
 

@@ -16,7 +16,7 @@ Two fits of the same problems - a reference (ref) and a test setup - are compare
 
 :func:`run_sensitivity` runs two built-in experiments as a grid of (task x setting) cells,
 each a plain function of one frame (:func:`sensitivity_cell`) so a mapper such as
-:func:`raylc.run.ray_exec.map_tasks` can run the cells as Ray tasks:
+:func:`raylc.run.tasks.map_tasks` can run the cells as Ray tasks:
 
 * the sampling strategies of Appendix K.1 (:data:`SAMPLING_EXPERIMENTS`): the input must
   come from full enumeration (every start, stride 1); each setting keeps the rows the

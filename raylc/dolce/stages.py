@@ -1,7 +1,7 @@
 """The stages ``build -> sample -> infer -> score -> fit -> report`` as plain Polars functions.
 
 Each function takes and returns Polars frames and runs without Ray; the orchestration
-layer (:mod:`raylc.dolce.evaluation` through :class:`raylc.run.skeleton.Run`) maps them over
+layer (:mod:`raylc.dolce.evaluation` through :class:`raylc.run.runner.Run`) maps them over
 Ray Data (per row) and Ray tasks (per benchmark task).
 """
 
@@ -100,7 +100,7 @@ def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame
     return fit_observations(observations, job.fit, mapper=mapper)
 
 
-def partial_lengths(observations: pl.DataFrame) -> pl.DataFrame:
+def longest_partial(observations: pl.DataFrame) -> pl.DataFrame:
     """lambda_q per problem: its largest partial observation length (C < L), as ``problem_id,
     lam_q``; also of its own output (so it can run chunk by chunk, then over the chunks)."""
     lam_q = pl.col("lam_q") if "lam_q" in observations.columns else pl.col("C").filter(pl.col("C") < pl.col("L"))
@@ -112,7 +112,7 @@ def planted_categories(problem_fits: pl.DataFrame, problems: pl.DataFrame, lam_q
     """Category each planted (lambda, k) belongs to, with the thresholds the fit used.
 
     lambda_p, k_p come from the problem's fitted subset (``tasks``); lambda_q is the
-    problem's largest partial observation length (``lam_q``, of :func:`partial_lengths`;
+    problem's largest partial observation length (``lam_q``, of :func:`longest_partial`;
     0 for a problem without one), exactly as for the fitted values.
     """
     df = (
@@ -151,7 +151,7 @@ def report(
     """Report tables: ``categories`` (per task/subset and category: n, the problems reported in
     it, n_problems, and the fit's share with its 95% interval, :func:`share_interval_rows`) and, for planted
     suites, ``recovery`` (per task: share of problems whose planted category was recovered)
-    and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`partial_lengths`."""
+    and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`longest_partial`."""
     keys = ["task", "subset", "scenario"]
     counts = problem_fits.group_by(*keys, "category").len("n")
     categories = (

@@ -18,7 +18,6 @@ CJK_FAMILIES = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Not
                 "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback",
                 "IPAexGothic", "IPAGothic")
 EMOJI_FAMILIES = ("Noto Emoji", "Symbola")
-FALLBACK_FAMILIES = CJK_FAMILIES + EMOJI_FAMILIES
 #: Font files that hold those families, looked for among the system's fonts when matplotlib's font
 #: cache (built once, maybe before the fonts were installed) does not list them.
 _FALLBACK_FILES = re.compile(r"(notosanscjk|sourcehansans|wqy|droidsansfallback|ipaexg|ipag|notoemoji-|symbola)",

@@ -1,7 +1,7 @@
 """The mapper contract shared by the table-level computations (DOLCE fits, sensitivity grids,
 LongScore aggregation): ``mapper(fn, frames, *args)`` returns ``[fn(frame, *args) for frame
 in frames]`` in input order, in this process (:func:`in_process`) or elsewhere, e.g.
-:func:`raylc.run.ray_exec.map_tasks` (one Ray task per frame)."""
+:func:`raylc.run.tasks.map_tasks` (one Ray task per frame)."""
 
 from __future__ import annotations
 

@@ -14,20 +14,16 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raylc.io.errors import StoreError, StoreUnavailable
 
-class StoreError(RuntimeError):
-    """A table that is missing, unreadable or corrupt; the message names the path."""
-
-
-class StoreUnavailable(StoreError):
-    """The store could not be reached or refused an operation (network, permissions)."""
+__all__ = ["Store", "StoreError", "StoreUnavailable", "json_records", "read_input"]
 
 
 @contextlib.contextmanager
@@ -253,6 +249,20 @@ class Store:
         except pa.ArrowInvalid:  # corrupt or truncated
             return False
         return bool(files)
+
+    def write_outputs(self, tables: Mapping[str, pl.DataFrame], files: Mapping[str, Union[bytes, str, dict]] = {},
+                      *parts: str) -> None:
+        """A command's or a stage's results under ``parts``: each table as ``<name>.parquet``, then
+        each file by its name, in order: PNG figures (bytes), pages and summaries (text),
+        settings (a dict, as JSON). The caller makes them all first, so a failure leaves nothing
+        half-written, and lists last what says the rest is there."""
+        for name, frame in tables.items():
+            self.write_table(frame, *parts, f"{name}.parquet")
+        for name, data in files.items():
+            if isinstance(data, dict):
+                self.write_json(data, *parts, name)
+            else:
+                self._write_bytes(data.encode() if isinstance(data, str) else data, *parts, name)
 
     def write_json(self, obj: Any, *parts: str) -> None:
         self._write_bytes(json.dumps(obj, indent=2, sort_keys=True, default=str).encode(), *parts)

@@ -1,1 +1,1 @@
-"""The run skeleton and the Ray layer: one run folder, its stages, checkpoints and inference."""
+"""The run layer: a run's folder, its stage runner, the inference pipeline on Ray, Ray tasks."""

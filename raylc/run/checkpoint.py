@@ -1,54 +1,59 @@
-"""Row-level checkpoints for inference: stable request ids, atomic shards, resume.
+"""Row-level checkpoints for inference: request keys, the request table, atomic shards, resume.
 
-A request id is a hash of the probe configuration (backend, model, sampling parameters,
-seed), the problem's content (units and question) and the span (C, start): the same
-prompt sent to the same model with the same sampling always has the same id. Completions
-are written as Parquet shards, hive-partitioned by task
-(``infer/task=<task>/part-<attempt>-<n>.parquet``; the task is a safe name,
-:func:`raylc.io.names.path_segment`, so the folder's value is the task itself), each an atomic
-write, as they stream out of the actor pool; a re-run skips every request that already has
-a completion (a failed request, stored with its ``error``, is tried again).
+A request id is a hash of what determines its completion: for a DOLCE span, of the probe
+configuration (backend, model, sampling parameters, seed), the problem's content (units and
+question) and the span (C, start), made by the family's stages; for a judge call, of the judge's
+configuration and the prompt (:func:`prompt_request_ids`). The same prompt sent to the same
+model with the same sampling always has the same id. Completions are written as Parquet
+shards, hive-partitioned by task (``infer/task=<task>/part-<attempt>-<n>.parquet``; the task is a
+safe name, :func:`raylc.io.names.path_segment`, so the folder's value is the task itself), each
+an atomic write, as they stream out of the actor pool; a re-run skips every request that already
+has a completion (a failed request, stored with its ``error``, is tried again).
+
+Every function takes the run's folder (:class:`raylc.run.folder.RunFolder`), which calls them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections import Counter
-from typing import Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import polars as pl
 
 from raylc.io.names import path_segment
-from raylc.io.store import Store
+
+if TYPE_CHECKING:
+    from raylc.run.folder import RunFolder
 
 SHARD_DIR = "infer"
 
 
-def _shard_parts(store: Store, run_id: str) -> list[list[str]]:
-    """Path parts (under the run) of every readable shard, in name order.
+def _shard_files(folder: RunFolder, shards: str) -> list[str]:
+    """Run-relative paths of every readable shard under ``shards``, in name order.
 
     Unreadable shards (cut off by a crash mid-write on a filesystem without atomic rename)
     are deleted, so their requests run again.
     """
     good = []
-    for f in store.parquet_files(run_id, SHARD_DIR):
-        rel = f[len(store.path(run_id)) + 1:].split("/")
-        if store.table_ok(run_id, *rel):
+    for rel in folder.parquet_files(shards):
+        if folder.table_ok(rel):
             good.append(rel)
         else:
-            store.delete(run_id, *rel)
+            folder.delete(rel)
     return good
 
 
-def iter_shards(store: Store, run_id: str, columns: Optional[list[str]] = None) -> Iterator[pl.DataFrame]:
+def iter_shards(folder: RunFolder, shards: str = SHARD_DIR,
+                columns: Optional[list[str]] = None) -> Iterator[pl.DataFrame]:
     """Each stored shard, one at a time, with its hive columns (``task``): memory holds one
     shard, never the whole stage. ``columns``: read only these (hive columns are always added)."""
-    for rel in _shard_parts(store, run_id):
-        hive = [seg.split("=", 1) for seg in rel[1:-1] if "=" in seg]
-        yield store.read_table(run_id,
-                               *rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+    for rel in _shard_files(folder, shards):
+        hive = [seg.split("=", 1) for seg in rel.split("/")[1:-1] if "=" in seg]
+        yield folder.read(rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
 
 
 def request_keys(ids: pl.Series) -> np.ndarray:
@@ -58,11 +63,18 @@ def request_keys(ids: pl.Series) -> np.ndarray:
     return ids.hash(seed=0).to_numpy()
 
 
-def completed_keys(store: Store, run_id: str) -> np.ndarray:
+def prompt_request_ids(fingerprint: str, prompts: pl.Series) -> pl.Series:
+    """Request ids of whole prompts sent to the probe whose :meth:`raylc.spec.Job.probe_fingerprint`
+    is ``fingerprint`` (judge calls)."""
+    return pl.Series("request_id", [hashlib.blake2b(f"{fingerprint}|{p}".encode(), digest_size=12).hexdigest()
+                                    for p in prompts], dtype=pl.String)
+
+
+def completed_keys(folder: RunFolder, shards: str = SHARD_DIR) -> np.ndarray:
     """Sorted unique :func:`request_keys` of the requests with a stored success (the requests a
     resumed run skips), read shard by shard."""
     keys = [request_keys(shard.filter(pl.col("error").is_null())["request_id"])
-            for shard in iter_shards(store, run_id, ["request_id", "error"])]
+            for shard in iter_shards(folder, shards, ["request_id", "error"])]
     return _sorted_unique(keys)
 
 
@@ -82,14 +94,29 @@ def is_completed(ids: pl.Series, keys: np.ndarray) -> pl.Series:
     return pl.Series(keys[np.minimum(np.searchsorted(keys, k), keys.size - 1)] == k)
 
 
-def load_completions(store: Store, run_id: str) -> pl.DataFrame:
+class Completed:
+    """The requests stored with a completion, as sorted unique 64-bit keys (:func:`completed_keys`):
+    ``len()`` of them, and :meth:`among` which of some ids they hold."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    def among(self, ids: pl.Series) -> pl.Series:
+        """Which of ``ids`` are completed (:func:`is_completed`)."""
+        return is_completed(ids, self.keys)
+
+
+def load_completions(folder: RunFolder, shards: str = SHARD_DIR) -> pl.DataFrame:
     """Every stored completion, one row per request id (a success preferred over an error).
 
-    Unreadable shards are deleted first (see :func:`_shard_parts`).
+    Unreadable shards are deleted first (see :func:`_shard_files`).
     """
-    if not _shard_parts(store, run_id):
+    if not _shard_files(folder, shards):
         return pl.DataFrame()
-    table = store.read_table(run_id, SHARD_DIR)
+    table = folder.read(shards)
     return (
         table.with_columns(_ok=pl.col("error").is_null())
         .sort("request_id", "_ok", maintain_order=True)
@@ -101,29 +128,29 @@ def load_completions(store: Store, run_id: str) -> pl.DataFrame:
 REQUEST_DIR = "requests"
 
 
-def write_requests(store: Store, run_id: str, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:
+def write_requests(folder: RunFolder, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:
     """Pending request rows as Parquet parts of ``part_rows`` rows,
-    ``<run_id>/requests/<attempt>/part-<n>.parquet`` (paths relative to the store root, in
-    order), written chunk by chunk: the driver holds one chunk. A part is one Ray Data block,
-    so it bounds how much work finishes before its completions reach the shards."""
+    ``requests/<attempt>/part-<n>.parquet`` (run-relative paths, in order), written chunk by
+    chunk: the driver holds one chunk. A part is one Ray Data block, so it bounds how much work
+    finishes before its completions reach the shards."""
     attempt = uuid.uuid4().hex[:8]
     files = []
     n = 0
     for chunk in chunks:
         for i in range(0, chunk.height, part_rows):
-            name = f"part-{n:05d}.parquet"
-            store.write_table(chunk.slice(i, part_rows), run_id, REQUEST_DIR, attempt, name)
-            files.append(f"{run_id}/{REQUEST_DIR}/{attempt}/{name}")
+            rel = f"{REQUEST_DIR}/{attempt}/part-{n:05d}.parquet"
+            folder.write(chunk.slice(i, part_rows), rel)
+            files.append(rel)
             n += 1
     return tuple(files)
 
 
 class ShardWriter:
-    """Collects completion batches and writes them as atomic shards per task."""
+    """Collects completion batches and writes them as atomic shards per task under ``shards``."""
 
-    def __init__(self, store: Store, run_id: str, max_rows: int, max_seconds: float,
-                 on_flush: Optional[Callable[[pl.DataFrame], None]] = None):
-        self.store, self.run_id, self.on_flush = store, run_id, on_flush
+    def __init__(self, folder: RunFolder, max_rows: int, max_seconds: float,
+                 on_flush: Optional[Callable[[pl.DataFrame], None]] = None, shards: str = SHARD_DIR):
+        self.folder, self.shards_dir, self.on_flush = folder, shards, on_flush
         self.max_rows, self.max_seconds = max_rows, max_seconds
         self.attempt = uuid.uuid4().hex[:8]
         self.pending: list[pl.DataFrame] = []
@@ -151,14 +178,14 @@ class ShardWriter:
             path_segment(task, "task")
         name = f"part-{self.attempt}-{self.shards:05d}.parquet"
         for (task,), part in parts.items():
-            self.store.write_table(part.drop("task"), self.run_id, SHARD_DIR, f"task={task}", name)
+            self.folder.write(part.drop("task"), f"{self.shards_dir}/task={task}/{name}")
         self.pending = []  # the commit: one attribute store
         self.rows, self.shards, self.last = 0, self.shards + 1, time.monotonic()
         if self.on_flush is not None:  # after the shards are stored (progress, heartbeat)
             self.on_flush(frame)
 
 
-TOKEN_COLUMNS = ("prompt_tokens", "generated_tokens", "cached_tokens", "truncated_tokens")
+TOKEN_COUNTS = ("prompt_tokens", "generated_tokens", "cached_tokens", "truncated_tokens")  #: summed per stage
 #: counts a backend may not report (null): unknown, not 0, unless some row reports them
 #: (vLLM's OpenAI server sends no cached_tokens without --enable-prompt-tokens-details)
 REPORTED_COLUMNS = ("cached_tokens",)
@@ -180,11 +207,11 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, Optional[int
         "requests": completions.height,
         "reused": reused,
         "errors": completions.height - ok.height,
-        **{c: _total(ok[c]) for c in TOKEN_COLUMNS},
+        **{c: _total(ok[c]) for c in TOKEN_COUNTS},
     }
 
 
-def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
+def stored_accounting(folder: RunFolder, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
     """:func:`accounting` of the stored completions, computed shard by shard (memory holds an
     8-byte key per request, not the completions), and the error of one request that never
     succeeded (None when none failed). Falls back to :func:`load_completions` if a success was
@@ -192,7 +219,7 @@ def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str,
     totals: Counter[str] = Counter()
     told: dict[str, bool] = {}  # a REPORTED_COLUMNS column: whether a success reported it (absent: no success)
     ok_keys, failed = [], []
-    for shard in iter_shards(store, run_id, ["request_id", "error", *TOKEN_COLUMNS]):
+    for shard in iter_shards(folder, SHARD_DIR, ["request_id", "error", *TOKEN_COUNTS]):
         ok = shard.filter(pl.col("error").is_null())
         part = accounting(ok, 0)
         for c in REPORTED_COLUMNS if ok.height else ():
@@ -202,12 +229,12 @@ def stored_accounting(store: Store, run_id: str, reused: int) -> tuple[dict[str,
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
     done = _sorted_unique(ok_keys)
     if done.size != sum(k.size for k in ok_keys):
-        completions = load_completions(store, run_id)
+        completions = load_completions(folder)
         errors = completions.filter(pl.col("error").is_not_null())["error"]
         return accounting(completions, reused), (errors[0] if errors.len() else None)
     errors = (pl.concat(failed).unique("request_id", keep="first", maintain_order=True) if failed
               else pl.DataFrame(schema={"request_id": pl.String, "error": pl.String}))
     errors = errors.filter(~is_completed(errors["request_id"], done))
     rows = {"requests": done.size + errors.height, "reused": reused, "errors": errors.height,
-            **{c: None if told.get(c) is False else totals[c] for c in TOKEN_COLUMNS}}
+            **{c: None if told.get(c) is False else totals[c] for c in TOKEN_COUNTS}}
     return rows, (errors["error"][0] if errors.height else None)

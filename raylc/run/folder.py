@@ -1,40 +1,100 @@
-"""A run's folder ``<store>/<run_id>/``: its tables and files by run-relative path (``build/problems.parquet``).
+"""A run's folder ``<store>/<run_id>/``: the only door to a run's storage.
 
-:class:`RunFolder` is the storage half of a run: :class:`raylc.run.skeleton.Run` adds the
-manifest, lock, stage loop, inference and Ray. Every path goes through the store
-(:mod:`raylc.io.store`, local or S3).
+A :class:`RunFolder` owns what a run keeps: its stage tables by run-relative path
+(``build/problems.parquet``), its manifest (:mod:`raylc.run.manifest`) and lock, its request
+table and its checkpoint shards with their request ids (:mod:`raylc.run.checkpoint`, whose
+functions take the folder). Nothing outside this module pairs a store with a run id: the rest
+of raylc names a run by its folder, and every path goes through the store (:mod:`raylc.io.store`,
+local or S3). A folder is two strings, so it pickles to the Ray workers that read its tables.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import socket
+import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from functools import cached_property
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Optional, Union
 
 import polars as pl
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
-from raylc.io.store import Store
+from raylc.io.store import Store, StoreError
+from raylc.run import checkpoint
+from raylc.run.errors import RunError
+from raylc.run.manifest import Manifest
+
+MANIFEST = "manifest.json"
+LOCK = "_lock.json"
+LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
+SHARDS = checkpoint.SHARD_DIR  #: the infer stage's shards
+JUDGE_SHARDS = "judge"  #: the judge calls' shards (a length sweep's score stage)
+
+_STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
 
 
-@dataclass
+def _lock_record() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started_at": _STARTED, "heartbeat": time.time()}
+
+
+def lock_alive(held: dict[str, Any]) -> bool:
+    """Whether the lock's owner may still be running: same host -> its pid exists; else a recent heartbeat."""
+    if held.get("host") == socket.gethostname():
+        if held.get("pid") == os.getpid():
+            return False
+        try:
+            os.kill(int(held.get("pid", -1)), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, ValueError, OverflowError):
+            return True
+        return True
+    return time.time() - float(held.get("heartbeat", 0)) < LOCK_STALE_S
+
+
+@dataclass(frozen=True)
 class RunFolder:
-    """The tables of one run folder, by run-relative path."""
+    """The folder of run ``run_id`` in the store at ``root`` (a local path or ``s3://`` URI)."""
 
-    store: Store
+    root: str
     run_id: str
 
-    def read(self, rel: str) -> pl.DataFrame:
-        return self.store.read_table(self.run_id, *rel.split("/"))
+    @classmethod
+    def at(cls, uri: str) -> "RunFolder":
+        """The folder a ``<store>/<run_id>`` path or URI names."""
+        root, _, run_id = uri.rstrip("/").rpartition("/")
+        return cls(root or ".", run_id)
+
+    @cached_property
+    def _store(self) -> Store:
+        return Store(self.root)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunFolder, (self.root, self.run_id))
+
+    def _parts(self, rel: str) -> tuple[str, ...]:
+        return (self.run_id, *rel.split("/")) if rel else (self.run_id,)
+
+    def uri(self, rel: str = "") -> str:
+        """The user-facing location of ``rel`` (what to open in Polars or DuckDB)."""
+        return self._store.uri(*self._parts(rel))
+
+    # ---- tables and files -------------------------------------------------------------------
+    def read(self, rel: str, columns: Optional[list[str]] = None) -> pl.DataFrame:
+        return self._store.read_table(*self._parts(rel), columns=columns)
 
     def write(self, df: pl.DataFrame, rel: str, row_group_size: Optional[int] = None) -> None:
-        self.store.write_table(df, self.run_id, *rel.split("/"), row_group_size=row_group_size)
+        self._store.write_table(df, *self._parts(rel), row_group_size=row_group_size)
 
     def write_parts(self, parts: Iterable[pl.DataFrame], rel: str, empty: pl.DataFrame) -> int:
         """Write frames of one schema as one Parquet file, a row group each, streamed to the
         store as they come (memory holds one frame; the file appears when complete); ``empty``
         is written when there are none. Returns the number of rows."""
         rows = 0
-        with self.store.open_output(self.run_id, *rel.split("/")) as out:
+        with self._store.open_output(*self._parts(rel)) as out:
             writer = None
             try:
                 for part in parts:
@@ -50,21 +110,143 @@ class RunFolder:
                     writer.close()
         return rows
 
+    def write_outputs(self, under: str, tables: Mapping[str, pl.DataFrame],
+                      files: Mapping[str, Union[bytes, str, dict]] = {}) -> None:
+        """A stage's results under ``under`` (:meth:`raylc.io.store.Store.write_outputs`)."""
+        self._store.write_outputs(tables, files, *self._parts(under))
+
     def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:
         """A Parquet file in frames of at most ``rows`` rows, read one row group at a time."""
-        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
+        with self._store.open_input(*self._parts(rel)) as fh:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=rows):
                 yield pl.from_arrow(batch)  # type: ignore[misc]
 
     def num_rows(self, rel: str) -> int:
         """Rows of a Parquet file, from its footer."""
-        with self.store.open_input(self.run_id, *rel.split("/")) as fh:
+        with self._store.open_input(*self._parts(rel)) as fh:
             return pq.read_metadata(fh).num_rows
+
+    def scan(self, rel: str) -> pl.LazyFrame:
+        """A stored table, scanned lazily."""
+        import pyarrow.dataset as pads
+
+        return pl.scan_pyarrow_dataset(pads.dataset(self._store.path(*self._parts(rel)), filesystem=self._store.fs,
+                                                    format="parquet"))
+
+    def open_input(self, rel: str) -> ContextManager[Any]:
+        """A stored file opened for random-access reading, closed with the block."""
+        return self._store.open_input(*self._parts(rel))
+
+    def input_file(self, rel: str) -> Any:
+        """A stored file opened for random-access reading, for its caller to keep (a reader of row groups)."""
+        return self._store.fs.open_input_file(self._store.path(*self._parts(rel)))
+
+    def read_bytes(self, rel: str) -> Optional[bytes]:
+        """A stored file's bytes (None when it does not exist)."""
+        if not self.exists(rel):
+            return None
+        with self.open_input(rel) as fh:
+            return fh.read()
+
+    def parquet_files(self, rel: str) -> list[str]:
+        """Run-relative paths of a table's Parquet files (the file, or every one below a folder), in name order."""
+        start = len(self._store.path(self.run_id)) + 1
+        return [f[start:] for f in self._store.parquet_files(*self._parts(rel))]
+
+    def table_ok(self, rel: str) -> bool:
+        """A readable Parquet file, or a folder of them (footers checked)."""
+        return self._store.table_ok(*self._parts(rel))
+
+    def exists(self, rel: str = "") -> bool:
+        return self._store.exists(*self._parts(rel))
 
     def has(self, rel: str) -> bool:
         """Whether a stage output is present and readable: a table (a ``.parquet`` file or a
         folder of them) whose footers read, else a file that exists."""
-        parts = rel.split("/")
         if rel.endswith(".parquet") or "." not in rel:
-            return self.store.table_ok(self.run_id, *parts)
-        return self.store.exists(self.run_id, *parts)
+            return self.table_ok(rel)
+        return self.exists(rel)
+
+    def delete(self, rel: str) -> None:
+        """Remove a file or a folder (with everything under it) if it exists."""
+        self._store.delete(*self._parts(rel))
+
+    # ---- manifest and lock ------------------------------------------------------------------
+    def manifest(self) -> Optional[Manifest]:
+        """The run's manifest; None when there is none; a :class:`StoreError` (one line) when it
+        is not one this raylc reads."""
+        data = self._store.read_json(*self._parts(MANIFEST))
+        if data is None:
+            return None
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(map(str, error["loc"]))
+            raise StoreError(f"{self.uri(MANIFEST)}: not a raylc manifest ({where + ': ' if where else ''}"
+                             f"{str(error['msg']).removeprefix('Value error, ')})") from None
+
+    def save(self, manifest: Manifest) -> None:
+        """Write the manifest (after the tables it describes) and refresh the lock's heartbeat."""
+        manifest.updated_at = dt.datetime.now(dt.timezone.utc).isoformat()
+        self._store.write_json(manifest.record(), *self._parts(MANIFEST))
+        self._store.write_json(_lock_record(), *self._parts(LOCK))
+
+    def lock(self) -> Optional[dict[str, Any]]:
+        """The run's lock record (host, pid, start, heartbeat); None when the run holds none."""
+        return self._store.read_json(*self._parts(LOCK))
+
+    def acquire(self) -> None:
+        """Take the run's lock; refuse (:class:`RunError`) while another live process holds it."""
+        held = self.lock()
+        if held and lock_alive(held):
+            raise RunError(
+                f"{self.uri()}: run is in use by pid {held.get('pid')} on {held.get('host')} "
+                f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id"
+            )
+        self._store.write_json(_lock_record(), *self._parts(LOCK))
+
+    def release(self) -> None:
+        held = self.lock()
+        if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
+            self.delete(LOCK)
+
+    # ---- requests and checkpoint shards (raylc.run.checkpoint) ------------------------------
+    def write_requests(self, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:
+        """Pending request rows as the request table, in files of ``part_rows`` rows; their run-relative paths."""
+        return checkpoint.write_requests(self, chunks, part_rows)
+
+    def drop_requests(self) -> None:
+        self.delete(checkpoint.REQUEST_DIR)
+
+    def shard_writer(self, max_rows: int, max_seconds: float, on_flush: Optional[Callable[[pl.DataFrame], None]] = None,
+                     shards: str = SHARDS) -> checkpoint.ShardWriter:
+        """The writer of completions into checkpoint shards under ``shards``."""
+        return checkpoint.ShardWriter(self, max_rows, max_seconds, on_flush, shards)
+
+    def completed(self, shards: str = SHARDS) -> checkpoint.Completed:
+        """The requests stored with a completion, which a resumed run skips."""
+        return checkpoint.Completed(checkpoint.completed_keys(self, shards))
+
+    def completions(self, shards: str = SHARDS) -> pl.DataFrame:
+        """Every stored completion, one row per request id (a success preferred over an error)."""
+        return checkpoint.load_completions(self, shards)
+
+    def shards(self, shards: str = SHARDS) -> Iterator[pl.DataFrame]:
+        """The stored checkpoint shards, one frame each."""
+        return checkpoint.iter_shards(self, shards)
+
+    def accounting(self, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
+        """The infer stage's counts from its shards, and one error of a request that never succeeded."""
+        return checkpoint.stored_accounting(self, reused)
+
+
+def store_exists(root: str) -> bool:
+    """Whether a store's root exists (an ``s3://`` store always does)."""
+    return "://" in root or Store(root).exists()
+
+
+def run_folders(root: str) -> list[RunFolder]:
+    """The folders under a store's root (runs or not), in name order."""
+    return [RunFolder(root, name) for name in Store(root).folders()]
+

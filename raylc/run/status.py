@@ -11,11 +11,10 @@ from typing import Any, Optional
 
 import polars as pl
 
-from raylc.io.store import Store, StoreError
+from raylc.io.errors import StoreError
+from raylc.run.folder import RunFolder, lock_alive, run_folders, store_exists
+from raylc.run.manifest import Manifest
 from raylc.run.progress import INFER, infer_progress
-from raylc.run.skeleton import LOCK, MANIFEST, lock_alive
-
-STATES = ("done", "running", "interrupted", "failed", "pending")
 
 
 def _when(value: Any) -> Optional[float]:
@@ -30,19 +29,18 @@ def _when(value: Any) -> Optional[float]:
         return None
 
 
-def _stage_names(manifest: dict[str, Any]) -> list[str]:
+def _stage_names(manifest: Manifest) -> list[str]:
     """The run's stages in order: its plan (written when the run opens), else those it names."""
-    names = list(manifest.get("plan") or [])
-    return names + [name for name in manifest.get("stages", {}) if name not in names]
+    return manifest.plan + [name for name in manifest.stages if name not in manifest.plan]
 
 
-def stage_states(manifest: dict[str, Any], alive: bool) -> dict[str, str]:
+def stage_states(manifest: Manifest, alive: bool) -> dict[str, str]:
     """Each stage's state: the manifest's, except that a stage marked ``running`` by a process
     that is gone (``alive`` False) is ``interrupted``; stages not reached are ``pending``."""
-    stages = manifest.get("stages", {})
     states = {}
     for name in _stage_names(manifest):
-        status = stages.get(name, {}).get("status", "pending")
+        record = manifest.stages.get(name)
+        status = record.status if record is not None else "pending"
         states[name] = "interrupted" if status == "running" and not alive else status
     return states
 
@@ -59,40 +57,40 @@ def run_state(states: dict[str, str], alive: bool) -> str:
     return "running" if alive else "interrupted"
 
 
-def run_status(store: Store, run_id: str, now: Optional[float] = None) -> dict[str, Any]:
-    """The status of ``<store>/<run_id>``: run id, job, model, state, per-stage states, the
+def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]:
+    """The status of the run in ``folder``: run id, job, model, state, per-stage states, the
     inference progress and the times; a :class:`StoreError` when there is no run there."""
-    manifest = store.read_json(run_id, MANIFEST)
+    manifest = folder.manifest()
     if manifest is None:
-        raise StoreError(f"{store.uri(run_id)}: no raylc run here (no manifest.json; a run submitted with "
+        raise StoreError(f"{folder.uri()}: no raylc run here (no manifest.json; a run submitted with "
                          "--no-wait has one once it starts)")
-    lock = store.read_json(run_id, LOCK)
-    alive = bool(lock) and lock_alive(lock)
+    lock = folder.lock()
+    alive = bool(lock) and lock_alive(lock)  # type: ignore[arg-type]
     states = stage_states(manifest, alive)
-    job = manifest.get("job") or {}
-    probe = job.get("probe") or {}
     now = time.time() if now is None else now
     return {
-        "run_id": manifest.get("run_id", run_id), "uri": store.uri(run_id), "job": job.get("name"),
-        "model": probe.get("model") or probe.get("backend"), "state": run_state(states, alive), "stages": states,
-        "seconds": {k: v.get("seconds") for k, v in manifest.get("stages", {}).items()},
-        "rows": {k: v.get("rows") for k, v in manifest.get("stages", {}).items()},
-        "infer": infer_progress(manifest.get("stages", {}).get(INFER, {}), states[INFER], now) if INFER in states
-        else None,
-        "created_at": manifest.get("created_at"), "updated_at": manifest.get("updated_at"),
-        "age_s": now - (_when(manifest.get("updated_at")) or now),
+        "run_id": manifest.run_id, "uri": folder.uri(), "job": manifest.job_name, "model": manifest.model,
+        "state": run_state(states, alive), "stages": states,
+        "seconds": {k: v.seconds for k, v in manifest.stages.items()},
+        "rows": {k: v.rows for k, v in manifest.stages.items()},
+        "infer": infer_progress(manifest.stages.get(INFER), states[INFER], now) if INFER in states else None,
+        "created_at": manifest.created_at, "updated_at": manifest.updated_at,
+        "age_s": now - (_when(manifest.updated_at) or now),
     }
 
 
-def list_runs(store: Store, now: Optional[float] = None) -> pl.DataFrame:
-    """One row per run under ``store`` (a folder holding a manifest): run id, job, model, state,
-    created (UTC, to the second), seconds since it was created (``age_s``) and since its last
-    update (``updated_s``), newest first."""
+def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
+    """One row per run in the store at ``root`` (a folder holding a manifest): run id, job,
+    model, state, created (UTC, to the second), seconds since it was created (``age_s``) and
+    since its last update (``updated_s``), newest first; a :class:`StoreError` when a local
+    store does not exist."""
+    if not store_exists(root):
+        raise StoreError(f"{root}: no such store (the folder does not exist)")
     rows = []
     now = time.time() if now is None else now  # one instant for every run's ages
-    for run_id in store.folders():
+    for folder in run_folders(root):
         try:
-            status = run_status(store, run_id, now)
+            status = run_status(folder, now)
         except StoreError:
             continue  # not a run (another folder in the store)
         created = _when(status["created_at"])

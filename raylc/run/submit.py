@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from raylc.run.ray_exec import verbose
+from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]

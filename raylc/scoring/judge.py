@@ -16,8 +16,8 @@ reply, a missing or non-numeric grade counts 0, as in ``metrics.py``. An empty p
 scores 0 without a call (``eval_trec.py``: ``if len(prediction) != 0``). Not as the official
 code: a call that failed (null completion after the backend's retries) makes the row's score
 null instead of 0, and an unparseable summary reply is not asked again (``metrics.py`` tries
-twice). Calls go through ``generate`` (in-process or :func:`raylc.run.ray_exec.generate_on_ray`),
-identical prompts once.
+twice). Calls go through ``generate`` (a run's :meth:`raylc.run.runner.Run.generate`, with
+checkpoints of their own), identical prompts once.
 """
 
 from __future__ import annotations

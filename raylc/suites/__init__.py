@@ -1,9 +1,13 @@
 """Suites: a config model and a builder each, registered by kind (:mod:`raylc.suites.registry`).
 
-Importing this package registers the built-in suites."""
+The built-in suites are registered lazily: a kind's module is imported when a job names it."""
 
-from raylc.suites import documents, helmet_recall, longbench, longbench100, longbench_v2, planted, thesis  # noqa: F401 (registers)
 from raylc.suites.planted import PlantedSuite
 from raylc.suites.registry import SUITES, DolceSuite, SuiteConfig, SweepSuite, register_suite
+
+for _kind, _module in (("documents", "documents"), ("helmet_recall", "helmet_recall"), ("longbench", "longbench"),
+                       ("longbench100", "longbench100"), ("longbench_v2", "longbench_v2"),
+                       ("thesis_units", "thesis")):
+    SUITES.register(_kind, lazy=f"raylc.suites.{_module}")
 
 __all__ = ["SUITES", "DolceSuite", "PlantedSuite", "SuiteConfig", "SweepSuite", "register_suite"]

@@ -89,7 +89,6 @@ class DocumentsSuite(DolceSuite):
         return {task: check_template(name, auto=True) for task, name in v.items()}
 
 
-REQUIRED = ("task", "id", "context", "question")
 CHOICE_COLUMNS = tuple(f"choice_{x}" for x in CHOICE_LETTERS)
 
 PROBLEM_SCHEMA: dict[str, pl.DataType] = {

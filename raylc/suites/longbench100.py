@@ -196,7 +196,7 @@ STARS_QUESTION = (
 STARS_UNANSWERABLE = "unanswerable"
 
 
-def prompt_parts(template: str, **values: str) -> tuple[str, str]:
+def around_context(template: str, **values: str) -> tuple[str, str]:
     """(head, tail) of ``template`` around ``{context}``, other placeholders filled."""
     head, tail = template.split("{context}")
     for k, v in values.items():
@@ -262,7 +262,7 @@ def _kv_retrieval(suite: LongBench100Suite, pool: DocumentPool, i: int, length: 
     needles = [KV.format(key=keys[j], value=keys[j + 1]) for j in range(suite.kv_pairs)]
     ctx = build_context(length, pool, rng, needles=needles, needle_at="sentence")
     question = f"Answer: the value of {keys[0]} is"
-    head, tail = prompt_parts(PROMPTS["kv_retrieval"], input=question)
+    head, tail = around_context(PROMPTS["kv_retrieval"], input=question)
     return _row("kv_retrieval", f"kv_retrieval-{i:04d}", length, ctx, head, tail, question, [keys[1]], keys[1],
                 list(ctx.needle_labels))
 
@@ -290,7 +290,7 @@ def _counting_stars(suite: LongBench100Suite, pool: DocumentPool, i: int, length
     ctx = build_context(length, pool, rng, needles=[STAR.format(n=n) for n in stars], needle_at="end")
     counts = [stars[j] for j in np.argsort(ctx.needle_labels)]
     question, number = stars_question(star_options(counts, rng), rng)
-    head, tail = prompt_parts(PROMPTS["counting_stars"], input=question)
+    head, tail = around_context(PROMPTS["counting_stars"], input=question)
     return _row("counting_stars", f"counting_stars-{i:04d}", length, ctx, head, tail, question, [number], number,
                 sorted(ctx.needle_labels))
 
@@ -306,7 +306,7 @@ def stars_question(options: list[list[int]], rng: np.random.Generator) -> tuple[
 
 def _passage_count(suite: LongBench100Suite, pool: DocumentPool, i: int, length: int, rng) -> dict:
     ctx = build_context(length, pool, rng, max_repeats=suite.max_repeats, min_distractors=1, label=PARAGRAPH_LABEL)
-    head, tail = prompt_parts(PROMPTS["passage_count"])
+    head, tail = around_context(PROMPTS["passage_count"])
     n = str(ctx.n_unique)
     return _row("passage_count", f"passage_count-{i:04d}", length, ctx, head, tail, "", [n], n, [])
 
@@ -319,13 +319,13 @@ def _passage_count(suite: LongBench100Suite, pool: DocumentPool, i: int, length:
 def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
     labels = list(ctx.required_labels)
     if task == "passage_retrieval":
-        head, tail = prompt_parts(PROMPTS[task], input=item.summary)
+        head, tail = around_context(PROMPTS[task], input=item.summary)
         gold = str(labels[0])
         return _row(task, item.sample_id, length, ctx, head, tail, item.summary, [gold], gold, labels)
     if task in QA_TASKS:  # data_utils.py: "Passage 2,5. " (a bare comma) for the multi-doc groups
         shown = ",".join(str(i) for i in sorted(labels))
         instruction = f"Answer the question related with Passage {shown}. "
-        head, tail = prompt_parts(PROMPTS[task], instruction=instruction, input=item.question)
+        head, tail = around_context(PROMPTS[task], instruction=instruction, input=item.question)
         return _row(task, item.sample_id, length, ctx, head, tail, item.question, list(item.answers),
                     item.answers[0], labels)
     if task == "single_doc_sum":
@@ -333,7 +333,7 @@ def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
     else:
         question = ("Combine and summarize the main ideas from the selected relevant passages into one cohesive "
                     f"summary: {_passages(sorted(labels))}.")
-    head, tail = prompt_parts(PROMPTS[task], input=question)
+    head, tail = around_context(PROMPTS[task], input=question)
     return _row(task, item.sample_id, length, ctx, head, tail, question, [item.summary], item.summary, labels)
 
 

@@ -24,6 +24,8 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic_core import PydanticCustomError
 
+from raylc.io.registry import Registry
+
 Builder = Callable[[Any, int], pl.DataFrame]
 
 
@@ -55,7 +57,7 @@ class SuiteConfig(BaseModel):
 
     def build(self, seed: int) -> pl.DataFrame:
         """The suite's table, from its registered builder."""
-        return SUITES[self.kind][1](self, seed)  # type: ignore[attr-defined]
+        return SUITES.get(self.kind)[1](self, seed)  # type: ignore[attr-defined]
 
 
 class DolceSuite(SuiteConfig):
@@ -95,27 +97,35 @@ class SweepSuite(SuiteConfig):
         return getattr(self, self.samples_field) if self.samples_field else None
 
 
-SUITES: dict[str, tuple[type[SuiteConfig], Builder]] = {}
+def _check(kind: str, entry: tuple[type[SuiteConfig], Builder]) -> None:
+    """A suite entry: a config deriving from DolceSuite or SweepSuite whose literal ``kind`` is the
+    name, and a callable builder."""
+    config, builder = entry
+    field = config.model_fields.get("kind") if isinstance(config, type) and issubclass(config, BaseModel) else None
+    kinds = typing.get_args(field.annotation) if field is not None else ()
+    if kinds != (kind,) or not issubclass(config, (DolceSuite, SweepSuite)):  # type: ignore[arg-type]
+        raise TypeError(f"{getattr(config, '__name__', config)}: a suite config derives from DolceSuite or SweepSuite "
+                        f"and has kind: Literal['{kind}']")
+    if not callable(builder):
+        raise TypeError(f"suite {kind!r}: its builder is not callable")
+
+
+#: the suites by kind: (config model, builder); the built-in ones load with their module (raylc/suites/__init__.py)
+SUITES: Registry[tuple[type[SuiteConfig], Builder]] = Registry("suite kind", _check)
 
 
 def register_suite(config: type[SuiteConfig]) -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder`` as the suite ``config``'s (its literal ``kind``)."""
+    """Decorator: register ``builder`` as the suite ``config``'s (its literal ``kind``); a kind
+    registered already is a ValueError."""
     field = config.model_fields.get("kind")
     kinds = typing.get_args(field.annotation) if field is not None else ()
-    kind = kinds[0] if len(kinds) == 1 else None
-    if not isinstance(kind, str) or not issubclass(config, (DolceSuite, SweepSuite)):
-        raise TypeError(f"{config.__name__}: a suite config derives from DolceSuite or SweepSuite and has "
-                        "kind: Literal['<its kind>']")
+    kind = kinds[0] if len(kinds) == 1 and isinstance(kinds[0], str) else config.__name__
 
     def register(builder: Builder) -> Builder:
-        SUITES[kind] = (config, builder)
+        SUITES.register(kind, (config, builder))
         return builder
 
     return register
-
-
-def suite_kinds() -> list[str]:
-    return list(SUITES)
 
 
 def parse_suite(value: Any) -> SuiteConfig:
@@ -129,10 +139,10 @@ def parse_suite(value: Any) -> SuiteConfig:
     if kind not in SUITES:
         raise PydanticCustomError("suite_kind", "{got} is not one of {known}",
                                   {"got": repr(kind), "known": ", ".join(f"'{k}'" for k in sorted(SUITES))})
-    return SUITES[kind][0].model_validate({**value, "kind": kind})
+    return SUITES.get(kind)[0].model_validate({**value, "kind": kind})
 
 
 def config_of(data: Any) -> Optional[type[SuiteConfig]]:
     """The config model a raw ``suite`` section names, if any (for error messages)."""
     kind = data.get("kind", "planted") if isinstance(data, dict) else None
-    return SUITES[kind][0] if kind in SUITES else None
+    return SUITES.get(kind)[0] if kind in SUITES else None

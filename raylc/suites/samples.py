@@ -100,10 +100,6 @@ class SampleTableError(ValueError):
     """A samples table that breaks the contract; the message is one line."""
 
 
-def empty_samples() -> pl.DataFrame:
-    return pl.DataFrame(schema=SAMPLE_SCHEMA)
-
-
 def check_samples(samples: pl.DataFrame, source: str = "samples") -> pl.DataFrame:
     """The table with the contract's columns cast to their types (extra columns kept after them).
 

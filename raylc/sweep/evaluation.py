@@ -1,9 +1,10 @@
 """A length sweep as an evaluation: ``build -> infer -> score -> report`` (100-LongBench,
 HELMET, LongBench v2, the thesis's unit tasks), each stage a function of the
-:class:`~raylc.run.skeleton.Run` it is given.
+:class:`~raylc.run.runner.Run` it is given.
 
 Inference goes through the probe's Ray Data pipeline with row-level checkpoints (two rounds
-for two-call samples), judge calls through the judge's pipeline, LongScore per (model, task).
+for two-call samples), judge calls through the judge's pipeline with checkpoints of their own
+(:meth:`~raylc.run.runner.Run.generate`), LongScore per (model, task).
 The work is in the plain Polars functions of :mod:`raylc.sweep.stages`.
 """
 
@@ -21,7 +22,7 @@ from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens
 from raylc.sweep.report import REPORT_TABLES, print_length_report
 
 if TYPE_CHECKING:
-    from raylc.run.skeleton import Rows, Run, Stage
+    from raylc.run.runner import Rows, Run, Stage
     from raylc.spec import Job
     from raylc.text.tokenize import Tokenizer
 
@@ -39,8 +40,8 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
 
 def _run_round(run: Run, reqs: pl.DataFrame) -> int:
     """Run the requests without a stored success; returns how many were reused."""
-    done = run.completed()
-    pending = reqs.select(stages.REQUEST_COLUMNS).filter(~run.is_completed(reqs["request_id"], done))
+    done = run.folder.completed()
+    pending = reqs.select(stages.REQUEST_COLUMNS).filter(~done.among(reqs["request_id"]))
     reused = reqs.height - pending.height
     run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
             f"attempts, {pending.height} to run")
@@ -53,20 +54,20 @@ def _rounds(run: Run, samples: pl.DataFrame,
             first: Optional[pl.DataFrame] = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Both rounds' request rows joined with their stored generations; ``first``: the first
     round's request rows when already made (their ids hash whole prompts)."""
-    stored = run.completions()
+    stored = run.folder.completions()
     first = _with_generations(stages.requests(samples, run.job) if first is None else first, stored)
     second = _with_generations(stages.requests(samples, run.job, first), stored)
     return first, second
 
 
-def build(run: Run) -> Rows:
+def build_stage(run: Run) -> Rows:
     samples = run.built if run.built is not None else stages.build_samples(run.job)
-    run.write(samples, SAMPLES)
+    run.folder.write(samples, SAMPLES)
     return {"samples": samples.height, "context_tokens": int(samples["context_tokens"].sum() or 0)}
 
 
-def infer(run: Run) -> Rows:
-    samples = run.read(SAMPLES)
+def infer_stage(run: Run) -> Rows:
+    samples = run.folder.read(SAMPLES)
     first = stages.requests(samples, run.job)
     reused = _run_round(run, first)
     second = _rounds(run, samples, first)[1]
@@ -75,9 +76,9 @@ def infer(run: Run) -> Rows:
     return run.inference_rows(reused, first.height + second.height)
 
 
-def score(run: Run) -> Rows:
+def score_stage(run: Run) -> Rows:
     job = run.job
-    samples = run.read(SAMPLES)
+    samples = run.folder.read(SAMPLES)
     first, second = _rounds(run, samples)
     final = stages.final_completions(samples, first, second)
     answered = final.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
@@ -93,21 +94,21 @@ def score(run: Run) -> Rows:
     try:
         scores = job.suite.kept(stages.with_visibility(stages.score_samples(answered, judge)))
     except ValueError as exc:
-        raise ValueError(f"{run.store.uri(run.run_id, *SAMPLES.split('/'))}: {exc}") from None
-    run.write(scores, SCORES)
+        raise ValueError(f"{run.folder.uri(SAMPLES)}: {exc}") from None
+    run.folder.write(scores, SCORES)
     prior_known = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
     return {"scores": scores.height, "failed": final.height - answered.height, "prior_known": prior_known.height}
 
 
-def report(run: Run) -> Rows:
+def report_stage(run: Run) -> Rows:
     from raylc.sweep.report import write_length_report
 
-    tables = write_length_report(run, run.job, run.read(SCORES))
+    tables = write_length_report(run, run.job, run.folder.read(SCORES))
     return {name: t.height for name, t in tables.items()}
 
 
 class SweepEvaluation:
-    """The length-sweep family for the skeleton (:class:`raylc.run.skeleton.Evaluation`)."""
+    """The length-sweep family for the stage runner (:class:`raylc.run.runner.Evaluation`)."""
 
     @staticmethod
     def tokenizer_spec(job: Job) -> Optional[str]:
@@ -158,8 +159,8 @@ class SweepEvaluation:
 
     def stages(self, job: Job) -> Sequence[Stage]:
         return (
-            ("build", (SAMPLES,), build),
-            ("infer", ("infer",), infer),
-            ("score", (SCORES,), score),
-            ("report", ("report/summary.md",), report),
+            ("build", (SAMPLES,), build_stage),
+            ("infer", ("infer",), infer_stage),
+            ("score", (SCORES,), score_stage),
+            ("report", ("report/summary.md",), report_stage),
         )

@@ -3,20 +3,19 @@ Eq. 1-2) with bootstrap CIs, the suite's own sections, figures and ``summary.md`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import polars as pl
 from rich.console import Console
 
 from raylc.io.figures import png_bytes
-from raylc.io.store import Store
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 from raylc.sweep.longscore import OVERALL, longscore
 from raylc.sweep.stages import scores_for_longscore
 
 if TYPE_CHECKING:
-    from raylc.run.skeleton import Run
+    from raylc.run.runner import Run
     from raylc.spec import Job
 
 REPORT_TABLES = ("per_task_length", "summary")  # plus the suite's sections (report_sections)
@@ -56,9 +55,9 @@ def bootstrap_note(summary: pl.DataFrame) -> str:
 def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = RUN_N_BOOT) -> dict[str, pl.DataFrame]:
     """The report of a length-controlled run under ``<run>/report/``: mean score per task and
     axis point, LongScore tables and figures (when the suite has base and long points; bootstrap
-    CIs over samples, per (model, task) as Ray tasks), the suite's sections, ``summary.md``."""
+    CIs over samples, per (model, task) as Ray tasks), the suite's sections, ``summary.md`` and
+    ``index.html``, written together once made."""
     suite = job.suite
-    store = Store(run.store.uri(run.run_id, "report"))
     pngs: dict[str, bytes] = {}
     kept = scores.filter(pl.col("kept"))
     axis = suite.axis
@@ -81,7 +80,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
                   else frame
                   for name, frame in result.items()}  # every summary table names its run (raylc compare)
         tables.update(result)
-        pngs = write_longscore_result(result, store)
+        pngs = longscore_figures(result)
         cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_boot", "boot_seed", "warning"]
         md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others; "
                f"{bootstrap_note(result['summary'])})", "", markdown_table(result["summary"].select(cols).with_columns(
@@ -90,11 +89,9 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
     for name, heading, table in sections:
         tables[name] = table
         md += ["", f"## {heading}", "", markdown_table(table)]
-    for name in ("per_task_length", *(name for name, _, _ in sections)):
-        store.write_table(tables[name], f"{name}.parquet")
-    store.write_text("\n".join(md) + "\n", "summary.md")
     headings = {name: heading for name, heading, _ in sections}
-    store.write_text(length_page(tables, pngs, run.manifest, headings, axis).render(), "index.html")
+    page = length_page(tables, pngs, run.manifest.record(), headings, axis).render()
+    run.folder.write_outputs("report", tables, {**pngs, "summary.md": "\n".join(md) + "\n", "index.html": page})
     print_length_report(tables, headings=headings)
     return tables
 
@@ -142,15 +139,12 @@ def length_page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifes
     return out
 
 
-def write_longscore_result(result: dict[str, pl.DataFrame], store: Store, figures: bool = True) -> dict[str, bytes]:
+def write_longscore_result(result: dict[str, pl.DataFrame], out: Any, figures: bool = True) -> dict[str, bytes]:
     """Each LongScore frame as ``<name>.parquet`` and (unless ``figures`` is false) the figures,
-    under ``store``'s root; returns the figures. They are drawn first: a plotting failure leaves
-    nothing half-written."""
+    under the output folder ``out`` (a :class:`raylc.io.store.Store`); returns the figures. They
+    are drawn first: a plotting failure leaves nothing half-written."""
     pngs = longscore_figures(result) if figures else {}
-    for name, frame in result.items():
-        store.write_table(frame, f"{name}.parquet")
-    for name, data in pngs.items():
-        store.write_bytes(data, name)
+    out.write_outputs(result, pngs)
     return pngs
 
 

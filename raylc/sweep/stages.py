@@ -11,7 +11,8 @@
 * report: LongScore per task and length (100-LongBench Eq. 1-2), the LongBench v2 splits,
   figures and ``summary.md``.
 
-The stage functions are plain Polars functions; the Ray parts are in :mod:`raylc.run.ray_exec`.
+The stage functions are plain Polars functions; the Ray parts are in :mod:`raylc.run.pipeline`
+and :mod:`raylc.run.tasks`.
 """
 
 from __future__ import annotations

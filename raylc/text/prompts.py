@@ -42,8 +42,6 @@ TEMPLATES: dict[str, str] = {
     "summary": "Read the context and follow the instruction.\n\nContext:\n{context}\n\n"
                "Instruction: {question}\nAnswer:",
 }
-#: The answer that means "IDK" under each template (None: the template offers no IDK answer).
-TEMPLATE_IDK: dict[str, str | None] = {"planted": IDK_ANSWER, "qa": IDK_ANSWER, "choice": IDK_CHOICE, "summary": None}
 DEFAULT_TEMPLATE = "planted"
 AUTO = "auto"
 

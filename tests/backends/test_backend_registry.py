@@ -1,5 +1,7 @@
-"""The backend registry (issue 30, acceptance 1): no branch on a backend's name outside
-raylc/backends, and a backend registered from a test (this module only) parses and runs a job.
+"""The backend registry (issue 30, acceptance 1; issue 38, acceptances 3 and 4): no branch on a
+backend's name outside raylc/backends; a backend defined here only (its config, its preflight, its
+pipeline stages) parses, is checked and runs a quickstart-sized job with no edit to raylc/spec.py
+or raylc/run/; a name registered twice is refused.
 
 The toy backend is registered by the ``toy`` fixture and removed after its test, so that other
 tests see the built-in backends only; a Ray worker, which imports this module to unpickle a
@@ -16,8 +18,10 @@ import polars as pl
 import pytest
 
 from raylc.backends.base import Backend, Generation, MaxTokens, Prompt, RawFlags, generation, prompt_text
+from raylc.backends.config import ProbeConfig
 from raylc.backends.registry import BACKENDS, BackendPlugin, backend_of, register_backend
-from raylc.spec import PROBES, JobSpecError, ProbeConfig, load_job, parse_job
+from raylc.backends.stages import PipelineStage, text_pipeline
+from raylc.spec import JobSpecError, load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "raylc"
@@ -84,13 +88,33 @@ class ToyBackend(Backend):
         return out
 
 
+def toy_backend(job, table: Optional[pl.LazyFrame]) -> Backend:
+    """The oracle, knowing the suite's planted answers."""
+    known = table.select("problem_id", "answer").collect() if table is not None else pl.DataFrame(
+        schema={"problem_id": pl.String, "answer": pl.String})
+    return ToyBackend(dict(zip(known["problem_id"].to_list(), known["answer"].to_list())), job.probe.closed_log)
+
+
+class ToyPreflight:
+    """What ``raylc check`` prints for a toy probe."""
+
+    warnings: list[str] = []
+
+    def __init__(self, section: str, model: str):
+        self.section, self.model = section, model
+
+    def lines(self) -> list[str]:
+        return [f"{self.section}: toy oracle {self.model} needs nothing"]
+
+
 class Toy(BackendPlugin):
     probe = ToyProbe
 
-    def text_backend(self, job, table: Optional[pl.LazyFrame]) -> Backend:
-        known = table.select("problem_id", "answer").collect() if table is not None else pl.DataFrame(
-            schema={"problem_id": pl.String, "answer": pl.String})
-        return ToyBackend(dict(zip(known["problem_id"].to_list(), known["answer"].to_list())), job.probe.closed_log)
+    def stages(self, job, verbose: bool) -> list[PipelineStage]:
+        return text_pipeline(job, toy_backend)
+
+    def preflight(self, job, section: str, **options) -> ToyPreflight:
+        return ToyPreflight(section, getattr(job, section).model)
 
 
 def _in_ray_worker() -> bool:
@@ -107,8 +131,7 @@ if _in_ray_worker():
 def toy():
     register_backend(Toy)
     yield Toy
-    BACKENDS.pop("toy", None)
-    PROBES.pop("toy", None)
+    BACKENDS._entries.pop("toy", None)
 
 
 def test_a_registered_backend_parses_and_its_bad_keys_are_one_line(toy):
@@ -124,6 +147,17 @@ def test_a_registered_backend_parses_and_its_bad_keys_are_one_line(toy):
         parse_job({"name": "t", "judge": {"backend": "nope"}})
 
 
+def test_the_toy_backends_preflight_is_what_raylc_check_prints(toy, tmp_path):
+    from cli_runner import raylc
+
+    job_file = tmp_path / "toy.yaml"
+    job_file.write_text("name: t\nprobe: {backend: toy, model: oracle-7}\njudge: {backend: toy}\n")
+    out = raylc("check", job_file)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["probe: toy oracle oracle-7 needs nothing",
+                                       "judge: toy oracle toy-oracle needs nothing"]
+
+
 @pytest.mark.ray
 def test_a_toy_backend_runs_a_quickstart_sized_job(toy, ray_session, tmp_path):
     from raylc.evaluate import evaluate
@@ -131,22 +165,26 @@ def test_a_toy_backend_runs_a_quickstart_sized_job(toy, ray_session, tmp_path):
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {
         "probe": {"backend": "toy"}, "suite.problems_per_task": 6, "store.path": str(tmp_path)})
     run = evaluate(job, log=lambda line: None)
-    assert run.manifest["stages"]["report"]["status"] == "done", run.manifest["stages"]
+    assert run.manifest.stages["report"].status == "done", run.manifest.stages
     done = pl.read_parquet(list((tmp_path / run.run_id / "infer").rglob("*.parquet")))
-    assert done.height and done["error"].is_null().all()
+    spans = pl.read_parquet(tmp_path / run.run_id / "sample" / "spans.parquet")
+    assert done.height == spans.height and done["error"].is_null().all()
     answered = done.filter(pl.col("completion") != "Unanswerable")
     assert answered.height and not (answered["completion"] == "?").any()
 
 
-def test_a_text_actor_closes_the_backend_it_built(toy, tmp_path):
-    """The run layer's text actor closes its backend when Ray Data lets it go (``__del__``)."""
+def test_a_stage_actor_closes_the_stage_it_built(toy, tmp_path):
+    """The pipeline's stage actor closes its stage (and so the backend) when Ray Data lets it go
+    (``__del__``)."""
     import gc
 
-    from raylc.run.ray_exec import RequestSource, TextEngineActor
+    from raylc.run.folder import RunFolder
+    from raylc.run.pipeline import RequestFiles, StageActor
 
     log = tmp_path / "closed.log"
     job = parse_job({"name": "t", "probe": {"backend": "toy", "closed_log": str(log)}})
-    actor = TextEngineActor(job, RequestSource())
+    (stage,) = backend_of(job.probe).stages(job, verbose=False)
+    actor = StageActor(stage, job, RequestFiles(RunFolder(str(tmp_path), "r"), ()), first=True)
     assert not log.exists()
     del actor
     gc.collect()
@@ -182,3 +220,47 @@ def test_the_openai_plugins_endpoint_check_closes_the_backend_it_built(monkeypat
     job = parse_job({"name": "t", "probe": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}})
     backend_of(job.probe).check_endpoint(job)
     assert len(closed) == 1
+
+
+# --- one registry: duplicates and checks ----------------------------------------------------------
+
+
+def test_registering_a_backend_name_twice_is_refused(toy):
+    class OtherToy(Toy):
+        """Another plug-in for the same name."""
+
+    with pytest.raises(ValueError, match=r"^backend 'toy' is registered already \(by tests\."):
+        register_backend(OtherToy)
+    register_backend(Toy)  # the same plug-in again (its module imported again): no error
+    assert isinstance(backend_of(parse_job({"name": "t", "probe": {"backend": "toy"}}).probe), Toy)
+    with pytest.raises(ValueError, match=r"^backend 'vllm' is registered already \(by raylc\.backends\.builtin\)$"):
+        BACKENDS.register("vllm", lazy="somewhere.else")
+
+
+def test_a_backend_entry_is_checked_when_it_is_registered():
+    class NoStages(BackendPlugin):
+        probe = ToyProbe
+
+    class WrongName(Toy):
+        pass
+
+    with pytest.raises(TypeError, match="gives no pipeline stages"):
+        register_backend(NoStages)
+    with pytest.raises(TypeError, match=r"backend 'nope': a BackendPlugin whose probe config .* Literal\['nope'\]"):
+        BACKENDS.register("nope", WrongName())
+    with pytest.raises(TypeError, match="backend 'toy': a BackendPlugin"):
+        BACKENDS.register("toy", object())  # type: ignore[arg-type]
+    assert "toy" not in BACKENDS and "nope" not in BACKENDS
+
+
+def test_the_built_in_backends_load_when_first_named():
+    """Loading a job imports only the backends it names (raylc/backends/builtin.py holds the three)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, raylc.spec; print('raylc.backends.builtin' in sys.modules); "
+            "raylc.spec.parse_job({'name': 'x', 'probe': {'backend': 'vllm', 'model': 'm'}}); "
+            "print('raylc.backends.builtin' in sys.modules, 'raylc.backends.vllm_engine' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "True", "False"]
+

@@ -12,12 +12,14 @@ import urllib.request
 import httpx
 import pytest
 from doubles.openai_server import SimulatedOpenAIServer
+from in_process import make_backend
 
-from raylc.backends import make_backend, openai_http
+from raylc.backends import openai_http
 from raylc.backends.base import BackendUnavailable
+from raylc.backends.config import OpenAIProbe
 from raylc.backends.openai_http import OpenAIBackend
 from raylc.backends.simulated import SimulatedBackend
-from raylc.spec import Job, OpenAIProbe
+from raylc.spec import Job
 from raylc.suites.planted import build_planted
 from raylc.text.prompts import TEMPLATE, render_prompts
 from raylc.text.sampling import sample_spans

@@ -14,7 +14,7 @@ from raycluster import free_port
 
 from raylc.dolce import stages
 from raylc.evaluate import evaluate
-from raylc.run.skeleton import InferenceFailed
+from raylc.run.errors import InferenceFailed
 from raylc.spec import load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,12 +46,12 @@ def test_run_completes_through_30_percent_503s(ray_session, tmp_path):
     problems = stages.build(simulated)
     spans = stages.sample(problems, simulated)
     expected = stages.score(infer_frame(spans, problems, simulated), problems, simulated)
-    got = pl.read_parquet(Path(run.store.root, "http", "score", "observations.parquet"))
+    got = pl.read_parquet(Path(run.folder.root, "http", "score", "observations.parquet"))
     assert got.equals(expected)
-    infer = pl.read_parquet(f"{run.store.root}/http/infer/**/*.parquet", hive_partitioning=True)
+    infer = pl.read_parquet(f"{run.folder.root}/http/infer/**/*.parquet", hive_partitioning=True)
     assert infer["error"].null_count() == infer.height == spans.height
     assert (infer["prompt_tokens"] > 0).all()
-    assert run.manifest["stages"]["infer"]["rows"]["errors"] == 0
+    assert run.manifest.stages["infer"].rows["errors"] == 0
 
 
 def _expected_observations(simulated):
@@ -84,8 +84,8 @@ def test_null_replies_are_errors_counted_and_retried_on_resume(ray_session, tmp_
         server.null_rate = 0.0  # the filter relents: resume retries the failed requests only
         run = evaluate(job, "nulls", log=lambda m: None)
         assert server.stats["requests"] == first + nulls
-    assert run.manifest["stages"]["infer"]["rows"]["errors"] == 0
-    assert pl.read_parquet(Path(run.store.root, "nulls", "score", "observations.parquet")).equals(expected)
+    assert run.manifest.stages["infer"].rows["errors"] == 0
+    assert pl.read_parquet(Path(run.folder.root, "nulls", "score", "observations.parquet")).equals(expected)
 
 
 @pytest.mark.ray
@@ -134,7 +134,7 @@ def test_vllm_without_gpus_fails_fast_in_one_line(tmp_path):
 
 
 def test_root_cause_is_the_innermost_error():
-    from raylc.run.ray_exec import root_cause
+    from raylc.run.session import root_cause
 
     try:
         try:

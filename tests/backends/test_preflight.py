@@ -24,6 +24,7 @@ from cli_runner import raylc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raylc.backends.config import VLLMProbe
 from raylc.backends.preflight import (
     GPU_MEMORY_GIB,
     PreflightError,
@@ -38,7 +39,7 @@ from raylc.backends.preflight import (
     valid_tensor_parallel_sizes,
 )
 from raylc.evaluate import evaluation_for
-from raylc.spec import VLLMProbe, load_job, parse_job
+from raylc.spec import load_job, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYLC = ROOT / ".venv" / "bin" / "raylc"

@@ -4,13 +4,14 @@ import sys
 
 import polars as pl
 import pytest
+from in_process import make_backend
 
-from raylc.backends import make_backend
 from raylc.backends.base import GENERATION_COLUMNS, GENERATION_SCHEMA, BackendUnavailable, generation, generations_frame
+from raylc.backends.config import GenerationParams, SimulatedProbe, VLLMProbe
 from raylc.backends.simulated import SimulatedBackend
+from raylc.backends.stages import PromptTokenizer, tokenize
 from raylc.backends.vllm_engine import INSTALL_HINT, VLLMEngine, actor_options, engine_kwargs, sampling_kwargs
-from raylc.run.inference import PromptTokenizer, tokenize
-from raylc.spec import GenerationParams, Job, SimulatedProbe, VLLMProbe
+from raylc.spec import Job
 from raylc.suites.planted import build_planted
 from raylc.text.prompts import TEMPLATE, render_prompts
 from raylc.text.sampling import sample_spans

@@ -16,8 +16,8 @@ from doubles import DOUBLES_DIR, vllm_double
 from doubles.model_dir import make_model_dir
 
 from raylc.backends.base import BackendUnavailable
+from raylc.backends.config import VLLMProbe
 from raylc.backends.vllm_engine import VLLMEngine, check_engine_args, reason_in
-from raylc.spec import VLLMProbe
 
 FAST = {"prefill_tokens_per_s": 1e6, "decode_step_s": 0.0002}
 

@@ -11,8 +11,8 @@ Both paths run in one process, one after the other, against the same timed vLLM 
   prompts, fits them into the window, tokenizes them with the engine's tokenizer, then blocks in
   the synchronous ``vllm.LLM.generate``; the engine idles while the actor prepares.
 * **new** -- raylc's real code: the problems table stored with row groups of
-  ``PROBLEM_ROW_GROUP`` problems, the request rows written with ``checkpoint.write_requests``, and
-  ``ray_exec.stream_requests``: ``PrepareActor`` (CPU: render, fit, tokenize) then
+  ``PROBLEM_ROW_GROUP`` problems, the request rows written with ``RunFolder.write_requests``, and
+  ``pipeline.stream``: ``PrepareActor`` (CPU: render, fit, tokenize) then
   ``EngineActor`` (``AsyncLLM``, ``max_concurrent_batches`` batches in flight).
 
 Prints for each path: the engine busy fraction, ``busy_s / (last_finish_t - first_request_t)``
@@ -77,9 +77,9 @@ import psutil  # noqa: E402,I001
 from raylc.backends.base import generation, generations_frame, prompt_parts, prompt_text, request_max_tokens  # noqa: E402
 from raylc.dolce import stages  # noqa: E402
 from raylc.dolce.plan import prefix_order  # noqa: E402
-from raylc.io.store import Store  # noqa: E402
-from raylc.run import checkpoint, ray_exec  # noqa: E402
-from raylc.run.inference import PROBLEM_ROW_GROUP, ProblemSource, PromptTokenizer, prepare  # noqa: E402
+from raylc.backends.stages import PROBLEM_ROW_GROUP, PromptTokenizer, prepare  # noqa: E402
+from raylc.run import pipeline  # noqa: E402
+from raylc.run.folder import RunFolder  # noqa: E402
 from raylc.spec import Job  # noqa: E402
 from raylc.text.prompts import render_prompt_parts  # noqa: E402
 from raylc.text.truncation import PromptTooLong, fit_to_window  # noqa: E402
@@ -480,7 +480,7 @@ def warm_up(num_cpus: float) -> None:
     import ray.data
 
     ray.data.range(64, override_num_blocks=4).map_batches(
-        ray_exec.bound(WarmUp), batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1),
+        pipeline.bound(WarmUp, "WarmUp"), batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=num_cpus).materialize()
     wait_torn_down(["WarmUp"])
 
@@ -571,19 +571,19 @@ def write_new_inputs(job: Job, work: Workload, spans: pl.DataFrame) -> tuple[tup
     """The new path's inputs as the DOLCE runner writes them: problems with small row groups,
     the pending request rows as files of ``block_rows(job)`` rows."""
     t0 = time.perf_counter()
-    store = Store(job.store.path)
-    store.delete(RUN_ID)
-    store.write_table(work.problems, RUN_ID, "build", "problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
-    files = checkpoint.write_requests(store, RUN_ID, [spans], ray_exec.block_rows(job))
+    folder = RunFolder(job.store.path, RUN_ID)
+    folder.delete("")
+    folder.write(work.problems, "build/problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
+    files = folder.write_requests([spans], pipeline.block_rows(job))
     return files, time.perf_counter() - t0
 
 
 def run_new(job: Job, files: tuple[str, ...], stats_dir: Path, tag: str) -> PathResult:
     result = PathResult("new")
-    source = ray_exec.RequestSource(Store(job.store.path).root, files, table=(RUN_ID, "build", "problems.parquet"))
+    source = pipeline.RequestFiles(RunFolder(job.store.path, RUN_ID), files, "build/problems.parquet")
     with RssMonitor(NEW_ACTORS) as mon:
         t0 = time.perf_counter()
-        consume(ray_exec.stream_requests(source, job), result)
+        consume(pipeline.stream(source, job), result)
         result.wall_s = time.perf_counter() - t0
         result.teardown_s = wait_torn_down(NEW_ACTORS)
         mon.sample()
@@ -599,13 +599,13 @@ def calibrate_prepare(
     tokenize) timed in this process on the first request files: (tokens/s, tokens)."""
     from raylc.backends.vllm_engine import tokenizer_spec
 
-    source = ray_exec.RequestSource(Store(job.store.path).root, files, table=(RUN_ID, "build", "problems.parquet"))
+    source = pipeline.RequestFiles(RunFolder(job.store.path, RUN_ID), files, "build/problems.parquet")
     tok = PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template)
-    problems = ProblemSource(source.store_root, source.problems)
+    problems = source.inputs().problems
     tokens, seconds = 0, 0.0
     for f in files[:max_files]:
         t0 = time.perf_counter()
-        out = prepare(source.rows(pa.table({ray_exec.FILE: [f]})), problems, job, tok)
+        out = prepare(source.rows(pa.table({pipeline.FILE: [f]})), problems, job, tok)
         seconds += time.perf_counter() - t0
         tokens += int(out["prompt_tokens"].sum())
         if tokens >= min_tokens:

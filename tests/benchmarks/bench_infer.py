@@ -35,12 +35,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from raylc.backends.stages import PROBLEM_ROW_GROUP  # noqa: E402
 from raylc.dolce import stages  # noqa: E402
 from raylc.dolce.stages import with_request_ids  # noqa: E402
-from raylc.io.store import Store  # noqa: E402
-from raylc.run import ray_exec  # noqa: E402
-from raylc.run.checkpoint import write_requests  # noqa: E402
-from raylc.run.inference import PROBLEM_ROW_GROUP  # noqa: E402
+from raylc.run import pipeline, session  # noqa: E402
+from raylc.run.folder import RunFolder  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 from in_process import infer_frame  # noqa: E402
@@ -80,12 +79,12 @@ def ray_rows_per_s(job, spans, problems) -> float:
     """Rows/s of the run's inference path: the request table written to a store, read by the
     actors, prompts rendered from the stored problems (timed from writing the table)."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(tmp)
-        store.write_table(problems, "bench", "build", "problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
+        folder = RunFolder(tmp, "bench")
+        folder.write(problems, "build/problems.parquet", row_group_size=PROBLEM_ROW_GROUP)
         t0 = time.perf_counter()
-        files = write_requests(store, "bench", [spans], ray_exec.block_rows(job))
-        source = ray_exec.RequestSource(tmp, files, table=("bench", "build", "problems.parquet"))
-        n = sum(b.height for b in ray_exec.stream_requests(source, job))
+        files = folder.write_requests([spans], pipeline.block_rows(job))
+        source = pipeline.RequestFiles(folder, files, table="build/problems.parquet")
+        n = sum(b.height for b in pipeline.stream(source, job))
         rate = n / (time.perf_counter() - t0)
     assert n == spans.height
     return rate
@@ -136,7 +135,7 @@ def main() -> None:
     infer_frame(spans, problems, job)
     in_process = time.perf_counter() - t0
 
-    ray_exec.ensure_ray(job)
+    session.ensure_ray(job)
     rates = {}
     for actors in (1, 2):
         j = job.model_copy(update={"ray": job.ray.model_copy(update={"actors": actors})})

@@ -9,9 +9,9 @@ the same token prompts: ``--requests`` chat prompts built from the documents of
 
 * **vLLM offline** (first): ``vllm.LLM(**engine kwargs)``, then one ``LLM.generate`` of every
   ``TokensPrompt``: its window is the ``generate`` call alone; the engine's start is timed apart.
-* **raylc**: ``ray_exec.stream_requests`` on an in-memory request table: Ray Data, a
-  ``PrepareActor`` (chat template, tokenize) and an ``EngineActor`` (``AsyncLLM``, built in its
-  constructor). Its stream is split by the stream's :class:`~raylc.run.ray_exec.EngineLedger`
+* **raylc**: ``pipeline.stream`` on a request table of ``ray.batch_size`` rows a file: Ray Data,
+  a ``PrepareActor`` (chat template, tokenize) and an ``EngineActor`` (``AsyncLLM``, built in its
+  constructor). Its stream is split by the stream's :class:`~raylc.run.pipeline.EngineLedger`
   (wall-clock records from the engine actor): *start-up* (the stream's start to the engine built:
   actor processes, ``import vllm``, the engine's own start), *first batch* (engine built to the
   first batch entering it: Ray Data and the prepare stage), the *engine window* (first batch in to
@@ -75,12 +75,15 @@ def main() -> None:
                     help="probe.max_concurrent_batches (default: raylc's, twice max_num_seqs in flight)")
     args = ap.parse_args()
 
+    import tempfile
+
     import polars as pl
 
     from raylc.backends import vllm_engine
+    from raylc.backends.stages import PromptTokenizer
     from raylc.backends.vllm_engine import engine_kwargs
-    from raylc.run import ray_exec
-    from raylc.run.inference import PromptTokenizer
+    from raylc.run import pipeline, session
+    from raylc.run.folder import RunFolder
     from raylc.spec import Job
 
     job = Job(name="bench-real", probe={
@@ -131,14 +134,15 @@ def main() -> None:
     texts_off, tokens_off, offline_s, offline_start = offline(kw)
     tokens_in, inproc_s, inproc_start = in_process()
 
-    ray_exec.init_ray(None)
+    session.init_ray(None)
     import ray
 
-    ledger = ray.remote(num_cpus=0)(ray_exec.EngineLedger).remote()
+    ledger = ray.remote(num_cpus=0)(pipeline.EngineLedger).remote()
     t0 = time.time()
-    ours = pl.concat(
-        list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger))
-    ).sort("row")
+    with tempfile.TemporaryDirectory() as tmp:  # the request table in a run folder, as a run writes it
+        folder = RunFolder(tmp, "bench-real")
+        source = pipeline.RequestFiles(folder, folder.write_requests([frame], job.ray.batch_size))
+        ours = pl.concat(list(pipeline.stream(source, job, ledger=ledger))).sort("row")
     t1 = time.time()
     stream_s = t1 - t0
     raylc_s = stream_s - offline_start

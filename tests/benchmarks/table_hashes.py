@@ -24,17 +24,20 @@ JOBS = ("quickstart", "helmet-recall")
 
 
 def hashes(run_dir: Path) -> dict[str, str]:
-    """sha256 of each table's bytes; the inference shards (named by a random id, rows in the
-    order they finished) as one table sorted by every column, hashed by its CSV text."""
+    """sha256 of each table's bytes; the checkpoint shards of the infer stage and of judge calls
+    (named by a random id, rows in the order they finished) each as one table sorted by every
+    column, hashed by its CSV text."""
     import polars as pl
 
+    shard_dirs = ("infer", "judge")
     out = {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-           for p in sorted(run_dir.rglob("*.parquet")) if "infer" not in p.relative_to(run_dir).parts}
-    shards = sorted((run_dir / "infer").rglob("*.parquet"))
-    if shards:
-        rows = pl.read_parquet(shards, hive_partitioning=True)
-        rows = rows.select(sorted(rows.columns))
-        out["infer/* (sorted rows)"] = hashlib.sha256(rows.sort(rows.columns).write_csv().encode()).hexdigest()
+           for p in sorted(run_dir.rglob("*.parquet")) if not set(shard_dirs) & set(p.relative_to(run_dir).parts)}
+    for name in shard_dirs:
+        shards = sorted((run_dir / name).rglob("*.parquet"))
+        if shards:
+            rows = pl.read_parquet(shards, hive_partitioning=True)
+            rows = rows.select(sorted(rows.columns))
+            out[f"{name}/* (sorted rows)"] = hashlib.sha256(rows.sort(rows.columns).write_csv().encode()).hexdigest()
     return out
 
 

@@ -13,9 +13,11 @@ from in_process import infer_frame
 from raylc.dolce import stages
 from raylc.dolce.evaluation import DolceEvaluation
 from raylc.evaluate import evaluate, load_report
-from raylc.io.store import Store
 from raylc.run import checkpoint
-from raylc.run.skeleton import Run, RunError
+from raylc.run.errors import RunError
+from raylc.run.folder import RunFolder
+from raylc.run.manifest import Manifest
+from raylc.run.runner import Run
 from raylc.spec import load_job
 
 OUTPUTS = {name: outputs for name, outputs, _ in DolceEvaluation().stages(None)}
@@ -50,8 +52,8 @@ def test_every_stage_written_and_manifest_complete(quickstart_runs):
     for outputs in OUTPUTS.values():
         for rel in outputs:
             assert Path(store, "first", rel).exists(), rel
-    manifest = first.manifest
-    assert manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
+    manifest = first.manifest.record()
+    assert manifest["version"] == 2 and manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(OUTPUTS, "done")
     observations = _read(store, "first", "score/observations.parquet")
     assert manifest["stages"]["score"]["rows"]["observations"] == observations.height
@@ -106,7 +108,7 @@ def test_same_run_id_different_spec_refused(quickstart_runs):
 def test_report_command(quickstart_runs):
     store = quickstart_runs[0]
     tables, manifest, _ = load_report(str(Path(store, "first")))
-    assert manifest["run_id"] == "first"
+    assert manifest.run_id == "first" and manifest.finished()
     proc = subprocess.run([sys.executable, "-m", "raylc", "report", str(Path(store, "first"))],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -127,26 +129,26 @@ def _completion(ids, errors, tokens):
 
 def test_shard_by_shard_accounting_matches_the_loaded_table(tmp_path):
     """A request failed in one attempt and succeeded in the next counts once, as a success."""
-    store = Store(str(tmp_path))
-    writer = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder, empty = RunFolder(str(tmp_path), "r"), RunFolder(str(tmp_path), "empty")
+    writer = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     writer.add(_completion(["a", "b"], ["timeout", None], [5, 7]))
     writer.add(_completion(["a", "c"], [None, "refused"], [5, 3]))
-    assert len(store.parquet_files("r", "infer")) == 2
-    done = checkpoint.completed_keys(store, "r")
+    assert len(folder.parquet_files("infer")) == 2
+    done = checkpoint.completed_keys(folder)
     assert done.size == 2 and checkpoint.is_completed(pl.Series(["a", "b", "c", "d"]), done).to_list() == [
         True, True, False, False]
-    assert not checkpoint.is_completed(pl.Series(["a"]), checkpoint.completed_keys(store, "empty")).any()
-    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
-    assert rows == checkpoint.accounting(checkpoint.load_completions(store, "r"), reused=1)
+    assert not checkpoint.is_completed(pl.Series(["a"]), checkpoint.completed_keys(empty)).any()
+    rows, first = checkpoint.stored_accounting(folder, reused=1)
+    assert rows == checkpoint.accounting(checkpoint.load_completions(folder), reused=1)
     assert (rows["requests"], rows["errors"], rows["prompt_tokens"], first) == (3, 1, 12, "refused")
-    shards = list(checkpoint.iter_shards(store, "r"))
+    shards = list(checkpoint.iter_shards(folder))
     assert [s.height for s in shards] == [2, 2] and all(s["task"].to_list() == ["t", "t"] for s in shards)
-    assert checkpoint.stored_accounting(store, "empty", reused=0)[0] == {
-        "requests": 0, "reused": 0, "errors": 0, **dict.fromkeys(checkpoint.TOKEN_COLUMNS, 0)}
+    assert checkpoint.stored_accounting(empty, reused=0)[0] == {
+        "requests": 0, "reused": 0, "errors": 0, **dict.fromkeys(checkpoint.TOKEN_COUNTS, 0)}
 
 
 def test_write_parts_streams_one_parquet_file(tmp_path):
-    run = Run(Store(str(tmp_path)), "r")
+    run = RunFolder(str(tmp_path), "r")
     parts = [pl.DataFrame({"x": [i, i + 1], "s": ["a", "b"]}) for i in range(0, 6, 2)]
     assert run.write_parts(iter(parts), "t/x.parquet", parts[0].clear()) == 6
     whole = pl.concat(parts)
@@ -183,10 +185,10 @@ def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch
     problems = stages.build(job)
     spans = stages.with_request_ids(stages.sample(problems, job), problems, job).sample(fraction=0.3, seed=1)
     done = infer_frame(spans, problems, job)
-    run = Run(Store(str(tmp_path)), "r", job=job)
-    run.write(problems, "build/problems.parquet")
-    run.write(spans.drop("request_id"), "sample/spans.parquet")
-    writer = checkpoint.ShardWriter(run.store, "r", max_rows=700, max_seconds=60.0)
+    run = Run(RunFolder(str(tmp_path), "r"), job, Manifest(run_id="r", job=job.resolved()))
+    run.folder.write(problems, "build/problems.parquet")
+    run.folder.write(spans.drop("request_id"), "sample/spans.parquet")
+    writer = run.folder.shard_writer(max_rows=700, max_seconds=60.0)
     for batch in done.sample(fraction=1.0, shuffle=True, seed=2).iter_slices(350):
         writer.add(batch)
     writer.flush()
@@ -194,12 +196,12 @@ def test_score_stage_merges_bucket_by_bucket_like_one_sort(tmp_path, monkeypatch
     writer.add(again)
     writer.flush()
     monkeypatch.setattr(evaluation, "OBS_BUCKET_ROWS", 400)
-    n = evaluation.score(run)["observations"]
+    n = evaluation.score_stage(run)["observations"]
 
-    shards = list(checkpoint.iter_shards(run.store, "r"))
+    shards = list(run.folder.shards())
     assert len(shards) > 3
     expected = stages.merge_observations([stages.score(s, problems, job) for s in shards])
-    got = run.read("score/observations.parquet")
+    got = run.folder.read("score/observations.parquet")
     assert n == got.height == spans.height and got.equals(expected)
     assert pq.ParquetFile(tmp_path / "r" / "score" / "observations.parquet").num_row_groups > 3
     assert not (tmp_path / "r" / "score" / ".parts").exists()
@@ -218,8 +220,8 @@ def test_the_fit_stage_maps_its_per_subset_fits_from_the_driver(tmp_path, monkey
     problems = stages.build(job)
     spans = stages.with_request_ids(stages.sample(problems, job), problems, job)
     observations = stages.score(infer_frame(spans, problems, job), problems, job)
-    run = Run(Store(str(tmp_path)), "r", job=job)
-    run.write(observations, evaluation.OBSERVATIONS)
+    run = Run(RunFolder(str(tmp_path), "r"), job, Manifest(run_id="r", job=job.resolved()))
+    run.folder.write(observations, evaluation.OBSERVATIONS)
     calls = []
 
     def mapper(fn, frames, *args):
@@ -227,9 +229,9 @@ def test_the_fit_stage_maps_its_per_subset_fits_from_the_driver(tmp_path, monkey
         return in_process(fn, frames, *args)
 
     monkeypatch.setattr(run, "mapper", lambda: mapper)
-    rows = evaluation.fit(run)
+    rows = evaluation.fit_stage(run)
     expected_problems, expected_tasks = stages.fit(observations, job)
     assert calls == [("fit_subset", expected_tasks.height, True)]
-    assert run.read("fits/problems.parquet").equals(expected_problems)
-    assert run.read("fits/tasks.parquet").equals(expected_tasks)
+    assert run.folder.read("fits/problems.parquet").equals(expected_problems)
+    assert run.folder.read("fits/tasks.parquet").equals(expected_tasks)
     assert rows == {"problems": expected_problems.height, "tasks": expected_tasks.height}

@@ -388,7 +388,7 @@ def test_cell_stats_checks():
 
 @pytest.mark.ray
 def test_ray_map_tasks_gives_identical_frames(ray_session, mixed_obs, mixed_fit):
-    from raylc.run.ray_exec import map_tasks
+    from raylc.run.tasks import map_tasks
 
     problems, tasks = fit_observations(mixed_obs, SHORT, mapper=map_tasks)
     assert_frame_equal(problems, mixed_fit[0])

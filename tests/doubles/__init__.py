@@ -18,12 +18,11 @@ initialization failed. See root cause above. ..." (``vllm/v1/engine/core.py``). 
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator, Optional
+from typing import Iterator
 
 DOUBLES_DIR = str(Path(__file__).resolve().parent)
 
@@ -57,12 +56,3 @@ def vllm_double() -> Iterator[ModuleType]:
             except ValueError:
                 pass
         sys.modules.update(saved)
-
-
-def env_with_double(env: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """A copy of ``env`` (default ``os.environ``) with ``DOUBLES_DIR`` first on ``PYTHONPATH``,
-    for subprocesses and Ray ``runtime_env``."""
-    out = dict(os.environ if env is None else env)
-    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != DOUBLES_DIR]
-    out["PYTHONPATH"] = os.pathsep.join([DOUBLES_DIR, *parts])
-    return out

@@ -47,8 +47,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
+from raylc.backends.config import SimulatedProbe
 from raylc.backends.simulated import SimulatedBackend
-from raylc.spec import SimulatedProbe
 from raylc.text.tokenize import get_tokenizer
 
 
@@ -378,7 +378,7 @@ class SimulatedOpenAIServer:
 
 def backend_for_job(job) -> SimulatedBackend:
     """The simulated backend a job (a :class:`~raylc.spec.Job` or a job file) would use
-    (knowledge = its planted answers), as ``make_backend`` builds it."""
+    (knowledge = its planted answers), as ``tests/in_process.py:make_backend`` builds it."""
     from raylc.spec import load_job
     from raylc.suites.planted import build_planted
 

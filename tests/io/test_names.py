@@ -18,9 +18,10 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from raylc.io.names import MAX_BYTES, UnsafeName, check_name, path_segment
-from raylc.io.store import Store
 from raylc.run.checkpoint import ShardWriter, iter_shards
-from raylc.run.skeleton import RunError, default_run_id, open_run
+from raylc.run.errors import RunError
+from raylc.run.folder import RunFolder
+from raylc.run.runner import default_run_id, open_run
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,8 +92,7 @@ def _tree(root: Path) -> set[str]:
 
 
 def test_shard_writer_refuses_an_unsafe_task_before_writing(tmp_path):
-    store = Store(str(tmp_path / "store"))
-    writer = ShardWriter(store, "run", max_rows=10**6, max_seconds=1e9)
+    writer = ShardWriter(RunFolder(str(tmp_path / "store"), "run"), max_rows=10**6, max_seconds=1e9)
     writer.add(pl.DataFrame({"task": ["ok", "../../../x"], "request_id": ["a", "b"], "error": [None, None]},
                             schema_overrides={"error": pl.String}))
     with pytest.raises(UnsafeName, match=r"task '\.\./\.\./\.\./x' is not a safe name"):
@@ -102,13 +102,12 @@ def test_shard_writer_refuses_an_unsafe_task_before_writing(tmp_path):
 
 def test_unicode_tasks_round_trip_through_shards_polars_and_duckdb(tmp_path):
     tasks = ["数学", "résumé", "Single-doc QA", "v1.2"]
-    store = Store(str(tmp_path / "store"))
-    writer = ShardWriter(store, "run", max_rows=10**6, max_seconds=1e9)
+    writer = ShardWriter(RunFolder(str(tmp_path / "store"), "run"), max_rows=10**6, max_seconds=1e9)
     writer.add(pl.DataFrame({"task": tasks, "request_id": [f"r{i}" for i in range(4)], "error": [None] * 4},
                             schema_overrides={"error": pl.String}))
     writer.flush()
     assert {p.name for p in (tmp_path / "store" / "run" / "infer").iterdir()} == {f"task={t}" for t in tasks}
-    back = pl.concat(list(iter_shards(store, "run")))
+    back = pl.concat(list(iter_shards(RunFolder(str(tmp_path / "store"), "run"))))
     assert sorted(back["task"]) == sorted(tasks)
     glob = str(tmp_path / "store" / "run" / "infer" / "**" / "*.parquet")
     assert sorted(pl.read_parquet(glob, hive_partitioning=True)["task"]) == sorted(tasks)

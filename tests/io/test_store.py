@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from raylc.io.store import Store, StoreError, read_input
-from raylc.run.skeleton import Run
+from raylc.run.folder import RunFolder
 
 
 def test_jsonl_field_first_seen_late_is_kept(tmp_path):
@@ -112,10 +112,10 @@ def test_a_failed_first_write_leaves_nothing(tmp_path):
 
 
 def test_a_streamed_table_is_invisible_until_complete_and_gone_on_failure(tmp_path):
-    """``Run.write_parts`` streams row groups: while it writes, readers see no table under the
+    """``RunFolder.write_parts`` streams row groups: while it writes, readers see no table under the
     final name (nor any file they would read); when the producer fails, nothing is left."""
     store = Store(str(tmp_path))
-    run = Run(store, "r")
+    run = RunFolder(str(tmp_path), "r")
     seen = []
 
     def parts(fail: bool):

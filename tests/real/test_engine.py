@@ -81,9 +81,9 @@ def test_completions_equal_transformers_greedy():
     import torch
     from transformers import AutoModelForCausalLM
 
+    from raylc.backends.config import VLLMProbe
+    from raylc.backends.stages import PromptTokenizer
     from raylc.backends.vllm_engine import VLLMEngine
-    from raylc.run.inference import PromptTokenizer
-    from raylc.spec import VLLMProbe
 
     prompts = ["What is the capital of France?", "Write the numbers from one to five.",
                "Context: Mara Quill keeps the lighthouse at Port Venn.\nWho keeps the lighthouse at Port Venn?"]

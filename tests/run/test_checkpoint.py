@@ -5,6 +5,7 @@ functions alone: accounting, shards, completed keys."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from in_process import infer_frame
 from polars.testing import assert_frame_equal
 
 from raylc.dolce import stages
-from raylc.io.store import Store
 from raylc.run import checkpoint
+from raylc.run.folder import RunFolder
 from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def _check_status(store: Path, before: int, stored: int) -> None:
     from raylc.cli import app
     from raylc.run.status import run_status
 
-    st = run_status(Store(str(store)), "k")
+    st = run_status(RunFolder(str(store), "k"))
     assert st["state"] == "interrupted" and st["stages"]["infer"] == "interrupted"
     names = list(st["stages"])
     after = names[names.index("infer") + 1:]
@@ -128,7 +129,7 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
 
 
 @pytest.mark.ray
-# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
 def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
@@ -158,10 +159,64 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     assert len(ids) == len(_request_ids(tmp_path / "clean" / "c"))
     for rel in ("build/samples.parquet", "score/scores.parquet"):
-        assert pl.read_parquet(store / "k" / rel).equals(clean.read(rel)), rel
+        assert pl.read_parquet(store / "k" / rel).equals(clean.folder.read(rel)), rel
     # the bootstrap's float sums may differ in the last bits between any two runs
     assert_frame_equal(pl.read_parquet(store / "k" / "report" / "summary.parquet").drop("run_id"),
-                       clean.read("report/summary.parquet").drop("run_id"), rel_tol=1e-9)
+                       clean.folder.read("report/summary.parquet").drop("run_id"), rel_tol=1e-9)
+
+
+@pytest.mark.ray
+def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
+    """Issue 38, acceptance 5: a length sweep killed (SIGKILL) during its judge calls and run again
+    asks the judge only the calls without a stored completion, and its scores equal an
+    uninterrupted run's. The judge is an OpenAI-compatible test server in this process that answers
+    one call at a time, slowly, and records what it was asked."""
+    from doubles.openai_server import SimulatedOpenAIServer
+
+    from raylc.backends.config import SimulatedProbe
+    from raylc.backends.simulated import SimulatedBackend
+    from raylc.evaluate import evaluate
+    from raylc.run.checkpoint import prompt_request_ids
+
+    address = ray_session.get_runtime_context().gcs_address
+    spec = yaml.safe_load((ROOT / "jobs" / "longbench100.yaml").read_text())
+    spec["suite"].update({"tasks": ["single_doc_qa", "single_doc_sum"], "lengths": [2048, 4096],
+                          "base_lengths": [2048], "samples_per_length": 3,
+                          "sources": str(ROOT / "jobs" / "data" / "longbench100" / "sources.jsonl"),
+                          "distractors": str(ROOT / "jobs" / "data" / "longbench100" / "distractors.jsonl")})
+    spec["inference"] = {"shard_rows": 1, "shard_seconds": 0.1}
+    spec["ray"] = {"actors": 1, "actor_num_cpus": 0.25, "batch_size": 1}
+    with SimulatedOpenAIServer(SimulatedBackend(SimulatedProbe(), {}), model="judge", delay_s=0.5,
+                               record=True) as server:
+        spec["judge"] = {"backend": "openai", "base_url": server.base_url, "model": "judge", "mode": "completions",
+                         "concurrency": 1, "sampling": {"max_tokens": 64}}
+        job_file = tmp_path / "judged.yaml"
+        job_file.write_text(yaml.safe_dump(spec))
+        store, judge_dir = tmp_path / "store", tmp_path / "store" / "k" / "judge"
+        proc = _start(job_file, store, address)
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not list(judge_dir.rglob("*.parquet")):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before its judge calls could be interrupted"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        stored = pl.read_parquet(sorted(judge_dir.rglob("*.parquet"))).filter(pl.col("error").is_null())
+        asked_first = len(server.requests)
+        assert stored.height and asked_first
+        server.requests.clear()
+
+        proc = _start(job_file, store, address)
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+        kept = [int(m) for m in re.findall(r"^\[judge\] (\d+) judge calls kept from earlier attempts", err, re.M)]
+        assert sum(kept) == stored["request_id"].n_unique(), err  # every stored call was kept
+        asked = pl.Series([r["body"]["prompt"] for r in server.requests if r["path"].endswith("/completions")])
+        fingerprint = load_job(job_file).as_judge().probe_fingerprint()
+        assert asked.len() and not set(prompt_request_ids(fingerprint, asked)) & set(stored["request_id"])
+        clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
+    got = pl.read_parquet(store / "k" / "score" / "scores.parquet")
+    assert got.filter(pl.col("metric").is_in(["judge_qa", "judge_sum"])).height
+    assert got.equals(clean.folder.read("score/scores.parquet"))
 
 
 # --- the checkpoint functions themselves (no Ray) ---------------------------------------------
@@ -184,35 +239,36 @@ def test_accounting_counts_tokens_of_successes_and_nulls_as_zero():
 
 
 def test_completions_are_read_from_the_shards_only_a_success_preferred(tmp_path):
-    store = Store(str(tmp_path))
+    folder = RunFolder(str(tmp_path), "r")
     # other tables of the run: requests, build and score outputs are not completions
-    store.write_table(pl.DataFrame({"request_id": ["zz"], "x": [1]}), "r", "requests", "0", "part-0.parquet")
-    store.write_table(pl.DataFrame({"request_id": ["yy"]}), "r", "build", "problems.parquet")
-    writer = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder.write(pl.DataFrame({"request_id": ["zz"], "x": [1]}), "requests/0/part-0.parquet")
+    folder.write(pl.DataFrame({"request_id": ["yy"]}), "build/problems.parquet")
+    writer = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     writer.add(_rows(["b", "a"], [None, "timeout"]))     # a fails first ...
     writer.add(_rows(["a", "c"], [None, "refused"]))     # ... then succeeds; c only fails
     writer.add(_rows(["c"], ["refused again"]))
     writer.flush()
-    got = checkpoint.load_completions(store, "r")
+    got = checkpoint.load_completions(folder)
     assert sorted(got["request_id"]) == ["a", "b", "c"]
     by_id = {r["request_id"]: r for r in got.iter_rows(named=True)}
     assert by_id["a"]["error"] is None and by_id["a"]["completion"] == "c-a"
     assert by_id["c"]["error"] in ("refused", "refused again") and by_id["b"]["error"] is None
-    done = checkpoint.completed_keys(store, "r")
+    done = checkpoint.completed_keys(folder)
     assert done.dtype == np.uint64 and done.size == 2 and (np.diff(done.astype(np.float64)) > 0).all()
     assert checkpoint.is_completed(pl.Series(["a", "b", "c", "zz"]), done).to_list() == [True, True, False, False]
-    rows, first = checkpoint.stored_accounting(store, "r", reused=0)
+    rows, first = checkpoint.stored_accounting(folder, reused=0)
     assert rows == {**checkpoint.accounting(got, 0), "reused": 0} and rows["errors"] == 1
     assert first in ("refused", "refused again")
 
 
 def test_an_empty_run_has_no_completions(tmp_path):
-    store = Store(str(tmp_path))
-    done = checkpoint.completed_keys(store, "none")
+    folder = RunFolder(str(tmp_path), "none")
+    done = checkpoint.completed_keys(folder)
     assert done.dtype == np.uint64 and done.size == 0
-    assert checkpoint.load_completions(store, "none").height == 0
+    assert checkpoint.load_completions(folder).height == 0
     assert checkpoint.is_completed(pl.Series(["a"]), done).to_list() == [False]
-    assert checkpoint.stored_accounting(store, "none", reused=3) == (
+    assert len(folder.completed()) == 0 and folder.completed().among(pl.Series(["a"])).to_list() == [False]
+    assert checkpoint.stored_accounting(folder, reused=3) == (
         {"requests": 0, "reused": 3, "errors": 0, "prompt_tokens": 0, "generated_tokens": 0, "cached_tokens": 0,
          "truncated_tokens": 0}, None)
 
@@ -232,9 +288,9 @@ def _shard_names(tmp_path):
 def test_shard_writer_flushes_at_max_rows_or_max_seconds(tmp_path, monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(checkpoint.time, "monotonic", clock)
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=3, max_seconds=10.0)
-    assert len(w.attempt) == 8 and w.attempt != checkpoint.ShardWriter(store, "r", 1, 1.0).attempt
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=3, max_seconds=10.0)
+    assert len(w.attempt) == 8 and w.attempt != checkpoint.ShardWriter(folder, 1, 1.0).attempt
     w.add(_rows(["a", "b"], [None, None]))
     assert not (tmp_path / "r").exists()
     w.add(_rows(["c"], [None], task="u"))  # 3 rows: a shard per task, the first shard number
@@ -274,19 +330,19 @@ def _interrupt_at_line(n: int):
 
 
 def test_a_flush_interrupted_at_any_line_then_flushed_again_stores_each_row_once(tmp_path):
-    """The driver calls flush() again when SIGINT/SIGTERM interrupts it (skeleton.write_shards).
+    """The driver calls flush() again when SIGINT/SIGTERM interrupts it (pipeline.write_shards).
     A signal that landed after the shards were written but before the pending rows were cleared
     made the second flush store them again (the CI failure of test_sigint_during_infer_then_resume
     at 7f5e6c3: 1,024 rows twice). Every line of flush, and of the progress callback, is tried."""
     n = 1
     while True:
-        store = Store(str(tmp_path / f"s{n}"))
+        folder = RunFolder(str(tmp_path / f"s{n}"), "r")
         progress = []
 
         def on_flush(frame, progress=progress):
             progress.append(frame.height)
 
-        w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=60.0, on_flush=on_flush)
+        w = checkpoint.ShardWriter(folder, max_rows=100, max_seconds=60.0, on_flush=on_flush)
         w.add(_rows(["a", "b"], [None, None], task="t1"))
         w.add(_rows(["c"], [None], task="t2"))
         tracer, fired = _interrupt_at_line(n)
@@ -298,7 +354,7 @@ def test_a_flush_interrupted_at_any_line_then_flushed_again_stores_each_row_once
         finally:
             sys.settrace(None)
         w.flush()  # what the driver does on the way out
-        stored = checkpoint.load_completions(store, "r")
+        stored = checkpoint.load_completions(folder)
         ids = pl.read_parquet(tmp_path / f"s{n}" / "r" / "infer" / "**" / "*.parquet")["request_id"]
         assert sorted(ids) == ["a", "b", "c"], (n, ids.to_list())  # each row once, none lost
         assert sorted(stored["request_id"]) == ["a", "b", "c"]
@@ -312,12 +368,12 @@ def test_a_flush_interrupted_at_any_line_then_flushed_again_stores_each_row_once
 def test_shard_writer_relaxes_types_and_checks_every_task_first(tmp_path):
     from raylc.io.names import UnsafeName
 
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=60.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=100, max_seconds=60.0)
     w.add(_rows(["a"], [None]).with_columns(error=pl.lit(None)))  # an all-null error column (dtype Null)
     w.add(_rows(["b"], ["boom"]))
     w.flush()
-    assert checkpoint.load_completions(store, "r").sort("request_id")["error"].to_list() == [None, "boom"]
+    assert checkpoint.load_completions(folder).sort("request_id")["error"].to_list() == [None, "boom"]
     w.add(_rows(["c"], [None]))
     w.add(_rows(["d"], [None], task="../escape"))
     with pytest.raises(UnsafeName, match=r"^task '\.\./escape' is not a safe name"):
@@ -326,55 +382,55 @@ def test_shard_writer_relaxes_types_and_checks_every_task_first(tmp_path):
 
 
 def test_shards_carry_their_task_and_only_the_asked_columns(tmp_path):
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     w.add(_rows(["a", "b"], [None, None], task="t1"))
     w.add(_rows(["c"], [None], task="t2"))
-    shards = list(checkpoint.iter_shards(store, "r", ["request_id"]))
+    shards = list(checkpoint.iter_shards(folder, columns=["request_id"]))
     assert [s.columns for s in shards] == [["request_id", "task"]] * 2
     assert sorted((s["task"][0], s["request_id"].to_list()) for s in shards) == [("t1", ["a", "b"]), ("t2", ["c"])]
     assert all(s.schema["task"] == pl.String for s in shards)
 
 
 def test_a_success_wins_whatever_the_order_and_the_first_error_is_reported(tmp_path):
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     w.add(_rows(["b", "x", "y", "z"], [None, None, None, None]))  # b succeeds first ...
     w.add(_rows(["b"], ["late error"]))                             # ... then an error is stored for it
     w.add(_rows(["c"], ["first error"]))
     w.add(_rows(["c"], ["second error"]))
-    got = checkpoint.load_completions(store, "r")
+    got = checkpoint.load_completions(folder)
     assert got.filter(pl.col("request_id") == "b")["error"].to_list() == [None]
-    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
+    rows, first = checkpoint.stored_accounting(folder, reused=1)
     assert first == "first error" and rows["errors"] == 1 and rows["requests"] == 5 and rows["reused"] == 1
     w.add(_rows(["b"], [None]))  # a duplicate success: accounting falls back to the loaded completions
-    rows, first = checkpoint.stored_accounting(store, "r", reused=1)
-    assert rows == {**checkpoint.accounting(checkpoint.load_completions(store, "r"), 1)} and rows["requests"] == 5
+    rows, first = checkpoint.stored_accounting(folder, reused=1)
+    assert rows == {**checkpoint.accounting(checkpoint.load_completions(folder), 1)} and rows["requests"] == 5
     assert first in ("first error", "second error")
-    done = checkpoint.completed_keys(store, "r")
+    done = checkpoint.completed_keys(folder)
     assert done.size == 4 and (np.diff(done.astype(np.float64)) > 0).all()  # x, y, z, b: unique and sorted
     ids = pl.Series([f"id-{i}" for i in range(200)] + ["b", "x"])
     assert checkpoint.is_completed(ids, done).to_list() == [False] * 200 + [True, True]
     w.add(_rows(["c"], [None]))  # c succeeds at last: no error to report
-    assert checkpoint.stored_accounting(store, "r", reused=0)[1] is None
+    assert checkpoint.stored_accounting(folder, reused=0)[1] is None
 
 
 def test_only_an_unreadable_shard_is_deleted(tmp_path):
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     w.add(_rows(["a"], [None]))
     w.add(_rows(["b"], [None]))
     good = _shard_names(tmp_path)
     (tmp_path / "r" / "infer" / "task=t" / "part-zzzz-00000.parquet").write_bytes(b"PAR1 cut off by a crash")
-    assert sorted(checkpoint.load_completions(store, "r")["request_id"]) == ["a", "b"]
+    assert sorted(checkpoint.load_completions(folder)["request_id"]) == ["a", "b"]
     assert _shard_names(tmp_path) == good
 
 
 def test_shard_writer_flushes_exactly_at_max_seconds(tmp_path, monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(checkpoint.time, "monotonic", clock)
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=100, max_seconds=10.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=100, max_seconds=10.0)
     clock.t += 9.0
     w.add(_rows(["a"], [None]))
     assert not (tmp_path / "r").exists()
@@ -390,30 +446,33 @@ def test_cached_tokens_nobody_reported_are_unknown_not_zero(tmp_path):
     from cli_runner import raylc
 
     from raylc.io.page import run_facts
-    from raylc.run.skeleton import MANIFEST, stage_table
+    from raylc.io.store import Store
+    from raylc.run.folder import MANIFEST
+    from raylc.run.manifest import Manifest
+    from raylc.run.runner import stage_table
 
     assert checkpoint.accounting(_rows(["a", "b"], [None, None]), 0)["cached_tokens"] is None
     rows = _rows(["a", "b", "c"], [None, None, "x"], cached=[None, 6, 9])
     assert checkpoint.accounting(rows, 0)["cached_tokens"] == 6
     assert checkpoint.accounting(_rows(["a"], [None], cached=[0]), 0)["cached_tokens"] == 0  # a reported 0 is 0
     assert checkpoint.accounting(_rows(["a"], ["x"], cached=[9]), 0)["cached_tokens"] == 0  # no success: nothing cached
-    store = Store(str(tmp_path))
-    w = checkpoint.ShardWriter(store, "r", max_rows=1, max_seconds=60.0)
+    folder = RunFolder(str(tmp_path), "r")
+    w = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
     w.add(_rows(["f"], ["boom"]))  # a shard of failures only (0 successes) ...
     w.add(_rows(["a", "b"], [None, None]))  # ... and one of successes that report nothing
-    rows, _ = checkpoint.stored_accounting(store, "r", reused=0)
-    assert rows["cached_tokens"] is None and rows == checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)
+    rows, _ = checkpoint.stored_accounting(folder, reused=0)
+    assert rows["cached_tokens"] is None and rows == checkpoint.accounting(checkpoint.load_completions(folder), 0)
     unknown = dict(rows)
     w.add(_rows(["c"], [None], cached=[7]))
-    rows, _ = checkpoint.stored_accounting(store, "r", reused=0)
+    rows, _ = checkpoint.stored_accounting(folder, reused=0)
     assert rows["cached_tokens"] == 7
-    assert checkpoint.accounting(checkpoint.load_completions(store, "r"), 0)["cached_tokens"] == 7
+    assert checkpoint.accounting(checkpoint.load_completions(folder), 0)["cached_tokens"] == 7
 
     manifest = {"run_id": "r", "job": {"name": "j", "probe": {"backend": "openai", "model": "m"}},
                 "stages": {"infer": {"status": "done", "seconds": 1.0, "rows": unknown}}}
-    assert "cached_tokens=unknown" in stage_table(manifest)
+    assert "cached_tokens=unknown" in stage_table(Manifest.model_validate(manifest))
     assert "cached_tokens=unknown" in "".join(run_facts(manifest))
-    store.write_json(manifest, "r", MANIFEST)
+    Store(str(tmp_path)).write_json(manifest, "r", MANIFEST)
     proc = raylc("status", tmp_path / "r", env={"COLUMNS": "300"})
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "cached_tokens=unknown" in proc.stdout

@@ -42,7 +42,7 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
 
 def _infer_actor_pids(parent: int) -> list[int]:
     """Ray Data inference actors (their process title names the UDF)."""
-    out = subprocess.run(["pgrep", "-f", "MapWorker.*TextEngineActor"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "MapWorker.*TextActor"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 
@@ -88,7 +88,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
 
 
 @pytest.mark.ray
-# the DOLCE variant above runs in CI; both families share the one inference path (skeleton.infer_requests);
+# the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
 def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
@@ -101,4 +101,4 @@ def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     _kill_inference_workers(job_file, tmp_path / "store")
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
-        assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.read(rel)), rel
+        assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.folder.read(rel)), rel

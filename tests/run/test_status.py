@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from raylc.cli import app
 from raylc.io.store import Store
-from raylc.run import checkpoint
+from raylc.run.folder import LOCK, MANIFEST, RunFolder
+from raylc.run.manifest import Manifest
 from raylc.run.progress import duration
-from raylc.run.skeleton import LOCK, MANIFEST, Run
+from raylc.run.runner import Run
 from raylc.run.status import _when, list_runs, run_status
 from raylc.spec import load_job
 
@@ -32,12 +33,13 @@ def _manifest(stages: dict, **extra) -> dict:
             "updated_at": "2026-11-24T10:05:00+00:00", **extra}
 
 
-def _write(tmp_path, run_id: str, manifest: dict, lock: dict | None = None) -> Store:
+def _write(tmp_path, run_id: str, manifest: dict, lock: dict | None = None) -> RunFolder:
+    """A run folder holding ``manifest`` (as a run writes it) and ``lock``."""
     store = Store(str(tmp_path))
     store.write_json({**manifest, "run_id": run_id}, run_id, MANIFEST)
     if lock is not None:
         store.write_json(lock, run_id, LOCK)
-    return store
+    return RunFolder(str(tmp_path), run_id)
 
 
 def _dead_lock() -> dict:
@@ -57,7 +59,7 @@ def test_a_killed_run_is_interrupted_with_stored_and_planned(tmp_path):
               "sample": {"status": "done", "rows": {"spans": 1000}, "seconds": 0.1},
               "infer": {"status": "running", "progress": PROGRESS}}
     store = _write(tmp_path, "r", _manifest(stages), _dead_lock())
-    st = run_status(store, "r", now=1090.0)
+    st = run_status(store, now=1090.0)
     assert st["state"] == "interrupted"
     assert st["stages"] == {"build": "done", "sample": "done", "infer": "interrupted", "score": "pending",
                             "fit": "pending", "report": "pending"}
@@ -72,7 +74,7 @@ def test_a_running_run_has_an_eta(tmp_path):
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": "running", "progress": PROGRESS}}
     store = _write(tmp_path, "r", _manifest(stages), _live_lock())
-    st = run_status(store, "r", now=1061.0)
+    st = run_status(store, now=1061.0)
     assert st["state"] == "running" and st["stages"]["infer"] == "running"
     assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s
 
@@ -84,13 +86,13 @@ def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
                 "first_at": 1025.0, "first_done": 50}
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": "running", "progress": progress}}
-    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), "r", now=1031.0)
+    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), now=1031.0)
     assert st["infer"]["eta_s"] == pytest.approx(750 / 40.0)
     waiting = {**progress, "done": 0, "prompt_tokens": 0, "generated_tokens": 0, "updated_at": 1000.0}
     waiting.pop("first_at"), waiting.pop("first_done")
     stages["infer"]["progress"] = waiting
     _write(tmp_path, "w", _manifest(stages), _live_lock())
-    st = run_status(Store(str(tmp_path)), "w", now=1009.0)
+    st = run_status(RunFolder(str(tmp_path), "w"), now=1009.0)
     assert ("last_update_s" not in st["infer"] and st["infer"]["waiting_s"] == pytest.approx(9.0)
             and "eta_s" not in st["infer"])
     out = RUNNER.invoke(app, ["status", str(tmp_path / "w")])
@@ -100,13 +102,13 @@ def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
 def test_a_manifest_without_a_plan_lists_the_stages_it_names(tmp_path):
     manifest = {k: v for k, v in _manifest({"build": {"status": "done"}, "sample": {"status": "running"}}).items()
                 if k != "plan"}
-    st = run_status(_write(tmp_path, "r", manifest), "r")
+    st = run_status(_write(tmp_path, "r", manifest))
     assert st["stages"] == {"build": "done", "sample": "interrupted"} and st["infer"] is None
 
 
 def test_no_lock_means_no_process(tmp_path):
     store = _write(tmp_path, "r", _manifest({"build": {"status": "running"}}))
-    st = run_status(store, "r")
+    st = run_status(store)
     assert st["state"] == "interrupted" and st["stages"]["build"] == "interrupted" and st["infer"] == {
         "stored": None, "planned": None}
 
@@ -115,13 +117,13 @@ def test_no_lock_means_no_process(tmp_path):
 def test_a_recorded_end_keeps_its_word_and_progress(tmp_path, status, word):
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": status, "progress": PROGRESS, "seconds": 60.0}}
-    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), "r", now=2000.0)
+    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), now=2000.0)
     assert st["state"] == word and st["infer"]["stored"] == 400
 
 
 def test_a_finished_run_is_done(tmp_path):
     stages = {s: {"status": "done", "rows": {"requests": 7} if s == "infer" else {}} for s in STAGES}
-    st = run_status(_write(tmp_path, "r", _manifest(stages, finished_at="x")), "r")
+    st = run_status(_write(tmp_path, "r", _manifest(stages, finished_at="x")))
     assert st["state"] == "done" and st["infer"] == {"stored": 7, "planned": 7}
 
 
@@ -132,7 +134,7 @@ def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
                                       updated_at="2026-11-24T10:00:00+00:00"), _live_lock())
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / ".hidden").mkdir()
-    table = list_runs(Store(str(tmp_path)))
+    table = list_runs(str(tmp_path))
     assert table.select("run_id", "job", "model", "state").rows() == [
         ("new", "quickstart", "simulated", "running"), ("old", "quickstart", "simulated", "done")]
     out = RUNNER.invoke(app, ["runs", str(tmp_path)])
@@ -152,7 +154,7 @@ def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(t
     out = RUNNER.invoke(app, ["runs"])
     assert out.exit_code == 0, out.output
     assert "r1" in out.output and "2026-11-20 10:00:00 UTC" in out.output and ".123456" not in out.output
-    table = list_runs(Store("runs"), now=_when("2026-11-20T11:00:00+00:00"))
+    table = list_runs("runs", now=_when("2026-11-20T11:00:00+00:00"))
     assert table.select("age_s", "updated_s").rows() == [(pytest.approx(3599.877), 3300.0)]
     monkeypatch.chdir(tmp_path / "runs")
     assert RUNNER.invoke(app, ["runs"]).exit_code == 2  # no ./runs here
@@ -179,10 +181,11 @@ def test_progress_is_recorded_at_each_shard(tmp_path):
     from raylc.run.progress import InferProgress
 
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path)})
-    run = Run(Store(str(tmp_path)), "r", {"stages": {"infer": {"status": "running"}}}, job=job)
+    manifest = Manifest(run_id="r", job=job.resolved(), stages={"infer": {"status": "running"}})
+    run = Run(RunFolder(str(tmp_path), "r"), job, manifest)
     progress = InferProgress(run.manifest, reused=10, save=run.save)
     progress.planned(5)
-    writer = checkpoint.ShardWriter(run.store, "r", max_rows=2, max_seconds=60.0, on_flush=progress.stored)
+    writer = run.folder.shard_writer(max_rows=2, max_seconds=60.0, on_flush=progress.stored)
     batch = pl.DataFrame({"task": ["t"] * 3, "request_id": ["a", "b", "c"], "error": [None, "boom", None],
                           "prompt_tokens": [10, 20, 30], "generated_tokens": [1, 2, 3]})
     writer.add(batch)  # 3 rows >= 2: one flush
@@ -206,7 +209,7 @@ def test_the_infer_stage_logs_its_own_count_of_stored_requests(monkeypatch):
 
     clock = iter([0.0, 5.0, 10.0, 15.0, 16.0])
     monkeypatch.setattr(progress_module.time, "time", lambda: next(clock))
-    lines, manifest = [], {"stages": {}}
+    lines, manifest = [], Manifest(run_id="r", job={})
     prog = InferProgress(manifest, reused=7, save=lambda: None, log=lines.append, every_s=10.0)
     prog.planned(300)
     batch = pl.DataFrame({"error": [None] * 99 + ["boom"]})
@@ -216,4 +219,4 @@ def test_the_infer_stage_logs_its_own_count_of_stored_requests(monkeypatch):
     prog.stored(batch.head(50))  # t = 16: all 300 stored: a line
     assert lines == ["[infer] 200/300 requests stored (67%), about 5 s left, 2 errors",
                      "[infer] 300/300 requests stored (100%), 2 errors"]
-    assert manifest["stages"]["infer"]["progress"]["done"] == 300
+    assert manifest.stages["infer"].progress.done == 300

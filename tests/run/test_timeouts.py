@@ -302,7 +302,7 @@ def test_submit_log_following_is_bounded(scenarios):
 def test_live_gcs_passes_the_check(ray_session):
     """The reachability check (a TCP connect, then an HTTP/2 SETTINGS reply) accepts a real GCS
     at once; an HTTP/1 server is named as not a Ray cluster."""
-    from raylc.run.ray_exec import RayUnavailable, check_ray_address
+    from raylc.run.session import RayUnavailable, check_ray_address
 
     port = int(ray_session.get_runtime_context().gcs_address.rsplit(":", 1)[1])
     t0 = time.monotonic()

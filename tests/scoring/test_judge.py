@@ -1,13 +1,14 @@
-"""LLM-as-judge plumbing: 100-LongBench judge prompts through the same backend and actor-pool machinery."""
+"""LLM-as-judge plumbing: 100-LongBench judge prompts through the same backends, actor pools and
+checkpoints as the probe's requests (a run's ``judge/`` shards)."""
 
 import polars as pl
 import pytest
 from doubles.openai_server import SimulatedOpenAIServer
 
+from raylc.backends.config import SimulatedProbe
 from raylc.backends.simulated import SimulatedBackend
-from raylc.run.ray_exec import generate_on_ray
 from raylc.scoring.judge import judge_sample_prompts, judge_sample_scores, simulated_judgement
-from raylc.spec import SimulatedProbe, parse_job
+from raylc.spec import parse_job
 
 FRAME = pl.DataFrame({
     "metric": ["judge_qa", "judge_qa", "judge_qa", "judge_sum"],
@@ -32,20 +33,30 @@ def test_simulated_judge_grades_the_rendered_prompts():
 
 
 @pytest.mark.ray
-def test_judge_through_the_actor_pool(ray_session):
+def test_judge_calls_through_the_pipeline_into_their_own_shards(ray_session, tmp_path):
+    from raylc.run.folder import JUDGE_SHARDS
+    from raylc.run.runner import open_run
+
     backend = SimulatedBackend(SimulatedProbe(), {})
     with SimulatedOpenAIServer(backend, model="judge", fail_rate=0.2, seed=3) as server:
         job = parse_job({
             "name": "j",
             "judge": {"backend": "openai", "base_url": server.base_url, "model": "judge", "mode": "completions",
                       "max_retries": 10, "backoff_s": 0.01, "sampling": {"max_tokens": 64}},
-            "ray": {"no_progress_timeout_s": 120, "batch_size": 2},
+            "ray": {"no_progress_timeout_s": 120, "batch_size": 2}, "store": {"path": str(tmp_path)},
         })
-        scores = judge_sample_scores(FRAME, lambda prompts: generate_on_ray(prompts, job.as_judge()))
-    # fluency 2 x correctness 3 / 6; wrong on both answers; blank -> 0 without a call; fluency 1 x 1 of 2
-    # sentences: one call per (row, answer), a summary's fluency and precision calls apart
-    assert scores.to_list() == [1.0, 0.0, 0.0, 0.5]
-    assert server.stats["completed"] == 5
+        run = open_run(job, "j")
+        run.log = lambda line: None
+        scores = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge()))
+        # fluency 2 x correctness 3 / 6; wrong on both answers; blank -> 0 without a call; fluency 1 x 1 of 2
+        # sentences: one call per (row, answer), a summary's fluency and precision calls apart
+        assert scores.to_list() == [1.0, 0.0, 0.0, 0.5]
+        assert server.stats["completed"] == 5
+        stored = run.folder.completions(JUDGE_SHARDS)
+        assert stored.height == 5 and stored["error"].null_count() == 5 and set(stored["task"]) == {"judge"}
+        again = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge()))
+        assert again.to_list() == scores.to_list() and server.stats["completed"] == 5  # every call was stored
+    assert not (tmp_path / "j" / "requests").exists() and not (tmp_path / "j" / "infer").exists()
 
 
 def test_job_without_judge():

@@ -1,8 +1,9 @@
 import polars as pl
 import pytest
 
+from raylc.backends.config import SimulatedProbe
 from raylc.backends.simulated import SimulatedBackend
-from raylc.spec import Job, SimulatedProbe
+from raylc.spec import Job
 from raylc.suites.planted import build_planted
 from raylc.text.prompts import IDK_ANSWER, render_prompts
 from raylc.text.sampling import sample_spans

@@ -94,8 +94,40 @@ def test_a_registered_suite_is_validated_like_the_others(suite, message):
 
 
 def test_a_config_without_a_family_or_kind_is_refused():
-    with pytest.raises(TypeError):
-        register_suite(type("NoFamily", (ColourSuite.__mro__[-3],), {}))  # SuiteConfig itself: no family, no kind
+    with pytest.raises(TypeError, match=r"NoFamily: a suite config derives from DolceSuite or SweepSuite"):
+        register_suite(type("NoFamily", (ColourSuite.__mro__[-3],), {}))(build_colour)  # SuiteConfig itself
+    with pytest.raises(TypeError, match=r"suite 'toy_late': its builder is not callable"):
+        SUITES.register("toy_late", (type("Late", (SweepSuite,), {"__annotations__": {"kind": Literal["toy_late"]}}),
+                                     None))
+    assert "toy_late" not in SUITES
+
+
+def test_registering_a_suite_kind_twice_is_refused():
+    """Issue 38, acceptance 4: one kind, one suite; the same builder registered again (its module
+    imported again) is no error."""
+
+    class OtherColour(SweepSuite):
+        kind: Literal["toy_colour"] = "toy_colour"
+
+    with pytest.raises(ValueError, match=r"^suite kind 'toy_colour' is registered already \(by "):
+        register_suite(OtherColour)(build_colour)
+    register_suite(ColourSuite)(build_colour)
+    assert SUITES.get("toy_colour") == (ColourSuite, build_colour)
+    with pytest.raises(ValueError, match=r"^suite kind 'helmet_recall' is registered already \(by "
+                                         r"raylc\.suites\.helmet_recall\)$"):
+        SUITES.register("helmet_recall", lazy="somewhere.else")
+
+
+def test_the_built_in_suites_load_when_a_job_names_them():
+    import subprocess
+    import sys
+
+    code = ("import sys, raylc.spec; names = ('raylc.suites.helmet_recall', 'raylc.suites.thesis'); "
+            "print(*[n in sys.modules for n in names]); "
+            "raylc.spec.parse_job({'name': 'x', 'suite': {'kind': 'helmet_recall'}}); "
+            "print(*[n in sys.modules for n in names])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "False"]
 
 
 @pytest.mark.ray
@@ -104,7 +136,7 @@ def test_a_toy_sweep_runs_end_to_end(ray_session, tmp_path):
                      "probe": {"backend": "simulated", "accuracy": 1.0, "half_life_tokens": 1_000_000},
                      "ray": {"actors": 1, "actor_num_cpus": 0.25, "batch_size": 8}})
     run = evaluate(job, "toy", log=lambda m: None)
-    assert {s: v["status"] for s, v in run.manifest["stages"].items()} == dict.fromkeys(
+    assert {s: v.status for s, v in run.manifest.stages.items()} == dict.fromkeys(
         ["build", "infer", "score", "report"], "done")
     scores = pl.read_parquet(tmp_path / "toy" / "score" / "scores.parquet")
     assert scores.height == 12 and scores["score"].to_list() == [1.0] * 12
@@ -119,7 +151,7 @@ def test_a_toy_dolce_suite_runs_end_to_end(ray_session, tmp_path):
                      "sampling": {"strategy": "enumerate", "lengths": [1, 2, 5, "L"]},
                      "ray": {"actors": 1, "actor_num_cpus": 0.25, "batch_size": 64}})
     run = evaluate(job, "toyd", log=lambda m: None)
-    assert {s: v["status"] for s, v in run.manifest["stages"].items()} == dict.fromkeys(
+    assert {s: v.status for s, v in run.manifest.stages.items()} == dict.fromkeys(
         ["build", "sample", "infer", "score", "fit", "report"], "done")
     problems = pl.read_parquet(tmp_path / "toyd" / "fits" / "problems.parquet")
     assert problems.height == 12 and set(problems["task"]) == {"counting"}

@@ -8,7 +8,6 @@ from typer.testing import CliRunner
 
 from raylc.cli import app
 from raylc.evaluate import evaluate
-from raylc.run import checkpoint
 from raylc.spec import load_job
 from raylc.suites.longbench_v2 import longbench_v2_report
 
@@ -28,19 +27,19 @@ def v2_run(ray_session, tmp_path_factory):
 @pytest.mark.ray
 def test_longbench_v2_cot_runs_two_calls_and_reports_exact_splits(v2_run):
     job, run, _ = v2_run
-    samples = run.read("build/samples.parquet")
-    infer = checkpoint.load_completions(run.store, run.run_id)
+    samples = run.folder.read("build/samples.parquet")
+    infer = run.folder.completions()
     assert infer.height == 2 * samples.height  # a reasoning call and an answer call per question
-    scores = run.read("score/scores.parquet")
+    scores = run.folder.read("score/scores.parquet")
     assert scores.height == samples.height and set(scores["valid"]) <= {True, False}
     # the report's table is the paper's Table 2 / 4 computed from the stored scores
     expected = longbench_v2_report(scores).with_columns(  # result.py prints round(100 * sum / n, 1), Python's round
         pl.col(c).map_elements(lambda v: round(v, 1), return_dtype=pl.Float64) for c in ("accuracy", "invalid",
                                                                                         "compensated"))
-    assert run.read("report/longbench_v2.parquet").equals(expected)
+    assert run.folder.read("report/longbench_v2.parquet").equals(expected)
     # the simulated probe answers gold or "Unanswerable": accuracy + invalid = 100 in every split
     assert ((expected["accuracy"] + expected["invalid"] - 100).abs() < 1e-6).all()
-    summary = Path(run.store.uri(run.run_id, "report", "summary.md")).read_text()
+    summary = Path(run.folder.uri("report/summary.md")).read_text()
     assert "## LongBench v2" in summary and "compensated" in summary
 
 
@@ -51,8 +50,8 @@ def test_rerun_skips_finished_stages_and_a_new_run_is_identical(v2_run):
     evaluate(job, "cot", log=logs.append)
     assert sum("done already, skipped" in m for m in logs) == 4
     again = evaluate(job, "cot-again", log=logs.append)
-    assert again.manifest["stages"]["infer"]["rows"]["requests"] == 24
-    assert again.read("score/scores.parquet").equals(run.read("score/scores.parquet"))
+    assert again.manifest.stages["infer"].rows["requests"] == 24
+    assert again.folder.read("score/scores.parquet").equals(run.folder.read("score/scores.parquet"))
 
 
 @pytest.mark.ray
@@ -61,12 +60,12 @@ def test_helmet_recall_sweep_longscore(ray_session, tmp_path):
         "store.path": str(tmp_path), "suite.lengths": [2048, 4096, 8192], "suite.base_lengths": [2048],
         "suite.samples_per_length": 6, **FAST})
     run = evaluate(job, "h", log=lambda m: None)
-    samples = run.read("build/samples.parquet")
+    samples = run.folder.read("build/samples.parquet")
     assert (samples["context_tokens"] <= samples["length"]).all()
-    summary = run.read("report/summary.parquet")
+    summary = run.folder.read("report/summary.parquet")
     assert set(summary["task"]) == {"json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle", "overall"}
-    per = run.read("report/per_length.parquet")
-    scores = run.read("score/scores.parquet")
+    per = run.folder.read("report/per_length.parquet")
+    scores = run.folder.read("score/scores.parquet")
     # S_l in the LongScore table is the mean of the stored per-sample scores
     means = scores.group_by("task", "length").agg(pl.col("score").mean().alias("m"))
     joined = per.join(means, on=["task", "length"], how="inner")
@@ -94,14 +93,14 @@ def test_longbench100_with_judge_and_prior_knowledge_filter(ray_session, tmp_pat
         "suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 4,
         "probe.knowledge_rate": 0.5, **FAST})
     run = evaluate(job, "lb", log=lambda m: None)
-    scores = run.read("score/scores.parquet")
+    scores = run.folder.read("score/scores.parquet")
     assert set(scores.filter(pl.col("length") == 0)["task"]) == {"single_doc_qa"}  # the no-context probe
     assert scores["score"].is_between(0, 1).all() and scores["score"].null_count() == 0
     # the simulated probe answers gold or "Unanswerable"; the judge gives gold full marks and the IDK 0
     ok = scores.filter(pl.col("length") > 0)
     assert set(ok.filter(pl.col("metric").is_in(["judge_qa", "judge_sum"]))["score"]) <= {0.0, 1.0}
-    prior = run.read("report/prior_knowledge.parquet")
+    prior = run.folder.read("report/prior_knowledge.parquet")
     known = scores.filter((pl.col("length") == 0) & (pl.col("score") > 0.5))
     assert prior.to_dicts() == [{"task": "single_doc_qa", "samples": 4, "dropped": known.height}]
-    kept = run.read("report/per_task_length.parquet").filter(pl.col("task") == "single_doc_qa")
+    kept = run.folder.read("report/per_task_length.parquet").filter(pl.col("task") == "single_doc_qa")
     assert (kept["n"] == 4 - known.height).all()

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from length_slopes import length_slopes
 from polars.testing import assert_frame_equal
 
 from raylc.sweep.longscore import (
     OVERALL,
-    length_slopes,
     longscore,
     longscore_group,
     pair_slopes,
@@ -31,6 +31,7 @@ from raylc.sweep.longscore import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+
 TOL = 0.1
 
 # ------------------------------------------------------------------------------------------ Table 5
@@ -302,7 +303,7 @@ def test_bootstrap_deterministic_and_mapper_equals_in_process():
 
 @pytest.mark.ray
 def test_ray_mapper_equals_in_process(ray_session):
-    from raylc.run.ray_exec import map_tasks as ray_mapper
+    from raylc.run.tasks import map_tasks as ray_mapper
 
     scores = _samples(40)
     local = longscore(scores, n_boot=100, seed=2)

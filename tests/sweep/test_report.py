@@ -56,7 +56,9 @@ def test_truncated_samples_are_flagged_per_row_and_counted_in_the_report(tmp_pat
     first call) is flagged in scores.parquet, with the length the model saw, and the report
     shows the visible length next to the target and how many samples were cut."""
     from raylc.io.parallel import in_process
-    from raylc.run.skeleton import Run
+    from raylc.run.folder import RunFolder
+    from raylc.run.manifest import Manifest
+    from raylc.run.runner import Run
     from raylc.spec import parse_job
     from raylc.sweep import stages
     from raylc.sweep.report import write_length_report
@@ -72,7 +74,7 @@ def test_truncated_samples_are_flagged_per_row_and_counted_in_the_report(tmp_pat
     assert scores.filter(pl.col("truncated"))["length"].unique().to_list() == [700]
     want = scores.select(pl.col("context_tokens") - pl.when(pl.col("length") == 700).then(50).otherwise(0))
     assert scores["visible_tokens"].to_list() == want.to_series().to_list()
-    run = Run(Store(str(tmp_path)), "r", job=job)
+    run = Run(RunFolder(str(tmp_path), "r"), job, Manifest(run_id="r", job=job.resolved()))
     monkeypatch.setattr(run, "mapper", lambda: in_process)
     per = write_length_report(run, job, scores, n_boot=0)["per_task_length"]
     assert per.select("length", "truncated").rows() == [(200, 0), (700, 2)]

@@ -2,8 +2,8 @@
 
 import polars as pl
 import pytest
+from in_process import make_backend
 
-from raylc.backends import make_backend
 from raylc.backends.simulated import SIMULATED_COT, SimulatedLengthBackend
 from raylc.spec import Job
 from raylc.suites.helmet_recall import HelmetRecallSuite

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raylc.run import ray_exec
+from raylc.run import session
 from raylc.run.submit import build_entrypoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,19 +23,19 @@ def _console():
     import ray.data  # noqa: F401
 
     consoles = [h for h in logging.getLogger("ray.data").handlers if type(h).__name__ == "PlainRayHandler"]
-    assert len(consoles) == 1, "Ray Data's logging config changed: review raylc.run.ray_exec._quiet_ray_data"
+    assert len(consoles) == 1, "Ray Data's logging config changed: review raylc.run.session._quiet_ray_data"
     return consoles[0]
 
 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_ray_data_error_records_leave_the_console_unless_verbose(monkeypatch, verbose):
-    monkeypatch.setenv(ray_exec.VERBOSE_ENV, "1" if verbose else "0")
+    monkeypatch.setenv(session.VERBOSE_ENV, "1" if verbose else "0")
     console = _console()
     saved = list(console.filters)
     child = logging.getLogger("ray.data._internal.execution.streaming_executor_state")
     try:
-        ray_exec._quiet_ray_data()
-        ray_exec._quiet_ray_data()  # once only
+        session._quiet_ray_data()
+        session._quiet_ray_data()  # once only
         assert len(console.filters) == len(saved) + (0 if verbose else 1)
         shown = [lv for lv in (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
                  if console.filter(child.makeRecord(child.name, lv, __file__, 1, "m", (), None))]
@@ -62,7 +62,7 @@ def test_a_run_log_has_no_ray_noise_unless_verbose(tmp_path, verbose):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update({"problems_per_task": 10, "max_units": 150})
     job_file.write_text(yaml.safe_dump(spec))
-    env = {k: v for k, v in os.environ.items() if k not in (ray_exec.VERBOSE_ENV, "RAY_BACKEND_LOG_LEVEL")}
+    env = {k: v for k, v in os.environ.items() if k not in (session.VERBOSE_ENV, "RAY_BACKEND_LOG_LEVEL")}
     flags = ["--verbose"] if verbose else []
     proc = subprocess.run([sys.executable, "-m", "raylc", *flags, "run", str(job_file), "--store",
                            str(tmp_path / "runs"),

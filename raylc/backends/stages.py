@@ -1,24 +1,26 @@
-"""The inference stages as plain Polars functions: prepare (render, fit, tokenize) and generate.
+"""A backend's pipeline stages, and the plain functions they are made of (Polars frames in and out, no Ray).
 
-Every suite's requests go through one path (:mod:`raylc.run.ray_exec`):
-request table -> :func:`prepare` (CPU actors) -> :func:`generate_tokens` or :func:`generate_text`
-(engine actors) -> checkpoint shards.
+A backend's plug-in (:meth:`raylc.backends.registry.BackendPlugin.stages`) gives its pipeline as a
+list of :class:`PipelineStage`, the way ray.data.llm's ``StatefulStage`` gives one: the stage's
+function and its ``map_batches`` settings. The run layer (:mod:`raylc.run.pipeline`) maps each
+over a Ray Data actor pool; ``tests/in_process.py`` runs the same stages in one process.
+
+The built-in shapes: :func:`text_pipeline` (one stage: render the prompts, generate with a text
+backend such as the simulated probe or an OpenAI-compatible endpoint), and a token engine's
+two (vLLM, :mod:`raylc.backends.builtin`): :class:`PrepareStage` (render, fit into the window,
+tokenize with the engine's tokenizer) and :class:`EngineStage` (generate from token ids).
 
 A request row carries its prompt inline (``head, context, tail``: the length-controlled
 suites, judge calls) or as a reference to a DOLCE span (``problem_id, C, start``), which
-:func:`prepare` renders from the problem's units (:func:`raylc.text.prompts.render_prompt_parts`),
+:func:`render` renders from the problem's units (:func:`raylc.text.prompts.render_prompt_parts`),
 loading only the problems its batch names (:class:`ProblemSource`): no actor holds the suite.
-
-For an engine that takes token ids (vLLM), prepare also fits each prompt into the window
-(:func:`raylc.text.truncation.fit_to_window`, cutting the context only) and tokenizes it with the
-engine's own tokenizer (:class:`PromptTokenizer`), so the engine only generates. Text
-backends (simulated, OpenAI-compatible) get the rendered parts and fit them themselves.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -28,32 +30,68 @@ from raylc.text.prompts import render_prompt_parts
 from raylc.text.tokenize import HFTokenizer
 from raylc.text.truncation import PromptTooLong, fit_to_window
 
+if TYPE_CHECKING:
+    from raylc.backends.base import Backend
+    from raylc.spec import Job
+
 INLINE = PROMPT_PARTS
-TOKEN_COLUMNS = ("prompt_token_ids", "prompt_tokens", "truncated_tokens", "error")
+#: the columns :func:`tokenize` adds for the engine stage (they do not travel to the completion row)
+TOKENIZED_COLUMNS = ("prompt_token_ids", "prompt_tokens", "truncated_tokens", "error")
 PROBLEM_ROW_GROUP = 8  # problems per Parquet row group of build/problems.parquet: the unit a prepare actor reads
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """One step of a backend's pipeline (ray.data.llm's ``StatefulStage``): ``fn(job, inputs)``
+    builds the stage's function once per actor (a picklable class or ``functools.partial``);
+    called with a frame of rows it returns the next stage's rows (an ``async`` call for a stage
+    with ``concurrent_batches``), and its ``close()``, if any, runs when the actor ends.
+
+    Its ``map_batches`` settings: ``actors`` in the pool, each with ``num_cpus`` CPUs and the
+    Ray actor ``options`` (``num_gpus``, ``accelerator_type``, ``runtime_env``); ``batch_size``
+    rows a call (None: one request file, for the first stage); ``concurrent_batches`` calls in
+    flight per actor. ``max_restarts``: deaths of the stage's engine (:class:`EngineDead`) that a
+    stream survives, each ending its actor for Ray to restart (``restarts_key`` names the job
+    field in the error, ``label`` the engine)."""
+
+    name: str
+    fn: Callable[[Job, StageInputs], Any]
+    actors: int = 1
+    num_cpus: float = 0.5
+    batch_size: Optional[int] = None
+    concurrent_batches: Optional[int] = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    max_restarts: Optional[int] = None
+    restarts_key: str = ""
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """What a stage function may read besides its rows: the suite's problems by id (DOLCE span
+    references) and the suite's built table (DOLCE problems, a sweep's samples; None: no table)."""
+
+    problems: ProblemSource
+    suite_table: Optional[pl.LazyFrame] = None
 
 
 class ProblemSource:
     """Problems of a stored problems table, read by id a row group at a time (an LRU of
-    ``cache_groups`` row groups): memory holds a few problems, not the suite.
+    ``cache_groups`` row groups): memory holds a few problems, not the suite. ``open_file()``
+    opens the stored table (random access); ``problems``: an in-memory table instead."""
 
-    ``problems``: an in-memory table instead (in-process runs and tests)."""
-
-    def __init__(self, store_root: Optional[str] = None, parts: tuple[str, ...] = (),
-                 problems: Optional[pl.DataFrame] = None, cache_groups: int = 4):
-        self._frame = problems
+    def __init__(self, open_file: Optional[Callable[[], Any]] = None, problems: Optional[pl.DataFrame] = None,
+                 cache_groups: int = 4):
+        self._frame = pl.DataFrame() if problems is None and open_file is None else problems
+        self._open_file = open_file
         self._cache: OrderedDict[int, pl.DataFrame] = OrderedDict()
         self._cache_groups = cache_groups
         self._index: Optional[dict[str, int]] = None
         self._file: Any = None
-        if problems is None:
-            from raylc.io.store import Store
-
-            self._store, self._parts = Store(store_root or "."), parts
 
     def _open(self) -> Any:
         if self._file is None:
-            self._file = pq.ParquetFile(self._store.fs.open_input_file(self._store.path(*self._parts)))
+            self._file = pq.ParquetFile(self._open_file())  # type: ignore[misc]
             groups = [self._file.read_row_group(i, columns=["problem_id"]).column(0).to_pylist()
                       for i in range(self._file.num_row_groups)]
             self._index = {pid: i for i, ids in enumerate(groups) for pid in ids}
@@ -204,7 +242,7 @@ def prepare(rows: pl.DataFrame, problems: ProblemSource, job: Any,
 
 def _passthrough(rows: pl.DataFrame) -> pl.DataFrame:
     """The columns that travel from the request to its completion row (ids and keys)."""
-    return rows.drop([c for c in (*INLINE, *TOKEN_COLUMNS, "max_tokens", "raw_prompt")
+    return rows.drop([c for c in (*INLINE, *TOKENIZED_COLUMNS, "max_tokens", "raw_prompt")
                       if c in rows.columns])
 
 
@@ -240,3 +278,58 @@ async def generate_tokens(rows: pl.DataFrame, engine: Any, default_max_tokens: i
         result["truncated_tokens"] = int(cut[i])
         results[i] = result
     return pl.concat([_passthrough(rows), generations_frame(results)], how="horizontal")
+
+
+# ---- the stages ---------------------------------------------------------------------------
+
+
+class TextStage:
+    """Render the prompts and generate with a text backend, ``backend(job, suite_table)``, built
+    once per actor and closed with it."""
+
+    def __init__(self, job: Job, inputs: StageInputs, backend: Callable[[Job, Optional[pl.LazyFrame]], Backend]):
+        self.problems = inputs.problems
+        self.backend = backend(job, inputs.suite_table)
+
+    def __call__(self, rows: pl.DataFrame) -> pl.DataFrame:
+        return generate_text(render(rows, self.problems), self.backend)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def text_pipeline(job: Job, backend: Callable[[Job, Optional[pl.LazyFrame]], Backend]) -> list[PipelineStage]:
+    """A text backend's pipeline: one pool of ``ray.actors`` actors with ``ray.actor_num_cpus``
+    CPUs each (fractional, so the pool never starves other tasks on small machines) that render
+    and generate (``backend``: a module-level function, so that the stage pickles)."""
+    from functools import partial
+
+    return [PipelineStage("text", partial(TextStage, backend=backend), actors=job.ray.actors,
+                          num_cpus=job.ray.actor_num_cpus)]
+
+
+class PrepareStage:
+    """A token engine's CPU stage: render, then fit into the probe's window and tokenize with
+    the engine's tokenizer (``tokenizer``: its spec and whether to apply the chat template)."""
+
+    def __init__(self, job: Job, inputs: StageInputs, tokenizer: tuple[str, bool]):
+        self.job, self.problems = job, inputs.problems
+        self.tokenizer = PromptTokenizer.load(*tokenizer)
+
+    def __call__(self, rows: pl.DataFrame) -> pl.DataFrame:
+        return prepare(rows, self.problems, self.job, self.tokenizer)
+
+
+class EngineStage:
+    """A token engine's generating stage: ``engine(probe)`` (``await generate(token_ids,
+    max_tokens)``, ``shutdown()``) built once per actor, shut down with it."""
+
+    def __init__(self, job: Job, inputs: StageInputs, engine: Callable[[Any], Any]):
+        self.default_max_tokens = job.probe.max_tokens()
+        self.engine = engine(job.probe)
+
+    async def __call__(self, rows: pl.DataFrame) -> pl.DataFrame:
+        return await generate_tokens(rows, self.engine, self.default_max_tokens)
+
+    def close(self) -> None:
+        self.engine.shutdown()

@@ -1,4 +1,4 @@
-"""The run skeleton (:mod:`raylc.run.skeleton`) with a toy evaluation, in process and without
+"""The stage runner (:mod:`raylc.run.runner`) with a toy evaluation, in process and without
 Ray: the stage loop, the manifest, resume at the first unfinished stage, invalidation of what
 is downstream of a redone stage, failures in one line, and the lock."""
 
@@ -12,7 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raylc.run.skeleton import LOCK, MANIFEST, RunError, open_run, run_job, stage_table
+from raylc.run.errors import RunError
+from raylc.run.folder import LOCK, MANIFEST
+from raylc.run.manifest import StageRecord
+from raylc.run.runner import open_run, run_job, stage_table
 from raylc.spec import parse_job
 
 
@@ -31,8 +34,9 @@ class Counting:
             self.ran.append(name)
             if name == self.fail:
                 raise ValueError(f"{name}: the data cannot go on")
-            frame = run.built if name == "build" else run.read(f"{upstream}/t.parquet").with_columns(pl.col("x") + 1)
-            run.write(frame, f"{name}/t.parquet")
+            frame = run.built if name == "build" else run.folder.read(f"{upstream}/t.parquet").with_columns(
+                pl.col("x") + 1)
+            run.folder.write(frame, f"{name}/t.parquet")
             return {"rows": frame.height}
         return fn
 
@@ -58,7 +62,8 @@ def test_stages_run_in_order_and_the_manifest_records_them(job, tmp_path):
     assert evaluation.ran == ["build", "middle", "last"]
     assert pl.read_parquet(tmp_path / "r" / "last" / "t.parquet")["x"].to_list() == [3, 4, 5]
     manifest = _manifest(tmp_path)
-    assert manifest == run.manifest | {"updated_at": manifest["updated_at"]}
+    assert manifest == run.manifest.record() | {"updated_at": manifest["updated_at"]}
+    assert manifest["version"] == 2
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(["build", "middle", "last"], "done")
     assert manifest["stages"]["middle"]["rows"] == {"rows": 3}
     assert manifest["fingerprint"] == job.fingerprint() and "finished_at" in manifest
@@ -110,8 +115,8 @@ def test_another_job_spec_or_a_live_lock_is_refused(job, tmp_path):
 
 def test_stage_table_lists_every_stage(job, tmp_path):
     run = open_run(job, "r")
-    run.manifest["stages"] = {"build": {"status": "done", "rows": {"problems": 1200}, "seconds": 1.25},
-                              "infer": {"status": "interrupted", "seconds": 3.0}}
+    run.manifest.stages = {"build": StageRecord(status="done", rows={"problems": 1200}, seconds=1.25),
+                           "infer": StageRecord(status="interrupted", seconds=3.0)}
     table = stage_table(run.manifest)
     assert "build" in table and "problems=1,200" in table and "1.2" in table and "interrupted" in table
 
@@ -125,7 +130,7 @@ def test_the_manifest_records_the_command_lines_overrides(job, tmp_path):
 
 def test_a_runs_mapper_raises_a_tasks_own_error():
     """``Run.mapper()`` maps from the driver and raises what the task raised, not Ray's wrapper."""
-    from raylc.run.skeleton import _raising_own_errors
+    from raylc.run.tasks import raising_own_errors as _raising_own_errors
 
     class RayTaskError(Exception):
         def __init__(self, cause: Exception):
@@ -144,7 +149,7 @@ def test_a_runs_mapper_raises_a_tasks_own_error():
 def test_a_run_error_is_one_line_whatever_its_cause_brings(parts):
     """RunError (and InferenceFailed) join the lines of a message by " / ": an engine log line or a
     Ray traceback inside a cause cannot split the one line the CLI prints."""
-    from raylc.run.skeleton import InferenceFailed
+    from raylc.run.errors import InferenceFailed
 
     message = "\n".join(parts)
     for kind in (RunError, InferenceFailed):

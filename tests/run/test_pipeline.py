@@ -1,5 +1,6 @@
-"""The vLLM path end to end through Ray Data, against the timed vLLM 0.33 double
-(``tests/doubles``): prepare actors tokenize, an engine actor drives ``AsyncLLM``, shards resume."""
+"""The inference pipeline (:mod:`raylc.run.pipeline`) on the vLLM backend's stages end to end
+through Ray Data, against the timed vLLM 0.33 double (``tests/doubles``): prepare actors
+tokenize, an engine actor drives ``AsyncLLM``, shards resume; and the Ray session's import path."""
 
 import json
 import os
@@ -11,7 +12,7 @@ import pytest
 from doubles.model_dir import make_model_dir
 
 from raylc.evaluate import evaluate
-from raylc.run.skeleton import InferenceFailed
+from raylc.run.errors import InferenceFailed
 from raylc.spec import Job
 
 pytestmark = pytest.mark.ray
@@ -42,7 +43,7 @@ def test_dolce_run_on_the_engine_double(ray_session, tmp_path):
     model = make_model_dir(tmp_path / "m", double={**FAST, "stats_dir": str(stats)})
     run = evaluate(_job(model, tmp_path / "s"), "r", log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
-    spans = run.read("sample/spans.parquet")
+    spans = run.folder.read("sample/spans.parquet")
     assert shards.height == spans.height and shards["request_id"].n_unique() == spans.height
     assert shards["error"].null_count() == shards.height
     # metrics are on: each request has its own queued-to-last-token time, not the batch's
@@ -53,7 +54,7 @@ def test_dolce_run_on_the_engine_double(ray_session, tmp_path):
     engines = _stats(stats)
     assert len(engines) == 1 and engines[0]["requests"] == spans.height
     assert not (tmp_path / "s" / "r" / "requests").exists()  # the request table is removed
-    assert run.manifest["stages"]["report"]["status"] == "done"
+    assert run.manifest.stages["report"].status == "done"
 
 
 def test_length_sweep_on_the_engine_double(ray_session, tmp_path):
@@ -62,13 +63,13 @@ def test_length_sweep_on_the_engine_double(ray_session, tmp_path):
              "base_lengths": [1024], "samples_per_length": 3}
     run = evaluate(_job(model, tmp_path / "s", suite=suite), "r", log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
-    samples = run.read("build/samples.parquet")
+    samples = run.folder.read("build/samples.parquet")
     assert shards.height == samples.height and shards["latency_s"].null_count() == 0
     # each request's own max_tokens (HELMET's per-task generation lengths) reached the engine
     sent = shards.join(samples.select("task", "sample_id", "length", "max_tokens"), on=["task", "sample_id", "length"])
     assert (sent["generated_tokens"] <= sent["max_tokens"]).all() and (sent["max_tokens"] > 8).all()
     assert (sent["finish_reason"] == "length").any() == (sent["generated_tokens"] == sent["max_tokens"]).any()
-    assert run.read("score/scores.parquet").height == shards.height
+    assert run.folder.read("score/scores.parquet").height == shards.height
 
 
 def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_path):
@@ -89,7 +90,7 @@ def test_engine_that_dies_is_restarted_and_the_run_completes(ray_session, tmp_pa
     run = evaluate(_job(model, tmp_path / "s", max_engine_restarts=5, device="cpu", engine_num_cpus=0.25), "r",
                    log=lambda m: None)
     shards = _shards(tmp_path / "s" / "r")
-    spans = run.read("sample/spans.parquet")
+    spans = run.folder.read("sample/spans.parquet")
     assert shards["request_id"].n_unique() == spans.height and shards["error"].null_count() == shards.height
     assert len(_stats(stats)) >= 2  # more than one engine served the run
 
@@ -111,7 +112,7 @@ def test_a_folder_holding_another_raylc_is_kept_off_the_workers_import_path(tmp_
     """Ray puts the driver's working folder on every worker's import path; a folder holding
     another raylc checkout (a different version) must not shadow the installed one there."""
     import raylc
-    from raylc.run.ray_exec import _job_config
+    from raylc.run.session import _job_config
 
     (tmp_path / "raylc").mkdir()
     (tmp_path / "raylc" / "__init__.py").write_text("raise ImportError('the other checkout')\n")
@@ -133,7 +134,7 @@ def test_workers_import_the_drivers_raylc_from_a_folder_holding_another(tmp_path
     (tmp_path / "raylc").mkdir()
     (tmp_path / "raylc" / "__init__.py").write_text("raise ImportError('the other checkout')\n")
     code = ("import sys; sys.path.remove('') if '' in sys.path else None\n"
-            "import ray\nfrom raylc.run.ray_exec import init_ray\ninit_ray(None, 1)\n"
+            "import ray\nfrom raylc.run.session import init_ray\ninit_ray(None, 1)\n"
             "print(ray.get(ray.remote(lambda: __import__('raylc').__file__).remote()))\nray.shutdown()\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
@@ -143,8 +144,8 @@ def test_workers_import_the_drivers_raylc_from_a_folder_holding_another(tmp_path
 
 
 def test_concurrent_batches_keep_twice_max_num_seqs_in_flight():
+    from raylc.backends.config import VLLMProbe
     from raylc.backends.vllm_engine import concurrent_batches
-    from raylc.spec import VLLMProbe
 
     probe = VLLMProbe(backend="vllm", model="m")
     assert concurrent_batches(probe, 256) == 8 and concurrent_batches(probe, 64) == 32  # 2 x 1,024 (GPU)
@@ -154,19 +155,29 @@ def test_concurrent_batches_keep_twice_max_num_seqs_in_flight():
     assert concurrent_batches(probe.model_copy(update={"max_concurrent_batches": 3}), 64) == 3
 
 
+def _streamed(job: Job, frame: pl.DataFrame, where: Path, ledger=None) -> pl.DataFrame:
+    """``frame``'s request rows through ``job``'s pipeline, from request files of a run folder."""
+    from raylc.run import pipeline
+    from raylc.run.folder import RunFolder
+
+    folder = RunFolder(str(where), "direct")
+    source = pipeline.RequestFiles(folder, folder.write_requests([frame], job.ray.batch_size))
+    return pl.concat(list(pipeline.stream(source, job, ledger=ledger)))
+
+
 def test_the_ledger_records_the_engines_busy_window(ray_session, tmp_path):
     import ray
 
-    from raylc.run import ray_exec
+    from raylc.run import pipeline
 
     model = make_model_dir(tmp_path / "m", double=FAST)
     # a CPU engine (probe.device: cpu)
     job = _job(model, tmp_path / "s", device="cpu", engine_num_cpus=0.25)
     texts = [f"Document {i}. " * (5 + i % 7) for i in range(40)]
     frame = pl.DataFrame({"row": range(40), "head": "", "context": texts, "tail": ""})
-    ledger = ray.remote(num_cpus=0)(ray_exec.EngineLedger).remote()
+    ledger = ray.remote(num_cpus=0)(pipeline.EngineLedger).remote()
     t0 = time.time()
-    out = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), job, ledger=ledger)))
+    out = _streamed(job, frame, tmp_path / "direct", ledger)
     t1 = time.time()
     for _ in range(50):  # the engine's last record is fire and forget: it may land just after the stream ends
         summary = ray.get(ledger.summary.remote(), timeout=60)
@@ -193,8 +204,6 @@ def test_a_failed_run_releases_its_engine_actors_and_the_next_run_gets_the_gpu(r
     no reserved GPU) behind its failed run: the next GPU engine of the session is placed."""
     import ray
 
-    from raylc.run import ray_exec
-
     failing = make_model_dir(tmp_path / "bad", double={**FAST, "fail_on_init": "RuntimeError: no engine (double)"})
     with pytest.raises(InferenceFailed, match="no engine"):
         evaluate(_job(failing, tmp_path / "s"), "bad", log=lambda m: None)
@@ -205,5 +214,5 @@ def test_a_failed_run_releases_its_engine_actors_and_the_next_run_gets_the_gpu(r
     assert _alive_pool_actors() == [] and ray.available_resources().get("GPU", 0) == 1
     good = _job(make_model_dir(tmp_path / "good", double=FAST), tmp_path / "s")
     frame = pl.DataFrame({"row": range(20), "head": "", "context": [f"Document {i}." for i in range(20)], "tail": ""})
-    out = pl.concat(list(ray_exec.stream_requests(ray_exec.RequestSource(frame=frame), good)))
+    out = _streamed(good, frame, tmp_path / "direct")
     assert out.height == 20 and out["error"].null_count() == 20

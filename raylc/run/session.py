@@ -1,0 +1,264 @@
+"""The Ray session: join the cluster named by ``ray.address`` or RAY_ADDRESS (checked within a
+time limit) or start a local Ray, keep Ray's own console output back unless ``--verbose``, and
+say a failure of Ray code in one line (:func:`root_cause`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from raylc.spec import Job
+
+
+def ensure_ray(job: Job) -> None:
+    """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the
+    machine. A cluster that does not answer within ``ray.connect_timeout_s`` is a
+    :class:`RayUnavailable` (one line naming the address and where it came from)."""
+    address, source = ((job.ray.address, "ray.address") if job.ray.address
+                       else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"))
+    init_ray(address, job.ray.num_cpus, job.ray.include_dashboard, timeout_s=job.ray.connect_timeout_s, source=source)
+
+
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*): (\S.*)$")
+
+
+def root_cause(exc: BaseException) -> str:
+    """One line: the innermost exception of a chain (Ray wraps user-code errors twice). An
+    actor that died in its constructor (``ActorDiedError``) carries the user code's error only
+    as traceback text: its last ``Type: message`` line is the cause."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and chain[-1].__cause__ is not chain[-1]:
+        chain.append(chain[-1].__cause__)  # type: ignore[arg-type]
+    # a task's own exception (RayTaskError.cause), not what Ray chained under it (an empty SystemException)
+    tasks = [e for e in chain if isinstance(getattr(e, "cause", None), BaseException) and type(e).__name__.startswith(
+        "RayTaskError")]
+    if tasks and not str(chain[-1]).strip():  # Ray Data appends its retry advice to the message: the first line
+        cause = tasks[-1].cause  # type: ignore[attr-defined]
+        return f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}".strip()
+    for e in chain:
+        if getattr(e, "_actor_init_failed", False):
+            raised = [m for m in map(_RAISED.match, (ln.strip() for ln in str(e).splitlines())) if m]
+            if raised:
+                return f"{raised[-1].group(1).rsplit('.', 1)[-1]}: {raised[-1].group(2)}"
+        elif type(e).__name__ in ("ActorDiedError", "RayActorError"):  # its process exited mid-task
+            first = (str(e).strip().splitlines() or [""])[0]
+            return f"{type(e).__name__}: {first}"
+    text = str(chain[-1]).strip().splitlines()
+    return f"{type(chain[-1]).__name__}: {text[-1] if text else ''}".strip()
+
+
+class RayUnavailable(RuntimeError):
+    """The Ray cluster named by an address did not answer (in time); the message is one line."""
+
+
+CONNECT_TIMEOUT_S = 60.0  # default of ray.connect_timeout_s
+REFUSED_GRACE_S = 5.0  # a refused connection is retried this long (a head that is starting), then fails
+# an HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the Ray Client
+# server) answers with its own SETTINGS frame (RFC 9113 §3.4), a silent port with nothing
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _who(address: str, source: Optional[str]) -> tuple[str, str]:
+    """(the address and where it came from, what to do about it) for a one-line error."""
+    if source == "RAY_ADDRESS":
+        return f"RAY_ADDRESS={address} (from the environment)", "unset RAY_ADDRESS to start a local Ray"
+    if source:
+        return f"{source} {address} (from the job file)", f"fix {source}, or remove it to start a local Ray"
+    return f"Ray address {address}", "check the address"
+
+
+def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
+    """Raise :class:`RayUnavailable` unless a gRPC server (Ray's GCS) answers at ``address``
+    (``host:port`` or ``ray://host:port``) within ``timeout_s``: ``ray.init`` itself waits for
+    an unreachable GCS far longer (Ray 2.60, ``_private/node.py`` ``Node._init_gcs_client``:
+    ``NUM_REDIS_GET_RETRIES`` = 20 attempts, each a ``GcsClient`` that waits for the cluster id,
+    about 40 s, printing a GCS warning every 30 s). A TCP connect, then an HTTP/2 preface
+    whose SETTINGS reply proves a gRPC server listens (skipped with RAY_USE_TLS, where the TLS
+    handshake comes first). A refused connection is retried for :data:`REFUSED_GRACE_S`.
+    ``auto``, ``local`` and addresses without a port are left to ``ray.init``."""
+    who, hint = _who(address, source)
+    host, sep, port = address.split("://", 1)[-1].strip().rstrip("/").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    host = host.strip("[]")
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+    start = time.monotonic()
+    deadline = start + timeout_s
+    last = "no reply"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RayUnavailable(f"{who} did not answer within {timeout_s:g} s ({last}); {hint}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=remaining) as sock:
+                if tls:
+                    return
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.sendall(_H2_HELLO)
+                head = b""
+                while len(head) < 9:
+                    chunk = sock.recv(9 - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+            if len(head) == 9 and head[3] == 4:  # frame type 4: SETTINGS
+                return
+            raise RayUnavailable(
+                f"{who} answered, but not as a Ray cluster (no gRPC reply: expected the GCS address, "
+                f"host:6379, not the dashboard's); {hint}")
+        except socket.gaierror as exc:
+            raise RayUnavailable(f"{who}: cannot resolve {host!r} ({exc.strerror}); {hint}") from None
+        except ConnectionRefusedError:
+            last = "connection refused"
+            if time.monotonic() - start >= min(REFUSED_GRACE_S, timeout_s):
+                raise RayUnavailable(f"{who} refused the connection (no Ray cluster there); {hint}") from None
+        except (socket.timeout, TimeoutError):
+            last = "no reply"
+            continue
+        except OSError as exc:  # reset, host or network unreachable: retried until the deadline
+            last = exc.strerror or type(exc).__name__
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+
+
+def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False,
+             timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
+    """``ray.init`` once per process: join ``address`` if given, else start a local instance.
+    An address is checked first (:func:`check_ray_address`, within ``timeout_s``); ``source``
+    says where it came from for the error (``RAY_ADDRESS``, ``ray.address``; default:
+    RAY_ADDRESS when ``address`` is its value). Failing to join is a :class:`RayUnavailable`.
+    A Python SIGTERM handler set before (``raylc run``'s) is set again after: the core worker
+    that ``ray.init`` starts installs absl's failure signal handler, SIGTERM included, which
+    prints a stack and aborts the process."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        _init(address, num_cpus, include_dashboard, timeout_s, source)
+    finally:
+        if callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+VERBOSE_ENV = "RAYLC_VERBOSE"
+
+
+def verbose() -> bool:
+    """Whether Ray's own logs reach the console (``raylc --verbose``, or RAYLC_VERBOSE=1)."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def _quiet_core_worker(ray: Any) -> None:
+    """Keep the driver's core worker (C++) from printing error-level lines that are not errors
+    while ``ray.init`` creates it: Ray Data passes every actor its transformer as an object
+    reference, and the core worker logs "constructor arguments in the object store" at error
+    level for each actor with restarts (ray-project/ray#57733). RAY_BACKEND_LOG_LEVEL is read
+    when the core worker starts, inside ``ray._private.worker.connect``, after the local node's
+    processes were spawned, so those processes, the workers they start and a cluster's nodes
+    keep their log levels. An error in ``connect`` is raised as usual (and made one line by the
+    caller); only its console output is dropped. Nothing changes at ``--verbose``, or if the
+    user set the variable."""
+    if verbose() or "RAY_BACKEND_LOG_LEVEL" in os.environ:
+        return
+    worker = ray._private.worker
+    connect = getattr(worker, "connect", None)
+    if connect is None or getattr(connect, "_raylc_quiet", False):
+        return
+
+    def quiet_connect(*args: Any, **kwargs: Any) -> Any:
+        os.environ["RAY_BACKEND_LOG_LEVEL"] = "fatal"
+        sys.stderr.flush()
+        saved = os.dup(2)  # the C++ logger announces the level it read on fd 2: hide that one line
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            return connect(*args, **kwargs)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+            os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+
+    quiet_connect._raylc_quiet = True  # type: ignore[attr-defined]
+    worker.connect = quiet_connect
+
+
+class _NoErrorRecords(logging.Filter):
+    """Drops Ray Data's error records from the console: a failed stream is raised to raylc,
+    which prints it as one line; the record, with its traceback, stays in the session's
+    ``logs/ray-data/`` files."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's console handler (``ray/data/_internal/logging.py``) keeps its progress lines
+    and loses its error records, unless ``--verbose``."""
+    if verbose():
+        return
+    for handler in logging.getLogger("ray.data").handlers:
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+        if console and not any(
+                isinstance(f, _NoErrorRecords) for f in handler.filters):
+            handler.addFilter(_NoErrorRecords())
+
+
+class _ImportPaths(list):
+    """A job's ``_py_driver_sys_path`` that leaves out folders holding another ``raylc``."""
+
+    def extend(self, paths: Any) -> None:
+        super().extend(p for p in paths if not _shadows_raylc(p))
+
+
+def _shadows_raylc(folder: str) -> bool:
+    import raylc
+
+    here = Path(folder) / "raylc" / "__init__.py"
+    return here.is_file() and here.resolve() != Path(raylc.__file__).resolve()
+
+
+def _job_config() -> dict[str, Any]:
+    """``ray.init(job_config=...)`` when the driver runs from a folder holding another ``raylc/``
+    checkout than the one imported: Ray puts the driver's working folder first on every worker's
+    import path (Ray 2.60, ``_private/worker.py:2716-2719``), where it would shadow raylc."""
+    if not _shadows_raylc(os.getcwd()):
+        return {}
+    from ray.job_config import JobConfig
+
+    config = JobConfig()
+    config._py_driver_sys_path = _ImportPaths(config._py_driver_sys_path)
+    return {"job_config": config}
+
+
+def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
+          source: Optional[str]) -> None:
+    import ray
+
+    _quiet_core_worker(ray)
+    common: dict[str, Any] = {"logging_level": logging.INFO if verbose() else logging.ERROR, "configure_logging": True,
+                              **_job_config()}
+    if address:
+        if source is None and address == os.environ.get("RAY_ADDRESS"):
+            source = "RAY_ADDRESS"
+        check_ray_address(address, timeout_s, source)
+        try:
+            ray.init(address=address, **common)
+        except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
+            who, hint = _who(address, source)
+            detail = (str(exc).strip().splitlines() or [""])[0]
+            raise RayUnavailable(
+                f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
