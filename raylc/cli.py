@@ -239,12 +239,13 @@ def submit(
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
-    """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
+    """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs. A cluster whose job agent is
+    still starting is waited for, up to ray.connect_timeout_s (60 s; --set ray.connect_timeout_s=S)."""
     from raylc.run.submit import submit as do_submit
 
     _preflight(load_job(job_file, parse_overrides(settings)), job_file, hub=True)
     job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo,
-                               settings=settings)
+                               settings=settings, notice=lambda m: typer.echo(m, err=True))
     typer.echo(f"{job_id} {status}")
 
 
