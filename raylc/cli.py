@@ -15,6 +15,7 @@ import polars as pl
 import typer
 from pydantic import ValidationError
 
+from raylc import __version__
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
 from raylc.io.store import StoreError, StoreUnavailable
 from raylc.run.ray_exec import RayUnavailable
@@ -35,11 +36,20 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {text}", file=file if file is not None else sys.stderr)
 
 
+def _version(shown: bool) -> None:
+    """``--version``: print raylc's version and stop."""
+    if shown:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def _setup(
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="Show Ray's own logs (its banner, its error records with tracebacks, C++ error "
                                       "lines); also RAYLC_VERBOSE=1."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print raylc's version and exit."),
 ) -> None:
     """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
     from raylc.run.ray_exec import VERBOSE_ENV
