@@ -15,6 +15,7 @@ import polars as pl
 import typer
 from pydantic import ValidationError
 
+from raylc import __version__
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
 from raylc.io.errors import StoreError, StoreUnavailable
 from raylc.run.session import RayUnavailable
@@ -35,11 +36,20 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {text}", file=file if file is not None else sys.stderr)
 
 
+def _version(shown: bool) -> None:
+    """``--version``: print raylc's version and stop."""
+    if shown:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def _setup(
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="Show Ray's own logs (its banner, its error records with tracebacks, C++ error "
                                       "lines); also RAYLC_VERBOSE=1."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print raylc's version and exit."),
 ) -> None:
     """Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore."""
     from raylc.run.session import VERBOSE_ENV
@@ -230,12 +240,13 @@ def submit(
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
-    """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs."""
+    """Submit a job file to a Ray cluster (Ray Jobs API) and follow its logs. A cluster whose job agent is
+    still starting is waited for, up to ray.connect_timeout_s (60 s; --set ray.connect_timeout_s=S)."""
     from raylc.run.submit import submit as do_submit
 
     _preflight(load_job(job_file, parse_overrides(settings)), job_file, hub=True)
     job_id, status = do_submit(job_file, address, store, run_id, not no_wait, working_dir, log=typer.echo,
-                               settings=settings)
+                               settings=settings, notice=lambda m: typer.echo(m, err=True))
     typer.echo(f"{job_id} {status}")
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Optional
 
 
 def free_port() -> int:
@@ -19,17 +20,27 @@ def free_port() -> int:
 
 
 class LocalHead:
-    """``ray start --head --block`` in a new process group; ``stop()`` ends only this cluster."""
+    """``ray start --head --block`` in a new process group; ``stop()`` ends only this cluster.
+    ``agent_port_taken``: the job agent's HTTP port is held by this process, so the head never
+    has a job agent (its Jobs API refuses every submission, as while an agent starts)."""
 
-    def __init__(self, tmp: Path, num_cpus: int = 2):
+    def __init__(self, tmp: Path, num_cpus: int = 2, agent_port_taken: bool = False):
         self.dashboard_port = free_port()
+        self.gcs_port = free_port()
+        self.agent_port = free_port()
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self._taken: Optional[socket.socket] = None
+        if agent_port_taken:
+            self._taken = socket.socket()
+            self._taken.bind(("127.0.0.1", self.agent_port))
+            self._taken.listen()
+        self._gcs: Any = None
         ray_bin = Path(sys.executable).parent / "ray"
         cmd = [
             str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-            f"--port={free_port()}", f"--num-cpus={num_cpus}", "--include-dashboard=true",
+            f"--port={self.gcs_port}", f"--num-cpus={num_cpus}", "--include-dashboard=true",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
-            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--dashboard-agent-listen-port={self.agent_port}", f"--dashboard-agent-grpc-port={free_port()}",
             f"--ray-client-server-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
             f"--metrics-export-port={free_port()}", f"--temp-dir={tmp}", "--disable-usage-stats",
         ]
@@ -39,18 +50,50 @@ class LocalHead:
         self.log = open(tmp.parent / "ray-head.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+    def _until(self, ready, what: str, deadline: float) -> None:
+        while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ray head exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.address}/api/version", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(1.0)
-        raise TimeoutError("ray head did not come up")
+            if ready():
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"ray head: {what} did not come up")
+
+    def _dashboard_answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.address}/api/version", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def agent_registered(self) -> bool:
+        """Whether the head can hand a submission to a job agent: what the job head reads before
+        it does (Ray 2.60, ``ray/dashboard/modules/job/job_head.py``
+        ``JobHead._get_head_node_agent_once``): the head node's id in the GCS's internal KV
+        (namespace ``job``, key ``head_node_id``) and, under it, the address the head node's
+        dashboard agent writes once its HTTP server listens (namespace ``dashboard``,
+        ``DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX:<node id>``, ``ray/dashboard/agent.py``)."""
+        from ray._raylet import GcsClient
+
+        try:
+            if self._gcs is None:
+                self._gcs = GcsClient(address=f"127.0.0.1:{self.gcs_port}")
+            node_id = self._gcs.internal_kv_get(b"head_node_id", b"job", timeout=5)
+            return bool(node_id) and bool(self._gcs.internal_kv_get(
+                b"DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX:" + node_id, b"dashboard", timeout=5))
+        except Exception:  # the GCS is not up yet (an RpcError): not registered
+            self._gcs = None
+            return False
+
+    def wait_dashboard(self, timeout: float = 180.0) -> None:
+        """Until the dashboard answers ``GET /api/version`` (its job agent may still be starting)."""
+        self._until(self._dashboard_answers, "the dashboard", time.monotonic() + timeout)
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Until the Jobs API can take a job: the dashboard answers and the job agent is registered."""
+        deadline = time.monotonic() + timeout
+        self._until(self._dashboard_answers, "the dashboard", deadline)
+        self._until(self.agent_registered, "the job agent", deadline)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -61,3 +104,5 @@ class LocalHead:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
         self.log.close()
+        if self._taken is not None:
+            self._taken.close()

@@ -392,3 +392,19 @@ def test_fuzz_units(rows, fmt, spec, fields, write):
         if write:
             args += ["--out", str(root / "out" / "stats.parquet")]
         invoke(root, args, allowed=("out",))
+
+
+def test_version_is_the_package_version():
+    """`raylc --version` prints raylc.__version__, which is also the installed distribution's version
+    (pyproject.toml reads it from there), and nothing else."""
+    import importlib.metadata
+
+    from cli_runner import raylc as run_raylc
+
+    import raylc
+
+    proc = run_raylc("--version")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == f"{raylc.__version__}\n"
+    assert importlib.metadata.version("raylc") == raylc.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+([.-]?\w+)*", raylc.__version__)

@@ -174,3 +174,36 @@ def test_every_relative_link_resolves(doc):
 def test_docs_has_the_pages_the_readme_promises():
     for page in ("testing", "fidelity", "figures", "dolce"):
         assert (ROOT / "docs" / f"{page}.md").is_file(), page
+
+
+def test_license_is_the_apache_license_pyproject_names():
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert re.search(r'^license = "Apache-2.0"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert [line.strip() for line in text.strip().splitlines()[:3]] == [
+        "Apache License", "Version 2.0, January 2004", "http://www.apache.org/licenses/"]
+    assert "END OF TERMS AND CONDITIONS" in text and "9. Accepting Warranty or Additional Liability." in text
+
+
+def test_citation_names_the_five_papers_the_readme_lists():
+    """CITATION.cff is YAML in Citation File Format 1.2.0 for this version of raylc; its references
+    are five papers with a title, a type and authors (anonymous ones named so), and the README's
+    References section names the same five titles."""
+    import yaml
+
+    import raylc
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
+    assert {"message", "title", "authors"} <= cff.keys() and cff["authors"]
+    assert str(cff["version"]) == raylc.__version__ and cff["license"] == "Apache-2.0"
+    refs = cff["references"]
+    assert len(refs) == 5
+    for ref in refs:
+        assert ref["type"] in ("article", "thesis") and ref["title"] and ref["authors"], ref
+        assert all(a.get("family-names") or a.get("name") for a in ref["authors"]), ref
+    anonymous = [r["title"] for r in refs if r["authors"] == [{"name": "Anonymous authors"}]]
+    assert len(anonymous) == 2 and any(t.startswith("LongBench v2") for t in anonymous)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## References\n"):]
+    titles = re.findall(r"^- [^*\n]*\*(.+?)\*", section, re.M)
+    assert [t.casefold() for t in titles] == [r["title"].casefold() for r in refs]

@@ -313,8 +313,8 @@ def test_samples_table_refuses_in_one_line(case):
 def test_source_pool_refuses_duplicate_rows():
     frame = pl.DataFrame({"text": ["a doc.", "b doc.", "a doc."], "question": ["q?", None, "q?"],
                           "answers": [["x"], None, ["x"]], "summary": [None, "s", None]})
-    with pytest.raises(PoolError, match=r"^src\.jsonl: row 3: duplicate row \(same text, question, answers, summary "
-                                        r"and group as row 1\)$"):
+    with pytest.raises(PoolError, match=r"^src\.jsonl: row 3: duplicate row \(same text, question, answers, summary, "
+                                        r"query and group as row 1\)$"):
         pool_from_frame(frame, get_tokenizer(None), source="src.jsonl", kind="sources")
     other = frame.with_columns(question=pl.Series(["q?", None, "another q?"]))  # one text, two questions: two samples
     assert len(pool_from_frame(other, get_tokenizer(None), kind="sources")) == 3

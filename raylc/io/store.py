@@ -82,8 +82,9 @@ def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
 
 
 def read_input(uri: str) -> pl.DataFrame:
-    """Read a user's input table (Parquet, CSV or JSON Lines) from a local path or s3:// URI.
-    A JSON Lines syntax error names its line (:func:`json_records`)."""
+    """Read a user's input table (Parquet, CSV, JSON Lines, or ``.json``: a list of objects or one
+    object, as RULER publishes its essay haystack ``PaulGrahamEssays.json``) from a local path or
+    s3:// URI. A JSON syntax error names its line (:func:`json_records`)."""
     root, _, name = uri.rstrip("/").rpartition("/")
     store = Store(root or ".")
     if not store.exists(name):
@@ -97,13 +98,19 @@ def read_input(uri: str) -> pl.DataFrame:
             return pl.read_csv(io.BytesIO(data), infer_schema_length=None)
         if name.endswith((".jsonl", ".ndjson")):  # every row decides the schema: a field may first appear late
             return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
+        if name.endswith(".json"):
+            records = json_records(uri, data)
+            for where, record in records:
+                if not isinstance(record, dict):
+                    raise StoreError(f"{uri}: {where}: expected a JSON object, got {type(record).__name__}")
+            return pl.DataFrame([record for _, record in records], infer_schema_length=None)
     except pl.exceptions.PolarsError as exc:
         if name.endswith((".jsonl", ".ndjson")):  # Polars names no line: find it (raises on a syntax error)
             for where, record in json_records(uri, data):
                 if not isinstance(record, dict):
                     raise StoreError(f"{uri}: {where}: expected a JSON object, got {type(record).__name__}") from None
         raise StoreError(f"{uri}: cannot parse ({str(exc).splitlines()[0]})") from None
-    raise StoreError(f"{uri}: unsupported format (use .parquet, .csv or .jsonl)")
+    raise StoreError(f"{uri}: unsupported format (use .parquet, .csv, .jsonl or .json)")
 
 
 @dataclass(frozen=True)

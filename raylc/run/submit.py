@@ -10,6 +10,13 @@ default): a first ``GET /api/version`` (urllib, with that timeout) before the cl
 the client's own HTTP requests (``requests`` with that timeout: Ray's ``SubmissionClient._do_request``
 forwards it), and the log stream, which waits at most that long for a line before it asks for
 the job's status (a status request that does not answer in time ends the submission).
+
+A cluster that has just started may not have its job agent yet: Ray's head then answers the
+submission with HTTP 500 "No available agent to submit job, please try again later." (after
+waiting 10 s for the agent itself). That one answer is retried, with a pause that doubles from
+0.5 s to 5 s, for at most ``ray.connect_timeout_s`` from the first refusal (plus the last
+request's own time limit), saying once what it waits for; every other error ends the
+submission at once.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import socket
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +37,11 @@ from raylc.spec import JobSpecError, load_job, parse_overrides
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 STATUS_POLL_S = 10.0  # without log lines for this long (at most the timeout), ask for the job's status
+#: the head's answer while its job agent is not registered (Ray 2.60,
+#: ray/dashboard/modules/job/job_head.py ``JobHead.submit_job``: HTTP 500 once ``get_target_agent``
+#: timed out): the one submission error that is retried
+AGENT_NOT_READY = "No available agent to submit job"
+AGENT_PAUSES_S = (0.5, 5.0)  # the first pause between refused submissions and the longest (doubling)
 _END = object()
 
 
@@ -91,6 +104,44 @@ def check_dashboard(address: str, timeout_s: float) -> None:
         reason = getattr(exc, "reason", exc)
         detail = getattr(reason, "strerror", None) or str(reason)
         raise SubmitError(f"{address}: could not submit ({detail})") from None
+
+
+def agent_not_ready(exc: BaseException) -> Optional[str]:
+    """The head's reply if ``exc`` is its :data:`AGENT_NOT_READY` answer, else None. Ray's client
+    raises ``RuntimeError("Request failed with status code 500: <reply>.")``."""
+    text = str(exc)
+    at = text.find(AGENT_NOT_READY)
+    if at < 0:
+        return None
+    reply = text[at:].splitlines()[0].strip()
+    return reply[:-1] if reply.endswith("..") else reply  # the client's own "." after the reply
+
+
+def when_agent_ready(send: Callable[[], Any], address: str, limit_s: float, notice: Callable[[str], None],
+                     sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Any:
+    """``send()``, again while the cluster answers :data:`AGENT_NOT_READY`, pausing
+    :data:`AGENT_PAUSES_S` between tries, until ``limit_s`` after the first refusal; ``notice``
+    gets one line when the waiting starts. After the limit, a :class:`SubmitError`."""
+    deadline: Optional[float] = None
+    pause, longest = AGENT_PAUSES_S
+    while True:
+        try:
+            return send()
+        except Exception as exc:
+            reply = agent_not_ready(exc)
+            if reply is None:
+                raise
+        now = clock()
+        if deadline is None:
+            deadline = now + limit_s
+            notice(f"waiting for the cluster's job agent at {address}: {reply!r} "
+                   f"(retrying for up to {limit_s:g} s, ray.connect_timeout_s)")
+        elif now >= deadline:
+            raise SubmitError(f"{address}: the cluster's job agent was not up within {limit_s:g} s ({reply!r}); "
+                              f"a cluster that is still starting may need longer: "
+                              f"--set ray.connect_timeout_s=SECONDS") from None
+        sleep(min(pause, deadline - now))
+        pause = min(2 * pause, longest)
 
 
 def make_client(address: str, timeout_s: float) -> Any:
@@ -163,9 +214,13 @@ def submit(
     working_dir: Path = Path("."),
     log: Callable[[str], None] = print,
     settings: Sequence[str] = (),
+    notice: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[str, str]:
-    """Validate the job file, submit it, and (``wait``) follow its logs; returns (job id, final status).
-    ``settings``: ``--set key.path=value`` overrides, checked here and passed on to ``raylc run``."""
+    """Validate the job file, submit it (waiting for a job agent that is starting, :func:`when_agent_ready`;
+    ``notice`` gets its line, ``sleep`` its pauses), and (``wait``) follow its logs; returns (job id,
+    final status). ``settings``: ``--set key.path=value`` overrides, checked here and passed on to
+    ``raylc run``."""
     wd = working_dir.resolve()
     try:
         rel = job_file.resolve().relative_to(wd)
@@ -177,11 +232,13 @@ def submit(
     check_dashboard(address, timeout_s)
     try:
         client = make_client(address, timeout_s)
-        job_id = client.submit_job(
+        job_id = when_agent_ready(lambda: client.submit_job(
             entrypoint=build_entrypoint(rel.as_posix(), store, run_id, settings, verbose()),
             runtime_env={"working_dir": str(wd), "excludes": EXCLUDES},
             metadata={"raylc_job": rel.as_posix()},
-        )
+        ), address, timeout_s, notice, sleep)
+    except SubmitError:
+        raise
     except Exception as exc:  # connection refused, bad address, upload failure, no reply
         if _timed_out(exc):
             raise _silent(address, timeout_s, "to the Jobs API while submitting") from None

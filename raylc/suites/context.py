@@ -4,17 +4,23 @@ A context is the ground-truth ("required") document(s) plus distractors drawn at
 pool while they fit the remaining budget, shuffled, each labelled ``Passage i:`` and joined by
 a blank line; its token count is as close to the target as the pool allows and never above it.
 
-Pools are tables (JSONL, Parquet or CSV; local or ``s3://``, read with
+Pools are tables (JSONL, JSON, Parquet or CSV; local or ``s3://``, read with
 :func:`raylc.io.store.read_input`), one document per row:
 
 * distractor pool (:func:`load_distractors`): ``text`` (required), ``id`` (optional). Exact
   duplicate texts are dropped and counted in :attr:`DocumentPool.skipped` (a duplicate would
   break passage counting).
 * source pool (:func:`load_sources`): ``text``; ``question`` + ``answers`` (a string or a list of
-  strings) for QA documents; ``summary`` for summarization documents; ``group``: rows sharing a
-  group form one multi-document sample (its question/answers or summary may sit on any of its
-  rows but must agree); ``id`` (optional, unique). Two rows with the same text, question,
-  answers, summary and group are refused (one sample counted twice).
+  strings) for QA documents; ``summary`` for summarization documents, with an optional
+  ``query`` when the summary answers one (QMSum's); ``group``: rows sharing a group form one
+  multi-document sample (its question/answers, summary or query may sit on any of its rows but
+  must agree); ``id`` (optional, unique). Two rows with the same text, question, answers,
+  summary, query and group are refused (one sample counted twice).
+
+Either pool may instead be LongBench v1's released JSONL as published (``input, context,
+answers, length, dataset, language, all_classes, _id``; :func:`longbench_pool`): a distractor
+is a record's ``context``; a source is built from a record as 100-LongBench builds its pools
+from LongBench (:data:`LONGBENCH_SOURCES`).
 
 Texts are stripped of surrounding whitespace. A malformed pool raises :class:`PoolError`, one
 line naming the file, the 1-based row and the field. Documents longer than a target are simply
@@ -43,14 +49,17 @@ from raylc.text.tokenize import Tokenizer, count_texts
 
 __all__ = [
     "LABEL",
+    "LONGBENCH_SOURCES",
     "SEPARATOR",
     "BuiltContext",
     "ContextTooLong",
     "DocumentPool",
     "PoolError",
     "build_context",
+    "is_longbench_pool",
     "load_distractors",
     "load_sources",
+    "longbench_pool",
     "pool_from_frame",
 ]
 
@@ -59,6 +68,23 @@ SEPARATOR = "\n\n"
 _HEAD_CHARS = 256  # boundary effects of a label/separator are measured on this many leading characters
 _MAX_ROUNDS = 8  # verify/repair rounds per context (each recounts the whole text)
 _SENTENCE_END = re.compile(r"(?<=[.!?]) ")
+#: what a source pool takes from each LongBench v1 dataset, as uservan/100-LongBench's
+#: ``utils/data_utils.py`` builds its tasks from ``get_dataset('LongBench', name)`` records (the
+#: record's ``input`` as the question, its ``answers``, its ``context`` as the document):
+#: ``qa`` one document with the question and answers (``generate_dataset_single_doc_qa``);
+#: ``multi_qa`` the context's passages (split at ``Passage i:``) as one multi-document sample
+#: with the question and answers (``generate_dataset_multi_doc_qa``); ``summary`` one document
+#: whose first answer is its summary and whose non-empty ``input`` is the summary's query
+#: (``generate_dataset_single_doc_sum``, ``generate_dataset_passage_retrieval``);
+#: ``multi_summary`` the passages as one sample with that summary (``generate_dataset_multi_doc_sum``,
+#: LongBench-E's multi_news). Records of other datasets are skipped and counted.
+LONGBENCH_SOURCES = {"qasper": "qa", "multifieldqa_en": "qa", "narrativeqa": "qa",
+                     "hotpotqa": "multi_qa", "2wikimqa": "multi_qa", "musique": "multi_qa",
+                     "gov_report": "summary", "qmsum": "summary", "multi_news": "multi_summary"}
+#: a LongBench record's fields a pool reads (THUDM/LongBench ``LongBench/README.md``, "Data Format")
+LONGBENCH_FIELDS = ("input", "context", "answers", "dataset", "_id")
+#: how ``data_utils.py`` splits a multi-document context into its passages (``re.split``; blank parts dropped)
+_PASSAGE_LABEL = re.compile(r"Passage \d+:\n")
 
 
 class PoolError(ValueError):
@@ -79,7 +105,7 @@ class DocumentPool:
     """Validated documents with their token counts (computed once).
 
     ``frame`` has ``row`` (1-based row in the file), ``id`` (string), ``text`` and, for a source
-    pool, ``question``, ``answers`` (list of strings), ``summary``, ``group``. ``skipped`` counts
+    pool, ``question``, ``answers`` (list of strings), ``summary``, ``query``, ``group``. ``skipped`` counts
     rows dropped on load by reason.
     """
 
@@ -160,10 +186,15 @@ def _check_nonblank(frame: pl.DataFrame, column: str, source: str, *, allow_null
         raise PoolError(f"{source}: row {row}: field {column!r} {what}")
 
 
-def _base_frame(raw: pl.DataFrame, source: str) -> pl.DataFrame:
+def _base_frame(raw: pl.DataFrame, source: str, rows: Optional[pl.Series] = None) -> pl.DataFrame:
+    """``raw`` with ``row`` (its 1-based row in the file, or ``rows``), ``text`` and ``id`` checked."""
     if "text" not in raw.columns:
-        raise PoolError(f"{source}: missing field 'text' (columns: {', '.join(raw.columns) or 'none'})")
-    frame = raw.with_row_index("row", offset=1).with_columns(pl.col("row").cast(pl.Int64))
+        raise PoolError(f"{source}: missing field 'text' (columns: {', '.join(raw.columns) or 'none'}; or "
+                        f"LongBench v1's released fields {', '.join(LONGBENCH_FIELDS)})")
+    if rows is None:
+        frame = raw.with_row_index("row", offset=1).with_columns(pl.col("row").cast(pl.Int64))
+    else:
+        frame = raw.with_columns(rows.cast(pl.Int64).alias("row"))
     frame = _require_string(frame, "text", source)
     _check_nonblank(frame, "text", source, allow_null=False)
     frame = frame.with_columns(pl.col("text").str.strip_chars())
@@ -183,11 +214,78 @@ def _base_frame(raw: pl.DataFrame, source: str) -> pl.DataFrame:
     return frame
 
 
+def is_longbench_pool(raw: pl.DataFrame) -> bool:
+    """A pool table in LongBench v1's released format: its fields and no ``text``."""
+    return "text" not in raw.columns and all(f in raw.columns for f in LONGBENCH_FIELDS)
+
+
+def _longbench_records(raw: pl.DataFrame, source: str) -> pl.DataFrame:
+    """The records' :data:`LONGBENCH_FIELDS` checked (``row`` added): one line naming the file, row
+    and field of the first bad one."""
+    frame = raw.with_row_index("row", offset=1).with_columns(pl.col("row").cast(pl.Int64))
+    for column in ("context", "dataset", "_id", "input"):
+        frame = _require_string(frame, column, source)
+        if column != "input":
+            _check_nonblank(frame, column, source, allow_null=False)
+    row = _first_row(frame, pl.col("input").is_null())
+    if row is not None:
+        raise PoolError(f"{source}: row {row}: field 'input' is missing")
+    if not (isinstance(frame.schema["answers"], pl.List) and frame.schema["answers"].inner in (pl.String, pl.Null)):
+        raise PoolError(f"{source}: field 'answers' must be a list of strings, got {frame.schema['answers']}")
+    frame = frame.with_columns(pl.col("answers").cast(pl.List(pl.String)))
+    answered = pl.col("answers").list.eval(pl.element().str.strip_chars().str.len_chars() > 0).list.all()
+    row = _first_row(frame, (pl.col("answers").list.len().fill_null(0) == 0) | ~answered.fill_null(False))
+    if row is not None:
+        raise PoolError(f"{source}: row {row}: field 'answers' is empty")
+    return frame
+
+
+def longbench_pool(raw: pl.DataFrame, source: str,
+                   kind: Literal["distractors", "sources"]) -> tuple[pl.DataFrame, pl.Series, dict[str, int]]:
+    """LongBench v1 records as a pool table (``text``, ``id`` and, for sources, the source
+    fields), the file row of each of its rows, and the records skipped by reason. Distractors:
+    every record's ``context``. Sources: :data:`LONGBENCH_SOURCES`; a passage of a multi-document
+    record is a row of the group ``_id``, with id ``<_id>#<i>``."""
+    frame = _longbench_records(raw, source)
+    if kind == "distractors":
+        return frame.select(text="context", id="_id"), frame["row"], {}
+    role = pl.col("dataset").str.replace(r"_e$", "").replace_strict(LONGBENCH_SOURCES, default=None)
+    frame = frame.with_columns(role=role)
+    unused = frame.filter(pl.col("role").is_null())["dataset"]
+    skipped = {f"LongBench datasets 100-LongBench builds no source from ({', '.join(sorted(set(unused)))})":
+               len(unused)} if len(unused) else {}
+    rows: list[dict] = []
+    for r in frame.filter(pl.col("role").is_not_null()).iter_rows(named=True):
+        qa = r["role"] in ("qa", "multi_qa")
+        fields = {"question": r["input"] if qa else None, "answers": r["answers"] if qa else None,
+                  "summary": None if qa else r["answers"][0],
+                  "query": None if qa or not r["input"].strip() else r["input"], "row": r["row"]}
+        if r["role"] in ("qa", "summary"):
+            rows.append({"text": r["context"], "id": r["_id"], "group": None, **fields})
+            continue
+        passages = [p for p in _PASSAGE_LABEL.split(r["context"]) if p.strip()]
+        if len(passages) < 2:
+            raise PoolError(f"{source}: row {r['row']}: field 'context' holds {len(passages)} passage(s) "
+                            f"(\"Passage i:\" labels); a {r['dataset']} record needs two or more")
+        repeat = next((i for i, p in enumerate(passages, 1) if p.strip() in {q.strip() for q in passages[:i - 1]}),
+                      None)
+        if repeat is not None:
+            raise PoolError(f"{source}: row {r['row']}: field 'context' repeats a passage (Passage {repeat})")
+        rows += [{"text": p, "id": f"{r['_id']}#{i}", "group": r["_id"], **fields} for i, p in enumerate(passages, 1)]
+    schema = {"text": pl.String, "id": pl.String, "group": pl.String, "question": pl.String,
+              "answers": pl.List(pl.String), "summary": pl.String, "query": pl.String, "row": pl.Int64}
+    out = pl.DataFrame(rows, schema=schema)
+    return out.drop("row"), out["row"], skipped
+
+
 def pool_from_frame(raw: pl.DataFrame, tokenizer: Tokenizer, *, source: str = "pool",
                     kind: Literal["distractors", "sources"] = "distractors") -> DocumentPool:
-    """Validate a pool table (see the module docstring) and tokenize its documents once."""
-    frame = _base_frame(raw, source)
-    skipped: dict[str, int] = {}
+    """Validate a pool table (see the module docstring; LongBench v1's released records too,
+    :func:`longbench_pool`) and tokenize its documents once."""
+    rows, skipped = None, {}
+    if is_longbench_pool(raw):
+        raw, rows, skipped = longbench_pool(raw, source, kind)
+    frame = _base_frame(raw, source, rows)
     if kind == "distractors":
         frame = frame.select("row", "id", "text")
         dup = frame["text"].is_duplicated() & ~frame["text"].is_first_distinct()
@@ -204,12 +302,13 @@ def pool_from_frame(raw: pl.DataFrame, tokenizer: Tokenizer, *, source: str = "p
 
 
 def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
-    for column in ("question", "summary", "group"):
+    for column in ("question", "summary", "query", "group"):
         if column not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.String).alias(column))
     if frame.schema["group"] != pl.String:
         frame = frame.with_columns(pl.col("group").cast(pl.String))
-    frame = _require_string(_require_string(frame, "question", source), "summary", source)
+    for column in ("question", "summary", "query"):
+        frame = _require_string(frame, column, source)
     if "answers" not in frame.columns:
         frame = frame.with_columns(answers=pl.lit(None, pl.List(pl.String)))
     dtype = frame.schema["answers"]
@@ -219,8 +318,8 @@ def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     elif not (isinstance(dtype, pl.List) and dtype.inner in (pl.String, pl.Null)):
         raise PoolError(f"{source}: field 'answers' must be a string or a list of strings, got {dtype}")
     frame = frame.with_columns(pl.col("answers").cast(pl.List(pl.String)))
-    _check_nonblank(frame, "question", source, allow_null=True)
-    _check_nonblank(frame, "summary", source, allow_null=True)
+    for column in ("question", "summary", "query"):
+        _check_nonblank(frame, column, source, allow_null=True)
     answers_ok = pl.col("answers").list.eval(pl.element().str.strip_chars().str.len_chars() > 0).list.all()
     row = _first_row(frame, pl.col("answers").is_not_null() & ~answers_ok.fill_null(False))
     if row is not None:
@@ -232,6 +331,10 @@ def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     if row is not None:
         raise PoolError(f"{source}: row {row}: field 'question' is missing (a row with 'answers' needs a 'question')")
     ungrouped = pl.col("group").is_null()
+    row = _first_row(frame, pl.col("query").is_not_null() & pl.col("summary").is_null()
+                     & (ungrouped | (pl.col("summary").null_count().over("group") == pl.len().over("group"))))
+    if row is not None:
+        raise PoolError(f"{source}: row {row}: field 'summary' is missing (a 'query' is the query of a summary)")
     row = _first_row(frame, ungrouped & pl.col("question").is_null() & pl.col("summary").is_null())
     if row is not None:
         raise PoolError(f"{source}: row {row}: needs 'question' + 'answers' or 'summary' (or a 'group')")
@@ -244,25 +347,28 @@ def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
             na=pl.col("answers").list.join("\x1f").n_unique().over(by)
             - pl.col("answers").null_count().over(by).clip(0, 1),
             ns=pl.col("summary").n_unique().over(by) - pl.col("summary").null_count().over(by).clip(0, 1),
+            nu=pl.col("query").n_unique().over(by) - pl.col("query").null_count().over(by).clip(0, 1),
         )
         for mask, what in (
             (pl.col("size") < 2, "has a single document (a group is a multi-document sample)"),
             (pl.col("nq") > 1, "has different values of 'question'"),
             (pl.col("na") > 1, "has different values of 'answers'"),
             (pl.col("ns") > 1, "has different values of 'summary'"),
+            (pl.col("nu") > 1, "has different values of 'query'"),
             ((pl.col("nq") == 0) & (pl.col("ns") == 0), "has no 'question' + 'answers' and no 'summary'"),
         ):
             hit = checks.filter(mask)
             if hit.height:
                 raise PoolError(f"{source}: row {hit['row'][0]}: field 'group' {hit['group'][0]!r} {what}")
-    same = pl.struct("text", "question", pl.col("answers").list.join("\x1f"), "summary", "group")
-    dup = frame.filter(same.is_duplicated()).select("row", _k=same)
+    same = pl.struct("text", "question", pl.col("answers").list.join("\x1f"), "summary", "query", "group")
+    dup = frame.with_row_index("_pos").filter(same.is_duplicated() & ~same.is_first_distinct()).select(
+        "row", _k=same)
     if dup.height:  # the same sample twice would be drawn, scored and counted twice
-        rows = dup.with_columns(_first=pl.col("row").min().over("_k")).filter(pl.col("row") > pl.col("_first"))
-        first, row = rows["_first"][0], rows["row"][0]
-        raise PoolError(f"{source}: row {row}: duplicate row (same text, question, answers, summary and group as "
-                        f"row {first})")
-    return frame.select("row", "id", "text", "question", "answers", "summary", "group")
+        row = dup["row"][0]
+        first = frame.filter(same.is_first_distinct() & (same == dup["_k"][0]))["row"][0]
+        raise PoolError(f"{source}: row {row}: duplicate row (same text, question, answers, summary, query and group "
+                        f"as row {first})")
+    return frame.select("row", "id", "text", "question", "answers", "summary", "query", "group")
 
 
 def load_distractors(uri: str, tokenizer: Tokenizer) -> DocumentPool:

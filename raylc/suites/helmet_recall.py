@@ -63,8 +63,9 @@ class HelmetRecallSuite(LengthSuite):
     multi-value needle (four values for one key in an essay haystack), JSON KV SubEM-scored,
     the needles by RULER recall (HELMET's ``ruler_recall``); the gold key or needle sits at
     ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
-    pool (JSONL/Parquet/CSV with a ``text`` column, local or s3://) for the multi-value
-    needle's essay; unset, RULER's repeated noise sentences are the filler."""
+    pool (JSONL/JSON/Parquet/CSV with a ``text`` column, local or s3://; RULER's
+    ``PaulGrahamEssays.json`` as published) for the multi-value needle's essay; unset, RULER's
+    repeated noise sentences are the filler."""
 
     kind: Literal["helmet_recall"]
     tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]

@@ -206,13 +206,14 @@ def around_context(template: str, **values: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class _Item:
-    """One source sample: its documents (source-pool indices), question/answers or summary."""
+    """One source sample: its documents (source-pool indices), question/answers or summary (and its query)."""
 
     sample_id: str
     docs: tuple[int, ...]
     question: Optional[str]
     answers: Optional[tuple[str, ...]]
     summary: Optional[str]
+    query: Optional[str] = None
 
 
 def source_items(sources: DocumentPool, task: str) -> list[_Item]:
@@ -222,15 +223,15 @@ def source_items(sources: DocumentPool, task: str) -> list[_Item]:
         need = "question" if task == "multi_doc_qa" else "summary"
         groups = (f.filter(pl.col("group").is_not_null())
                   .group_by("group", maintain_order=True)
-                  .agg(pl.col("_i"), pl.col("question").drop_nulls().first(),
-                       pl.col("answers").drop_nulls().first(), pl.col("summary").drop_nulls().first())
+                  .agg(pl.col("_i"), *(pl.col(c).drop_nulls().first() for c in ("question", "answers", "summary",
+                                                                                  "query")))
                   .filter(pl.col(need).is_not_null()))
         return [_Item(g["group"], tuple(g["_i"]), g["question"], tuple(g["answers"]) if g["answers"] else None,
-                      g["summary"]) for g in groups.iter_rows(named=True)]
+                      g["summary"], g["query"]) for g in groups.iter_rows(named=True)]
     need = "question" if task == "single_doc_qa" else "summary"
     rows = f.filter(pl.col("group").is_null() & pl.col(need).is_not_null())
-    return [_Item(r["id"], (r["_i"],), r["question"], tuple(r["answers"]) if r["answers"] else None, r["summary"])
-            for r in rows.iter_rows(named=True)]
+    return [_Item(r["id"], (r["_i"],), r["question"], tuple(r["answers"]) if r["answers"] else None, r["summary"],
+                  r["query"]) for r in rows.iter_rows(named=True)]
 
 
 def _rng(seed: int, task: str, key: int, length: int) -> np.random.Generator:
@@ -329,10 +330,12 @@ def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
         return _row(task, item.sample_id, length, ctx, head, tail, item.question, list(item.answers),
                     item.answers[0], labels)
     if task == "single_doc_sum":
-        question = f"Write a one-page summary of Passage {labels[0]} into a few short sentences."
+        instruction = f"Write a one-page summary of Passage {labels[0]} into a few short sentences"
     else:
-        question = ("Combine and summarize the main ideas from the selected relevant passages into one cohesive "
-                    f"summary: {_passages(sorted(labels))}.")
+        instruction = ("Combine and summarize the main ideas from the selected relevant passages into one cohesive "
+                       f"summary: {_passages(sorted(labels))}")
+    # data_utils.py: f'{instruction}: {inp}' if len(inp) > 0 else f'{instruction}.' (inp: QMSum's query)
+    question = f"{instruction}: {item.query}" if item.query else f"{instruction}."
     head, tail = around_context(PROMPTS[task], input=question)
     return _row(task, item.sample_id, length, ctx, head, tail, question, [item.summary], item.summary, labels)
 
@@ -405,9 +408,11 @@ def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
     logged and visible in :func:`longbench100_report`."""
     tok = get_tokenizer(suite.tokenizer)
     pool = load_distractors(suite.data_path(suite.distractors), tok)
-    if pool.skipped:
-        log.warning("%s: skipped %s", pool.source, ", ".join(f"{n} rows ({why})" for why, n in pool.skipped.items()))
     sources = load_sources(suite.data_path(suite.sources), tok) if set(suite.tasks) & set(SOURCE_TASKS) else None
+    for loaded in (pool, sources):
+        if loaded is not None and loaded.skipped:
+            log.warning("%s: skipped %s", loaded.source,
+                        ", ".join(f"{n} rows ({why})" for why, n in loaded.skipped.items()))
     rows: list[dict] = []
     for task in suite.tasks:
         if task in SYNTHETIC:

@@ -248,3 +248,18 @@ def test_a_parquet_folder_reads_with_or_without_a_trailing_slash(tmp_path):
     pl.DataFrame({"a": [1, 2]}).write_parquet(folder / "part-0.parquet")
     for uri in (str(folder), f"{folder}/"):
         assert read_input(uri)["a"].to_list() == [1, 2]
+
+
+def test_json_files_are_a_list_of_objects_or_one_object(tmp_path):
+    """``.json``: a JSON list of objects (one row each), or one object (one row: RULER's
+    PaulGrahamEssays.json); anything else is one line naming the record."""
+    (tmp_path / "list.json").write_text(json.dumps([{"text": "a", "n": 1}, {"text": "b", "n": None}]))
+    assert read_input(str(tmp_path / "list.json")).to_dicts() == [{"text": "a", "n": 1}, {"text": "b", "n": None}]
+    (tmp_path / "one.json").write_text(json.dumps({"text": "Essay one.\n\nEssay two."}))
+    assert read_input(str(tmp_path / "one.json")).to_dicts() == [{"text": "Essay one.\n\nEssay two."}]
+    (tmp_path / "bad.json").write_text(json.dumps([{"text": "a"}, "b"]))
+    with pytest.raises(StoreError, match=r"bad.json: record 1: expected a JSON object, got str$"):
+        read_input(str(tmp_path / "bad.json"))
+    (tmp_path / "broken.json").write_text('[{"text": "a"},\n {"text": }]')
+    with pytest.raises(StoreError, match=r"broken.json: invalid JSON at line 2, column 11"):
+        read_input(str(tmp_path / "broken.json"))

@@ -1,4 +1,5 @@
-"""`raylc submit` and plain `ray job submit --working-dir` against a local Ray head on 127.0.0.1."""
+"""`raylc submit` and plain `ray job submit --working-dir` against a local Ray head on 127.0.0.1,
+and the wait for a job agent that is still starting (a fake Jobs API, and real heads)."""
 
 import subprocess
 import sys
@@ -7,7 +8,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+from cli_runner import raylc
+from doubles.jobs_api import JOB_ID, NO_AGENT, FakeJobsAPI
+from hypothesis import given
+from hypothesis import strategies as st
 from raycluster import LocalHead
+
+from raylc.run.submit import AGENT_PAUSES_S, SubmitError, submit, when_agent_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/problems.parquet", "report/recovery.parquet"]
@@ -22,6 +29,16 @@ def small_job():
     path.write_text(yaml.safe_dump(spec))
     yield path.relative_to(ROOT).as_posix()
     path.unlink()
+
+
+TINY = "name: tiny\nsuite: {kind: planted, tasks: [planted-a], problems_per_task: 2, min_units: 20, max_units: 40}\n"
+
+
+def _tiny_job(folder: Path, extra: str = "") -> Path:
+    """A tiny job alone in ``folder``, the working directory the submission uploads."""
+    folder.mkdir(exist_ok=True)
+    (folder / "job.yaml").write_text(TINY + extra)
+    return folder / "job.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +165,161 @@ def test_the_entrypoint_passes_every_set_on_quoted():
     assert got == ("python -m raylc run jobs/q.yaml --store s3://b/runs --run-id r1 --set seed=3 "
                    "--set 'name=my run' --set 'suite.lengths=[1, 2]'")
     assert build_entrypoint("jobs/q.yaml", None, None) == "python -m raylc run jobs/q.yaml"
+
+
+# --------------------------------------------------------------------------------------------- #
+# a cluster whose job agent is still starting
+# --------------------------------------------------------------------------------------------- #
+
+
+def _waiting(address: str, limit: str) -> str:
+    return (f"waiting for the cluster's job agent at {address}: {NO_AGENT!r} "
+            f"(retrying for up to {limit} s, ray.connect_timeout_s)")
+
+
+class FakeTime:
+    """A clock that only the test's sends and the retry's pauses move."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+quarters = st.integers(1, 400).map(lambda q: q / 4)  # exact in binary: the clock's sums compare exactly
+
+
+@given(refusals=st.integers(0, 15), limit=quarters, cost=st.integers(0, 48).map(lambda q: q / 4))
+def test_the_wait_for_the_agent_keeps_to_its_limit(refusals, limit, cost):
+    """Refused ``refusals`` times (each answer taking ``cost`` s): the submission is retried
+    after pauses that double from 0.5 s to 5 s, never past the limit counted from the first
+    refusal; it gives up exactly when a refusal comes at or after that limit, says once what it
+    waits for, and is never retried after it is accepted."""
+    clock, sent, notices = FakeTime(), [], []
+
+    def send() -> str:
+        clock.now += cost
+        sent.append(clock.now)
+        if len(sent) <= refusals:
+            raise RuntimeError(f"Request failed with status code 500: {NO_AGENT}.")
+        return JOB_ID
+
+    try:
+        outcome = when_agent_ready(send, "http://h:8265", limit, notices.append, clock.sleep, lambda: clock.now)
+    except SubmitError as exc:
+        outcome = exc
+    first, refused = (sent[0] if sent else 0.0), sent[:refusals]
+    late = [t for t in refused[1:] if t - first >= limit]
+    if late:
+        assert isinstance(outcome, SubmitError) and sent[-1] == late[0]
+        assert str(outcome) == (f"http://h:8265: the cluster's job agent was not up within {limit:g} s "
+                                f"({NO_AGENT!r}); a cluster that is still starting may need longer: "
+                                f"--set ray.connect_timeout_s=SECONDS")
+        assert sent[-1] - first <= limit + cost  # the limit, and the last answer's own time
+    else:
+        assert outcome == JOB_ID and len(sent) == refusals + 1
+    pauses = [min(AGENT_PAUSES_S[1], AGENT_PAUSES_S[0] * 2 ** i) for i in range(len(clock.sleeps))]
+    assert clock.sleeps == [min(p, first + limit - t) for p, t in zip(pauses, sent)]
+    assert notices == ([_waiting("http://h:8265", f"{limit:g}")] if refusals else [])
+
+
+def test_other_submission_errors_are_not_retried():
+    def send():
+        raise RuntimeError("Request failed with status code 500: Failed to submit job due to unexpected exception.")
+
+    notices: list[str] = []
+    with pytest.raises(RuntimeError, match="unexpected exception"):
+        when_agent_ready(send, "http://h:8265", 60, notices.append, sleep=lambda s: pytest.fail("retried"))
+    assert notices == []
+
+
+def test_submit_waits_for_the_agent_of_a_fake_head(tmp_path):
+    """Ray's client against a Jobs API that refuses three submissions as a starting head does:
+    the fourth is accepted, after pauses of 0.5, 1 and 2 s (here not slept)."""
+    api = FakeJobsAPI("starting", refusals=3)
+    notices: list[str] = []
+    pauses: list[float] = []
+    try:
+        job = _tiny_job(tmp_path / "wd")
+        got = submit(job, api.address, wait=False, working_dir=job.parent, log=lambda m: None,
+                     notice=notices.append, sleep=pauses.append)
+    finally:
+        api.close()
+    assert got == (JOB_ID, "PENDING")
+    assert api.posts == 4 and pauses == [0.5, 1.0, 2.0]
+    assert notices == [_waiting(api.address, "60")]
+
+
+def test_submit_to_a_head_that_keeps_refusing_ends_after_its_limit(tmp_path):
+    """`ray.connect_timeout_s` 0.3 s: refused, one pause of 0.3 s (the limit, not 0.5 s), refused
+    again, then one line and exit 1 (a cluster that did not answer), no traceback."""
+    api = FakeJobsAPI("starting", refusals=None)
+    try:
+        job = _tiny_job(tmp_path / "wd", "ray: {connect_timeout_s: 0.3}\n")
+        proc = raylc("submit", "job.yaml", "--address", api.address, "--working-dir", job.parent, cwd=job.parent)
+    finally:
+        api.close()
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert _waiting(api.address, "0.3") in lines
+    assert lines[-1] == (f"error: {api.address}: the cluster's job agent was not up within 0.3 s ({NO_AGENT!r}); "
+                         f"a cluster that is still starting may need longer: --set ray.connect_timeout_s=SECONDS")
+    assert api.posts == 2
+
+
+def test_cli_submit_waits_for_the_agent_and_follows_the_job(tmp_path):
+    """The command line: refused once (one pause of 0.5 s), accepted, followed to SUCCEEDED; the
+    waiting line goes to standard error, the job's lines to standard output."""
+    api = FakeJobsAPI("starting", refusals=1)
+    try:
+        job = _tiny_job(tmp_path / "wd")
+        proc = raylc("submit", "job.yaml", "--address", api.address, "--working-dir", job.parent, cwd=job.parent)
+    finally:
+        api.close()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"submitted {JOB_ID}", f"{JOB_ID} SUCCEEDED"]
+    assert [line for line in proc.stderr.splitlines() if "waiting" in line] == [_waiting(api.address, "60")]
+    assert api.posts == 2
+
+
+@pytest.mark.ray
+def test_submit_right_after_the_head_starts(tmp_path, tmp_path_factory):
+    """A job submitted as soon as a new head's dashboard answers, before its job agent is
+    registered, is taken and runs to the end: raylc submit waits for the agent."""
+    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray")  # short: Ray's socket paths live there
+    try:
+        cluster.wait_dashboard()
+        job = _tiny_job(tmp_path / "wd")
+        proc = subprocess.run([sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address,
+                               "--store", str(tmp_path / "store"), "--run-id", "early"],
+                              cwd=job.parent, capture_output=True, text=True, timeout=900)
+    finally:
+        cluster.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].endswith("SUCCEEDED")
+    assert '"status": "done"' in (tmp_path / "store" / "early" / "manifest.json").read_text()
+
+
+@pytest.mark.ray
+def test_submit_gives_up_on_a_real_head_without_a_job_agent(tmp_path, tmp_path_factory):
+    """A real head whose job agent never comes (its HTTP port is taken) answers as a starting
+    one does; raylc recognises Ray's own words, waits `ray.connect_timeout_s` (15 s: the head
+    itself waits 10 s before it answers) and ends with one line."""
+    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray", agent_port_taken=True)
+    try:
+        cluster.wait_dashboard()
+        job = _tiny_job(tmp_path / "wd", "ray: {connect_timeout_s: 15}\n")
+        proc = subprocess.run([sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address],
+                              cwd=job.parent, capture_output=True, text=True, timeout=300)
+        assert not cluster.agent_registered()
+    finally:
+        cluster.stop()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert _waiting(cluster.address, "15") in lines, proc.stderr[-3000:]
+    assert lines[-1].startswith(f"error: {cluster.address}: the cluster's job agent was not up within 15 s ")
+    assert "Traceback" not in proc.stderr

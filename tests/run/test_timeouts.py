@@ -7,17 +7,16 @@ connections and never replies, and a fake Jobs API that stops answering part way
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from doubles.jobs_api import FakeJobsAPI
 
 RAYLC = [sys.executable, "-m", "raylc"]
 SMALL = "name: small\nsuite: {kind: planted, tasks: [planted-a], problems_per_task: 2, min_units: 20, max_units: 40}\n"
@@ -64,62 +63,6 @@ def silent():
     port = SilentPort()
     yield port
     port.close()
-
-
-class FakeJobsAPI:
-    """A Jobs API on 127.0.0.1 that answers ``GET /api/version`` and then, per ``mode``:
-    ``hang``: nothing else ever; ``status``: packages exist, a submission is accepted, the log
-    websocket never answers, and the job's status is RUNNING once, then never answers."""
-
-    def __init__(self, mode: str) -> None:
-        self.release = threading.Event()
-        self.status_calls = 0
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _json(self, data: dict) -> None:
-                body = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _hang(self) -> None:
-                api.release.wait(600)
-
-            def do_GET(self):
-                if self.path == "/api/version":
-                    return self._json({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"})
-                if mode == "status" and self.path.startswith("/api/packages/"):
-                    return self._json({})
-                if mode == "status" and self.path == "/api/jobs/raysubmit_t":
-                    api.status_calls += 1
-                    if api.status_calls == 1:
-                        return self._json({"type": "SUBMISSION", "submission_id": "raysubmit_t", "job_id": None,
-                                           "status": "RUNNING", "entrypoint": "python -m raylc run x"})
-                self._hang()
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if mode == "status" and self.path == "/api/jobs/":
-                    return self._json({"job_id": "raysubmit_t", "submission_id": "raysubmit_t"})
-                self._hang()
-
-            do_PUT = do_POST
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _job(tmp_path: Path, extra: str = "") -> Path:

@@ -1,6 +1,8 @@
 """Document pools and the length-controlled context builder (100-LongBench Section 3.1)."""
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raylc.suites.context import (
+    LONGBENCH_SOURCES,
     BuiltContext,
     ContextTooLong,
     PoolError,
@@ -102,6 +105,11 @@ BAD_POOLS = [
                  "group": [None, None]}, None),
     ("sources", {"text": ["a", "b"], "group": ["g", "g"]}, "row 1: field 'group' 'g' has no 'question'"),
     ("sources", {"text": ["a"], "question": ["Q?"], "answers": [1]}, "field 'answers' must be a string or a list"),
+    ("sources", {"text": ["a", "b"], "question": ["Q?", None], "answers": [["x"], None], "query": ["q", None],
+                 "summary": [None, "S."]}, "row 1: field 'summary' is missing (a 'query' is the query of a summary)"),
+    ("sources", {"text": ["a", "b"], "summary": ["S.", None], "query": ["q1", "q2"], "group": ["g", "g"]},
+     "row 1: field 'group' 'g' has different values of 'query'"),
+    ("sources", {"text": ["a", "b"], "summary": ["S.", None], "query": [None, "q"], "group": ["g", "g"]}, None),
 ]
 
 
@@ -250,3 +258,131 @@ def test_with_a_real_subword_tokenizer(tmp_path):
         ctx = build_context(target, pool, np.random.default_rng(s), required=["Gold."], needles=["Key k is v."],
                             needle_at="sentence")
         assert ctx.tokens == tok.count(ctx.text) <= target and ctx.fill >= 0.95
+
+
+# --------------------------------------------------------------------------------------------- #
+# LongBench v1's released records as pools
+# --------------------------------------------------------------------------------------------- #
+
+LONGBENCH_FIXTURE = Path(__file__).resolve().parents[2] / "jobs" / "data" / "longbench" / "fixture.jsonl"
+
+
+def _record(dataset: str, _id: str, context: str, answers: list[str], input: str = "") -> dict:
+    """A record in LongBench v1's released format (THUDM/LongBench, LongBench/README.md)."""
+    return {"input": input, "context": context, "answers": answers, "length": len(context.split()),
+            "dataset": dataset, "language": "en", "all_classes": None, "_id": _id}
+
+
+def _passages(*texts: str) -> str:
+    """A multi-document context as LongBench lays it out (hotpotqa, 2wikimqa, musique, multi_news)."""
+    return "".join(f"Passage {i}:\n{t}\n" for i, t in enumerate(texts, 1))
+
+
+def _write(path: Path, records: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return str(path)
+
+
+LONGBENCH_RECORDS = [
+    _record("qasper", "q1", "The paper trains a tagger on news text.", ["news text"], "What data is used?"),
+    _record("trec", "t1", "Question: Who wrote it?\nType: Human", ["Human"], "Who is he?"),
+    _record("hotpotqa", "h1", _passages("Eiffel Tower\nDesigned by Eiffel.", "Gustave Eiffel\nBorn in Dijon."),
+            ["Dijon", "Dijon, France"], "Where was the designer born?"),
+    _record("gov_report", "g1", "The agency reviewed costs. Costs rose.", ["Costs rose, the agency found."]),
+    _record("qmsum", "m1", "Grad A: we chose the mic. Professor B: fine.", ["They chose the microphone."],
+            "What did the group decide about the microphone?"),
+    _record("multi_news_e", "n1", _passages("A storm hit the coast.", "Power was cut to towns."),
+            ["A storm hit the coast and cut power."]),
+]
+
+
+def test_longbench_v1_records_are_a_source_pool(tmp_path):
+    """100-LongBench builds its sources from LongBench records (utils/data_utils.py): input as the
+    question with the answers, the context as the document; a multi-document record's passages
+    form one group; a summary dataset's first answer is the summary, its input the query;
+    other datasets are skipped and counted. Rows name the record's line in the file."""
+    pool = load_sources(_write(tmp_path / "lb.jsonl", LONGBENCH_RECORDS), TOK)
+    got = pool.frame.drop("answers").to_dicts()
+    assert got == [
+        {"row": 1, "id": "q1", "text": "The paper trains a tagger on news text.", "question": "What data is used?",
+         "summary": None, "query": None, "group": None},
+        {"row": 3, "id": "h1#1", "text": "Eiffel Tower\nDesigned by Eiffel.",
+         "question": "Where was the designer born?", "summary": None, "query": None, "group": "h1"},
+        {"row": 3, "id": "h1#2", "text": "Gustave Eiffel\nBorn in Dijon.", "question": "Where was the designer born?",
+         "summary": None, "query": None, "group": "h1"},
+        {"row": 4, "id": "g1", "text": "The agency reviewed costs. Costs rose.", "question": None,
+         "summary": "Costs rose, the agency found.", "query": None, "group": None},
+        {"row": 5, "id": "m1", "text": "Grad A: we chose the mic. Professor B: fine.", "question": None,
+         "summary": "They chose the microphone.", "query": "What did the group decide about the microphone?",
+         "group": None},
+        {"row": 6, "id": "n1#1", "text": "A storm hit the coast.", "question": None,
+         "summary": "A storm hit the coast and cut power.", "query": None, "group": "n1"},
+        {"row": 6, "id": "n1#2", "text": "Power was cut to towns.", "question": None,
+         "summary": "A storm hit the coast and cut power.", "query": None, "group": "n1"},
+    ]
+    assert pool.frame["answers"].to_list() == [["news text"], ["Dijon", "Dijon, France"],
+                                               ["Dijon", "Dijon, France"], None, None, None, None]
+    assert pool.skipped == {"LongBench datasets 100-LongBench builds no source from (trec)": 1}
+
+
+def test_the_released_longbench_fixture_reads_as_both_pools():
+    """The shipped LongBench v1 fixture (30 records in the released format, 12 datasets) as is."""
+    records = [json.loads(line) for line in LONGBENCH_FIXTURE.read_text(encoding="utf-8").splitlines()]
+    distractors = load_distractors(str(LONGBENCH_FIXTURE), TOK)
+    unique = list(dict.fromkeys(r["context"].strip() for r in records))
+    assert distractors.texts == unique and distractors.skipped.get("duplicate text", 0) == len(records) - len(unique)
+    sources = load_sources(str(LONGBENCH_FIXTURE), TOK)
+    used = [r for r in records if r["dataset"].removesuffix("_e") in LONGBENCH_SOURCES]
+    assert {r["dataset"] for r in used} == {"hotpotqa", "gov_report"}
+    assert sorted(set(sources.frame["group"].drop_nulls())) == sorted(r["_id"] for r in used
+                                                                    if r["dataset"] == "hotpotqa")
+    assert sources.frame.filter(pl.col("summary").is_not_null())["summary"].to_list() == [
+        r["answers"][0] for r in used if r["dataset"] == "gov_report"]
+    assert sum(sources.skipped.values()) == len(records) - len(used)
+
+
+@settings(max_examples=40, deadline=None)
+@given(texts=st.lists(st.text(st.characters(categories=("L", "N", "P", "S", "Zs"), include_characters="\n"),
+                              min_size=1, max_size=40)
+                      .filter(lambda t: t.strip() and "Passage" not in t), min_size=2, max_size=6))
+def test_a_multi_document_record_is_its_passages(tmp_path_factory, texts):
+    """``re.split(r'Passage \\d+:\\n', context)`` with the blank parts dropped, as data_utils.py
+    splits hotpotqa's and multi_news' contexts: each passage is one document of the group (a
+    passage that repeats is refused: the group would hold one document twice)."""
+    path = _write(tmp_path_factory.mktemp("lb") / "lb.jsonl",
+                  [_record("musique", "x", _passages(*texts), ["a"], "Q?")])
+    stripped = [t.strip() for t in texts]
+    if len(set(stripped)) < len(stripped):
+        with pytest.raises(PoolError, match=r"row 1: field 'context' repeats a passage \(Passage \d+\)$"):
+            load_sources(path, TOK)
+        return
+    pool = load_sources(path, TOK)
+    assert pool.texts == stripped
+    assert pool.frame["group"].to_list() == ["x"] * len(texts)
+
+
+BAD_LONGBENCH = [
+    ({"context": None}, "row 2: field 'context' is missing"),
+    ({"context": " "}, "row 2: field 'context' is empty"),
+    ({"answers": []}, "row 2: field 'answers' is empty"),
+    ({"answers": [""]}, "row 2: field 'answers' is empty"),
+    ({"input": None}, "row 2: field 'input' is missing"),
+    ({"dataset": None}, "row 2: field 'dataset' is missing"),
+    ({"context": "Eiffel Tower. Gustave Eiffel."},
+     "row 2: field 'context' holds 1 passage(s) (\"Passage i:\" labels); a hotpotqa record needs two or more"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_LONGBENCH)
+def test_bad_longbench_records_one_line(tmp_path, change, message):
+    records = [LONGBENCH_RECORDS[0], {**LONGBENCH_RECORDS[2], **change}]
+    path = _write(tmp_path / "lb.jsonl", records)
+    with pytest.raises(PoolError) as err:
+        load_sources(path, TOK)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_longbench_answers_must_be_a_list(tmp_path):
+    path = _write(tmp_path / "lb.jsonl", [{**LONGBENCH_RECORDS[0], "answers": "news text"}])
+    with pytest.raises(PoolError, match=r"lb.jsonl: field 'answers' must be a list of strings, got String$"):
+        load_distractors(path, TOK)

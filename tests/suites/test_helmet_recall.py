@@ -124,8 +124,23 @@ def test_haystack_pool_is_the_multivalue_filler(tmp_path):
         assert row["context_tokens"] <= 300
     pl.DataFrame({"body": docs}).write_ndjson(tmp_path / "bad.jsonl")
     bad = suite.model_copy(update={"haystack": str(tmp_path / "bad.jsonl")})
-    with pytest.raises(PoolError, match=r"bad.jsonl: missing field 'text' \(columns: body\)"):
+    with pytest.raises(PoolError, match=r"bad.jsonl: missing field 'text' \(columns: body; "):
         build_helmet_recall(bad, seed=0)
+
+
+def test_rulers_published_essay_file_is_a_haystack(tmp_path):
+    """RULER publishes its essay haystack as ``PaulGrahamEssays.json``, one JSON object
+    ``{"text": <the essays>}`` (``download_paulgraham_essay.py``: ``json.dump({"text": text}, f)``):
+    read as it is, its sentences are the multi-value needle's filler."""
+    essays = "How to start. Work on hard problems!\nWhy? Because they matter.\n\nThe second essay begins. It ends."
+    (tmp_path / "PaulGrahamEssays.json").write_text(json.dumps({"text": essays}))
+    suite = HelmetRecallSuite(kind="helmet_recall", tasks=["mv_needle"], lengths=[200], base_lengths=[200],
+                              samples_per_length=1, haystack=str(tmp_path / "PaulGrahamEssays.json"))
+    sentences = set(re.split(r"(?<=[.!?])\s+", essays.strip()))
+    for row in build_helmet_recall(suite, seed=0).iter_rows(named=True):
+        rest = re.sub(r"One of the special magic numbers for \S+ is: \d+\.", "|", row["context"])
+        parts = [p for chunk in rest.split("|") for p in re.split(r"(?<=[.!?]) ", chunk.strip()) if p]
+        assert parts and set(parts) <= sentences
 
 
 def test_target_below_the_needle_is_a_one_line_error():

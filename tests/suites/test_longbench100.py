@@ -463,3 +463,54 @@ def test_threshold_zero_filters_nothing_as_eval_trec_py():
     zero = suite(tasks=["single_doc_qa"], prior_knowledge_threshold=0, lengths=[2048], samples_per_length=2)
     assert zero.prior_knowledge_threshold is None
     assert (build_longbench100(zero, seed=0)["length"] > 0).all()
+
+
+def _longbench_record(dataset: str, _id: str, context: str, answers: list[str], input: str = "") -> dict:
+    """A record in LongBench v1's released format (THUDM/LongBench, LongBench/README.md)."""
+    return {"input": input, "context": context, "answers": answers, "length": len(context.split()),
+            "dataset": dataset, "language": "en", "all_classes": None, "_id": _id}
+
+
+def test_a_suite_built_from_longbench_v1_records(tmp_path, caplog):
+    """Sources as LongBench v1 publishes them, built as 100-LongBench builds its tasks from them
+    (utils/data_utils.py): the record's input and answers for QA with its context (or, for a
+    multi-document record, the context's passages) among the distractors; a summary record's
+    first answer as the reference, its non-empty input appended to the instruction (QMSum's
+    query: f'{instruction}: {inp}'), and passage retrieval shown that summary."""
+    paper = ("The authors train a tagger on newswire. They report gains on three benchmarks. "
+             "The tagger uses a small model. ") * 3
+    records = [
+        _longbench_record("qasper", "q1", paper, ["newswire"], "What data is the tagger trained on?"),
+        _longbench_record("2wikimqa", "w1", "Passage 1:\nAlpha Film\nAlpha Film was directed by Ann Lee.\n"
+                          "Passage 2:\nAnn Lee\nAnn Lee was born in Oslo.\n", ["Oslo"],
+                          "Where was the director of Alpha Film born?"),
+        _longbench_record("qmsum", "m1", "Grad A: we should buy the new microphone. Professor B: agreed, buy it. "
+                          * 4, ["The group agreed to buy the new microphone."],
+                          "What did the group decide about the microphone?"),
+        _longbench_record("multi_news", "n1", "Passage 1:\nA storm hit the coast on Monday.\n"
+                          "Passage 2:\nPower was cut to many towns.\n", ["A storm hit the coast and cut power."]),
+        _longbench_record("lcc", "c1", "def f():\n    return 1\n", ["return 1"]),
+    ]
+    path = tmp_path / "longbench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    built = build_longbench100(suite(sources=str(path), lengths=[2048], base_lengths=[2048], samples_per_length=1,
+                                     tasks=["single_doc_qa", "multi_doc_qa", "single_doc_sum", "multi_doc_sum",
+                                            "passage_retrieval"]), seed=3)
+    check_samples(built)
+    assert f"{path}: skipped 1 rows (LongBench datasets 100-LongBench builds no source from (lcc))" in caplog.messages
+    rows = {r["task"]: r for r in built.filter(pl.col("length") > 0).iter_rows(named=True)}
+    assert rows["single_doc_qa"]["question"] == "What data is the tagger trained on?"
+    assert rows["single_doc_qa"]["answers"] == ["newswire"]
+    assert passages(rows["single_doc_qa"]["context"])[rows["single_doc_qa"]["gold_passages"][0] - 1] == paper.strip()
+    multi = rows["multi_doc_qa"]
+    assert multi["answers"] == ["Oslo"] and len(multi["gold_passages"]) == 2
+    shown = [passages(multi["context"])[i - 1] for i in multi["gold_passages"]]
+    assert sorted(shown) == ["Alpha Film\nAlpha Film was directed by Ann Lee.", "Ann Lee\nAnn Lee was born in Oslo."]
+    summary = rows["single_doc_sum"]
+    assert summary["question"] == (f"Write a one-page summary of Passage {summary['gold_passages'][0]} into a few "
+                                   "short sentences: What did the group decide about the microphone?")
+    assert summary["answers"] == ["The group agreed to buy the new microphone."]
+    listed = ",".join(f"Passage {i}" for i in sorted(rows["multi_doc_sum"]["gold_passages"]))
+    assert rows["multi_doc_sum"]["question"] == ("Combine and summarize the main ideas from the selected relevant "
+                                                 f"passages into one cohesive summary: {listed}.")
+    assert rows["passage_retrieval"]["question"] == "The group agreed to buy the new microphone."  # ungrouped
