@@ -12,7 +12,7 @@ mapper in ``__init__``, ``fit(observations)`` returning self, learned ``problems
 ``tasks_``, ``selection_``) validates the table (:class:`ObservationError`), selects scenarios
 (:func:`raylc.dolce.scenario.select_scenarios`), cuts it into one frame per (task, subset)
 and runs :func:`fit_subset` on each, in-process or through a ``mapper`` such as
-:func:`raylc.run.ray_exec.map_tasks` (one Ray task per subset). The per-subset fit is a
+:func:`raylc.run.tasks.map_tasks` (one Ray task per subset). The per-subset fit is a
 pure function of its frame, so both ways give identical frames. :func:`fit_observations` is
 the same as a function.
 """
@@ -250,7 +250,7 @@ class DolceFit:
 
     Hyperparameters: ``options`` (:class:`~raylc.dolce.options.FitOptions`: scenario
     selection, COW threshold, EM steps, PIG options) and ``mapper`` (``mapper(fn, frames,
-    *args)``, e.g. :func:`raylc.run.ray_exec.map_tasks`; None: in process). :meth:`fit` sets:
+    *args)``, e.g. :func:`raylc.run.tasks.map_tasks`; None: in process). :meth:`fit` sets:
 
     * ``selection_``: the scenario of every problem (:data:`SELECTION_SCHEMA`: task, problem_id,
       subset, scenario, dip_pvalue, task_dip_pvalue; sorted by task, problem_id);
