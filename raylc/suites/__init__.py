@@ -2,7 +2,7 @@
 
 Importing this package registers the built-in suites."""
 
-from raylc.suites import documents, helmet_recall, longbench, longbench100, longbench_v2, planted, thesis  # noqa: F401 (registers)
+from raylc.suites import documents, helmet_recall, layouts, longbench, longbench100, longbench_v2, planted, thesis  # noqa: F401 (registers)
 from raylc.suites.planted import PlantedSuite
 from raylc.suites.registry import SUITES, DolceSuite, SuiteConfig, SweepSuite, register_suite
 
