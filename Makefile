@@ -55,9 +55,11 @@ $(SMOLLM2)/.raylc-complete.json: | $(REAL_VENV)/.installed
 
 install-real: $(REAL_VENV)/.installed $(SMOLLM2)/.raylc-complete.json
 
-# A DOLCE job and a HELMET recall sweep with a real model through vLLM's CPU engine in Ray Data.
+# Two DOLCE jobs (hand-written documents; generated documents of known layout) and a HELMET recall
+# sweep with a real model through vLLM's CPU engine in Ray Data.
 real-demo: install-real
 	$(REAL)/raylc run jobs/real-dolce-smollm2.yaml
+	$(REAL)/raylc run jobs/real-dolce-layouts-smollm2.yaml
 	$(REAL)/raylc run jobs/real-helmet-smollm2.yaml
 
 # Real-engine tests (tests/real): one process, one shared Ray instance, eager engines.

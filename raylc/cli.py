@@ -398,15 +398,14 @@ def fit(
     """DOLCE fit of an observation table: lambda, k and focus category per problem."""
 
     from raylc.dolce.commands import run_fit
-    from raylc.dolce.report import category_matrix
+    from raylc.dolce.report import print_report
+    from raylc.dolce.stages import report as report_tables
     from raylc.io.tables import console, rich_table
 
     out_frames = run_fit(observations, out, options, compare_uri=compare, mapper=_table_mapper(ray), figures=figures)
     screen = console()
-    problems = out_frames["problems"]
-    counts = problems.group_by("task", "subset", "scenario", "category").len("n").with_columns(
-        share=pl.col("n") / pl.col("n").sum().over("subset"))
-    screen.print(rich_table(category_matrix(counts), "DOLCE focus categories", pct=("I", "II", "III", "IV", "V")))
+    # the run's report tables (categories with their intervals, the probe check), as `raylc run` prints them
+    print_report(report_tables(out_frames["problems"], out_frames["tasks"], pl.DataFrame(), pl.DataFrame()), screen)
     if "compare" in out_frames:
         screen.print(rich_table(out_frames["compare"].with_columns(pl.selectors.float().round(4)),
                                 f"Compared with {compare}"))

@@ -75,8 +75,16 @@ def closed_form_cover_prob(lam: int, k: int, L: int, C: int) -> Fraction:
 
 
 # --------------------------------------------------------------------------- literal Algorithm 1
-def reference_cow_em(observations, n_steps: int = 10) -> dict:
+def reference_cow_em(observations, n_steps: int = 10, not_covered: str = "fitted") -> dict:
     """Algorithm 1, transcribed per observation with loops over i, j, lambda, k, x.
+
+    ``not_covered``: "idk" is Eq. 3 as printed (the oracle says IDK on a span without its
+    evidence); "fitted" replaces Eq. 3's P(0|O) = 0, P(IDK|O) = 1 - pi by (1 - pi) q(0),
+    (1 - pi) q(IDK), with q a task-level distribution started at the shares of 0 and IDK among
+    the observations with 0 < C < L and x != 1 ((1/2, 1/2) without any), and re-estimated
+    at the top of every step after the first (with the noise M-step) from the previous E-step:
+    q(x) proportional to sum over observations with C_ij >= lambda_i* (the previous step's
+    pair) and x_ij = x of q_ij(O | x), for x in {0, IDK}; unchanged when that mass is 0.
 
     ``observations``: iterable of (problem, L, C, x) with x in {1, 0, None (IDK)}. Typo
     resolutions (same as COWFit): priors P_i(z) = sum_j q_ij(z|x_ij) / |J_i|; the duplicated
@@ -114,7 +122,17 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
     P_z = {i: {"N": 0.5, "O": 0.5} for i in problems}
     P_N: dict = {}
     out_lam, out_k, out_ll = {}, {}, {}
+    q_nc = {0: 0.0, IDK: 1.0}
+    if not_covered == "fitted":  # the start: shares of 0 and IDK on partial spans (1/2 each without)
+        miss = {x: sum(1 for i in problems for C, x_ij in J[i] if 0 < C < L[i] and x_ij == x) for x in (0, IDK)}
+        tot = miss[0] + miss[IDK]
+        q_nc = {x: miss[x] / tot for x in (0, IDK)} if tot else {0: 0.5, IDK: 0.5}
     for _t in range(n_steps):
+        if not_covered == "fitted" and _t > 0:  # M-step: the not-covered outcome q
+            mass = {x: sum(q[i][j]["O"][x] * (J[i][j][1] == x and J[i][j][0] >= out_lam[i])
+                           for i in problems for j in range(len(J[i]))) for x in (0, IDK)}
+            if mass[0] + mass[IDK] > 0:
+                q_nc = {x: mass[x] / (mass[0] + mass[IDK]) for x in (0, IDK)}
         # M-step: P(x | z = N)
         den = sum(
             q[i][j]["N"][x2] * (J[i][j][1] == x2) for i in problems for j in range(len(J[i])) for x2 in X_VALUES
@@ -144,7 +162,8 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
                     P_ij = []
                     for C_ij, x_ij in J[i]:
                         p = pi(lam, k, L[i], C_ij)
-                        par = {1: p ** (x_ij == 1), 0: 0.0 ** (x_ij == 0), IDK: (1.0 - p) ** (x_ij is IDK)}  # Eq. 3
+                        par = {1: p ** (x_ij == 1), 0: ((1.0 - p) * q_nc[0]) ** (x_ij == 0),
+                               IDK: ((1.0 - p) * q_nc[IDK]) ** (x_ij is IDK)}  # Eq. 3 with q
                         P_ij.append(
                             {
                                 x: nonpar[x] ** (x_ij == x and C_ij < lam) * par[x] ** (x_ij == x and C_ij >= lam)
@@ -183,6 +202,7 @@ def reference_cow_em(observations, n_steps: int = 10) -> dict:
         "prior_oracle": [P_z[i]["O"] for i in problems],
         "lam_q": [max_partial[i] for i in problems],
         "noise": [P_N[x] for x in X_VALUES],
+        "not_covered": [q_nc[0], q_nc[IDK]],
     }
 
 
@@ -243,6 +263,7 @@ def simulate_cow_task(
     task: str = "sim",
     stride_fraction: float = 0.0,
     p_closed_book: float = 0.0,
+    p_wrong: float = 0.0,
 ) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray]:
     """Observation table drawn from the COW model with planted (lambda, k) per problem.
 
@@ -257,7 +278,9 @@ def simulate_cow_task(
     every C, C = 0 included. Each outcome is noise with probability
     rho_i ~ U(0, rho_max) (task noise distribution over 1, 0, IDK; Dirichlet(2, 2, 2) unless
     given), else oracle: for C >= lambda, 1 if the span covers a copy, else IDK; for
-    C < lambda, 0 with probability ``p_zero_below``, else IDK.
+    C < lambda, 0 with probability ``p_zero_below``, else IDK. ``p_wrong``: on a span at or
+    above lambda that misses the copies the oracle answers wrongly (0) with this probability
+    instead of IDK (a probe that does not always abstain as told).
     Returns (obs, planted, noise): obs has the columns of ``fit_cow_task`` (score 1.0 / 0.0 /
     null), planted has problem_id, L, planted_lam, planted_k, rho.
     """
@@ -267,7 +290,8 @@ def simulate_cow_task(
     planted = []
     for n in range(n_problems):
         L = int(rng.integers(L_range[0], L_range[1] + 1))
-        lam = PLANTED_LAMS[rng.integers(len(PLANTED_LAMS))]
+        lams = [lam for lam in PLANTED_LAMS if lam == "L" or lam < L]  # every lambda of the ladder a context holds
+        lam = lams[rng.integers(len(lams))]
         lam = L if lam == "L" else lam
         k = int(rng.choice([k for k in PLANTED_KS if k * lam <= L]))
         rho = float(rng.uniform(0.0, rho_max))
@@ -284,6 +308,8 @@ def simulate_cow_task(
             elif C >= lam:
                 spans_copies = plant_copies(rng, L, lam, k, size=m) if replant_each_observation else copies
                 x = np.where(covers(starts, C, spans_copies, lam), 1, 2)
+                if p_wrong:
+                    x = np.where((x == 2) & (rng.random(m) < p_wrong), 0, x)
             else:
                 x = np.where(rng.random(m) < p_zero_below, 0, 2)
             x = np.where(rng.random(m) < rho, rng.choice(np.array([1, 0, 2]), size=m, p=noise), x)
@@ -358,12 +384,17 @@ def identity_mapper_pickled(fn, frames, *args):
 #: The COW calibration generators (issue 29): keyword arguments of :func:`simulate_cow_task`.
 #: "model": copies re-placed for every span (Eq. 3 exactly); "fixed": copies fixed per problem,
 #: as in a real document; "mix": fixed copies, 15% closed-book problems (lambda = 0), noise
-#: mostly IDK, take-every strides (every 2, at least C / 2), L from 50 to 1,000.
+#: mostly IDK, take-every strides (every 2, at least C / 2), L from 50 to 1,000; "wrong w": fixed
+#: copies, 15% closed-book problems, and a probe that answers wrongly instead of saying IDK with
+#: probability w where it lacks the evidence (below lambda, or a span missing the copies).
 COW_GENERATORS = {
     "model": dict(replant_each_observation=True),
     "fixed": dict(replant_each_observation=False),
     "mix": dict(replant_each_observation=False, p_closed_book=0.15, noise=(0.1, 0.15, 0.75), take_every=2,
                 stride_fraction=0.5, L_range=(50, 1000)),
+    **{f"wrong {w:g}": dict(replant_each_observation=False, p_closed_book=0.15, p_wrong=w) for w in (0.0, 0.5, 1.0)},
+    **{f"short{' wrong 1' if w else ''}": dict(replant_each_observation=False, p_closed_book=0.15, p_wrong=w,
+                                                L_range=(5, 12)) for w in (0.0, 1.0)},
 }
 
 

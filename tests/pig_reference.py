@@ -138,7 +138,7 @@ def exact_mode(lam: int, k: int, L: int, C: int) -> int:
 
 
 # --------------------------------------------------------------------------- literal Algorithm 2
-def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", likelihood: str = "hit_rate") -> dict:
+def reference_pig_em(observations, n_steps: int = 5, hit_rate: str = "mode", likelihood: str = "paper") -> dict:
     """Algorithm 2, transcribed per observation with loops over i, j, lambda, k, y, z.
 
     ``observations``: iterable of (problem, L, C, s) with s in [0, 1] or None (IDK). Typo

@@ -207,10 +207,6 @@ STORE_IMPORTERS = {"raylc.run.folder", "raylc.compare", "raylc.longscore", "rayl
 STORE_METHODS = {"path", "uri", "exists", "write_table", "read_table", "parquet_files", "folders", "table_ok",
                  "write_json", "read_json", "write_text", "write_bytes", "delete", "open_input", "open_output",
                  "read_text", "write_outputs"}
-#: PENDING: the DOLCE report (raylc/dolce/report.py) is rewritten in parallel; its write_report
-#: still writes through ``run.store`` and ``run.run_id`` and is no longer called (the report stage
-#: writes through RunFolder.write_outputs). Remove this entry with write_report.
-PENDING = {"raylc/dolce/report.py:write_report"}
 
 
 def _all_imports(path: Path) -> set[str]:
@@ -272,5 +268,5 @@ def test_the_scan_for_store_and_run_id_pairs_finds_them(tmp_path):
 def test_no_function_outside_the_run_folder_pairs_a_store_with_a_run_id():
     found = set().union(*(_store_pairs(p) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "folder.py"
                           or p.parent.name != "run"))
-    assert found == PENDING, sorted(found ^ PENDING)
+    assert not found, sorted(found)
 

@@ -348,7 +348,7 @@ def test_fuzz_plan(job, budget, price, write, overhead):
 @given(rows=table_rows(OBS_COLS, obs_tables()), fmt=st.sampled_from(["parquet", "csv", "jsonl"]),
        scenario=st.sampled_from(["auto", "cow", "pig", "auto", "bogus"]),
        threshold=st.sampled_from(["0.5", "0.5", "0", "1", "1.5"]),
-       pig_likelihood=st.sampled_from(["hit_rate", "score", "binned"]), figures=FIGURES)
+       pig_likelihood=st.sampled_from(["paper", "score", "binned"]), figures=FIGURES)
 def test_fuzz_fit(rows, fmt, scenario, threshold, pig_likelihood, figures):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -29,7 +29,7 @@ PROTOCOLS = {
     "thesis_units": ("Thesis", THESIS_TASKS),
 }
 #: registered suites that implement no published protocol
-NOT_PROTOCOLS = {"planted", "documents"}
+NOT_PROTOCOLS = {"planted", "documents", "layouts"}
 _CODE = re.compile(r"(`+)(.+?)\1")
 
 

@@ -106,12 +106,40 @@ def _quiet_vllm() -> Iterator[None]:
         root.setLevel(level)
 
 
+#: /proc/cpuinfo flags of a CPU that computes bfloat16 natively
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
+CPUINFO = "/proc/cpuinfo"
+
+
+def engine_dtype(probe: VLLMProbe, cpuinfo: Optional[str] = None) -> tuple[str, Optional[str]]:
+    """The engine's dtype and, for a resolved ``auto``, why: ``probe.dtype``, except that ``auto``
+    on ``device: cpu`` is bfloat16 where ``cpuinfo`` (default: the text of :data:`CPUINFO`) flags
+    avx512_bf16 or amx_bf16, else float32: without them vLLM's CPU kernels emulate bfloat16,
+    many times slower."""
+    if probe.dtype != "auto" or probe.device != "cpu":
+        return probe.dtype, None
+    if cpuinfo is None:
+        try:
+            with open(CPUINFO, encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    flags = {f for line in cpuinfo.splitlines() if line.split(":", 1)[0].strip() == "flags"
+             for f in line.split(":", 1)[1].split()}
+    native = [f for f in NATIVE_BF16 if f in flags]
+    if native:
+        return "bfloat16", f"probe.dtype auto on CPU: bfloat16 (this CPU has {' and '.join(native)})"
+    return "float32", ("probe.dtype auto on CPU: float32 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo's flags: "
+                       "bfloat16 would be emulated, many times slower)")
+
+
 def engine_kwargs(probe: VLLMProbe) -> dict[str, Any]:
     """``vllm.AsyncEngineArgs(**kwargs)`` for the probe (vLLM 0.33.0 ``EngineArgs`` names).
 
     ``replicas``, ``chat_template``, ``sampling``, ``truncation`` and the other operational
-    fields are ours, not vLLM's. A ``tokenizer`` given as ``hf:<name>`` is passed as ``<name>``.
-    Stats are on (``disable_log_stats=False``) so that every request reports its timing.
+    fields are ours, not vLLM's. A ``tokenizer`` given as ``hf:<name>`` is passed as ``<name>``;
+    ``dtype`` is :func:`engine_dtype`'s. Stats are on (``disable_log_stats=False``) so that every
+    request reports its timing.
     """
     kw: dict[str, Any] = {
         "model": probe.model,
@@ -120,7 +148,7 @@ def engine_kwargs(probe: VLLMProbe) -> dict[str, Any]:
         "gpu_memory_utilization": probe.gpu_memory_utilization,
         "enable_prefix_caching": probe.enable_prefix_caching,
         "enable_chunked_prefill": probe.enable_chunked_prefill,
-        "dtype": probe.dtype,
+        "dtype": engine_dtype(probe)[0],
         "disable_log_stats": False,
     }
     if probe.tokenizer:
@@ -386,6 +414,9 @@ class VLLMEngine:
             check_engine_args(probe, vllm=vllm)
         except ValueError as exc:
             raise BackendUnavailable(f"vLLM engine for {probe.model} not started: {exc}") from None
+        why = engine_dtype(probe)[1]
+        if why:
+            print(f"raylc: {why}", file=sys.stderr, flush=True)
         self._tail = tail = OutputTail()
         try:
             args = vllm.AsyncEngineArgs(**engine_kwargs(probe))

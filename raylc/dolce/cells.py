@@ -208,6 +208,14 @@ class CellStats:
     n: Any = None
     score_counts: Optional[tuple] = None
 
+    def weighted(self, C, weight) -> "CellStats":
+        """These statistics with every row's counts times the ``weight`` of its span length
+        (``C``, ``weight``: aligned arrays; lengths not listed keep weight 1)."""
+        table = dict(zip(np.asarray(C).tolist(), np.asarray(weight, dtype=np.float64).tolist()))
+        w = np.array([table.get(c, 1.0) for c in np.asarray(self.C).tolist()])
+        y = [np.asarray(a, dtype=np.float64) * w for a in (self.y1, self.y0, self.nidk)]
+        return CellStats(self.problem, self.L, self.C, *y)
+
     @classmethod
     def from_scores(cls, problem, L, C, s) -> "CellStats":
         """One row per observation: score s in [0, 1], NaN = IDK (``score_counts`` included)."""
@@ -237,6 +245,35 @@ class CellStats:
         if np.any(np.abs(Y.sum(axis=1) - n) > 1e-9 * np.maximum(1.0, n)):
             raise ValueError("inconsistent statistics: n must equal y1 + y0 + nidk")
         return Y
+
+
+#: Problems that the pooled autocorrelation of :func:`overlap_weights` reads at most.
+OVERLAP_PROBLEMS = 256
+
+
+def overlap_weights(obs: pl.DataFrame, hit: pl.Expr) -> pl.DataFrame:
+    r"""Per span length C of one task, the weight (1 - r) / (1 + r) that turns a cell's counts
+    into an effective sample size: r is the lag-1 autocorrelation of the outcome ``hit`` (0/1)
+    between a problem's consecutive spans of length C (in start order), pooled over the problems
+    after centring each on its own mean, clipped to [0, 1).
+
+    Eq. 3 draws a span's outcome independently of the others. In a document the evidence stays
+    put, so spans that overlap share it: at stride 1 the spans covering a copy form a run of
+    about C - lambda + 1 hits, and the cell holds far fewer independent outcomes than spans. The
+    AR(1) effective sample size n (1 - r) / (1 + r) counts each such run about once (r near 1)
+    and leaves spans drawn independently (r near 0) whole. r is pooled over at most
+    :data:`OVERLAP_PROBLEMS` problems (the first by id), which fix it to a few hundredths.
+    Returns C, r, weight."""
+    ids = obs["problem_id"].unique()
+    if ids.len() > OVERLAP_PROBLEMS:
+        obs = obs.filter(pl.col("problem_id").is_in(ids.sort().head(OVERLAP_PROBLEMS).implode()))
+    o = obs.select("problem_id", "C", "start", h=hit.cast(pl.Float64)).sort("problem_id", "C", "start")
+    d = pl.col("h") - pl.col("h").mean().over("problem_id", "C")
+    o = o.with_columns(d=d).with_columns(nxt=pl.col("d").shift(-1).over("problem_id", "C"))
+    r = o.group_by("C").agg(num=(pl.col("d") * pl.col("nxt")).sum(), den=(pl.col("d") ** 2).sum())
+    r = r.with_columns(r=pl.when(pl.col("den") > 0).then(pl.col("num") / pl.col("den")).otherwise(0.0)
+                      .clip(0.0, 1.0 - 1e-9))
+    return r.select("C", "r", weight=(1.0 - pl.col("r")) / (1.0 + pl.col("r"))).sort("C")
 
 
 def cell_statistics(obs: pl.DataFrame, cut: Optional[pl.Expr] = None, *, by_score: bool = False) -> CellStats:
@@ -300,7 +337,7 @@ class CellFit:
     * :meth:`fit_stats` (:class:`CellStats`) runs the EM alone; returns self. Learned
       attributes, indexed like ``problems_`` (sorted unique problem ids): ``lam_``, ``k_``
       (int64), ``loglik_`` (the objective at the final pair), ``prior_oracle_`` (P_i(O)),
-      ``lam_q_`` (maxC_i, int64); ``noise_`` = (P(1|N), P(0|N), P(IDK|N)); per cell (sorted by
+      ``lam_q_`` (maxC_i, int64), ``L_`` (L_i, int64); ``noise_`` = (P(1|N), P(0|N), P(IDK|N)); per cell (sorted by
       problem, C) ``cells_problem_`` (index into ``problems_``) and ``cells_C_``; ``n_iter_``
       (steps run) and ``ll_change_`` (the last step's change of the summed step-(b) objective).
     * ``tol`` > 0 (hyperparameter) runs the EM until that change is at most ``tol``, at most
@@ -315,9 +352,6 @@ class CellFit:
 
     #: "COW" or "PIG" (the ``scenario`` column of :meth:`frames`).
     scenario = ""
-    tol: float = 0.0
-    max_steps: int = 1000
-    uncertainty_steps: int = 0
     #: q_ij(N) = P_i(N) at the EM's initialisation (0.5: Algorithms 1 and 2).
     _em_start: float = 0.5
     #: The EM starts (values of ``_em_start``) whose fixed points the posterior integrates over.
@@ -326,6 +360,14 @@ class CellFit:
     #: likelihood (:mod:`raylc.dolce.uncertainty`) instead of the largest objective, so that the
     #: nuisance parameters they settle at are fitted to the pair the posterior favours.
     _marginal_argmax: bool = False
+
+    def __init__(self, n_steps: int, tol: float = 0.0, max_steps: int = 1000, uncertainty_steps: int = 0):
+        """The hyperparameters every fit shares (T, and the stopping and posterior options above);
+        a subclass adds its own and passes these on."""
+        self.n_steps = n_steps
+        self.tol = tol
+        self.max_steps = max_steps
+        self.uncertainty_steps = uncertainty_steps
 
     def _check_params(self) -> None:
         if int(self.n_steps) < 1:
@@ -352,6 +394,10 @@ class CellFit:
         """The :class:`CellStats` this estimator fits from a checked observation table."""
         return cell_statistics(obs)
 
+    def miss_expr(self, obs: pl.DataFrame) -> pl.Expr:
+        """An answer that is not right (scores of ``obs``; IDK aside): PIG, a score of 0."""
+        return pl.col("score") <= 0.0
+
     def fit(self, obs: pl.DataFrame) -> "CellFit":
         """Fit one task's observation table (columns task, problem_id, L, C, start, score,
         metric; score null = IDK)."""
@@ -362,12 +408,30 @@ class CellFit:
         self.fit_stats(stats)
         self.task_ = str(obs["task"][0])
         self.lam_p_, self.k_p_ = lam_p, k_p
-        self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
         self.uncertainty_ = None
         if self.uncertainty_steps:
-            self.uncertainty_ = problem_uncertainty([f.pairs_ for f in self._posterior_fits(stats)],
-                                                    self.problems_.size, self.category_, lam_p, k_p, self.lam_q_)
+            runs = self._posterior_fits(self.posterior_stats(obs, stats))
+            u = problem_uncertainty([p for f in runs for p in self.posterior_pairs(obs, f)], self.problems_.size,
+                                    lam_p, k_p, self.lam_q_)
+            # one rule: the posterior's most probable category and its most probable pair; the
+            # objective and P_i(O) stay the point fit's (its last step, at that pair)
+            pair = u["pair"]
+            self.lam_, self.k_ = self.pairs_["lam"][pair], self.pairs_["k"][pair]
+            self.loglik_ = self.pairs_["loglik"][pair]
+            self.uncertainty_ = u
+        self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
         return self
+
+    def posterior_stats(self, obs: pl.DataFrame, stats: CellStats) -> CellStats:
+        """The statistics the posterior's EM runs fit (``stats``, those of the point fit, unless
+        an estimator weighs them)."""
+        return stats
+
+    def posterior_pairs(self, obs: pl.DataFrame, run: "CellFit") -> list[dict]:
+        """A posterior EM run's scored pairs as the posterior reads them, one set per way of
+        scoring them (``[run.pairs_]`` unless an estimator adds one); the posterior mixes them,
+        like the runs, by their evidence."""
+        return [run.pairs_]
 
     def _posterior_fits(self, stats: CellStats) -> list["CellFit"]:
         """The fits whose last step's pair objectives give the posterior, one per EM start of
@@ -377,7 +441,8 @@ class CellFit:
         steps = max(1, int(self.uncertainty_steps) // len(self._posterior_starts))
         fits = []
         for start in self._posterior_starts:
-            if start == self._em_start and self._marginal_argmax and (self.tol > 0 or self.n_iter_ >= steps):
+            if (start == self._em_start and self._marginal_argmax and (self.tol > 0 or self.n_iter_ >= steps)
+                    and stats is getattr(self, "_fitted_stats", None)):
                 fits.append(self)
                 continue
             run = copy.copy(self)
@@ -391,6 +456,7 @@ class CellFit:
         """Run the EM on per-(problem, C) statistics."""
         self._check_params()
         self._em(stats, cell_grid(stats.problem, stats.L, stats.C, stats.outcomes()))
+        self._fitted_stats = stats
         return self
 
     def _em(self, stats: CellStats, grid: dict) -> None:
@@ -404,6 +470,7 @@ class CellFit:
         self.loglik_ = np.asarray(loglik).astype(np.float64)
         self.prior_oracle_ = prior_oracle
         self.lam_q_ = grid["maxC"].astype(np.int64)
+        self.L_ = grid["Lp"].astype(np.int64)
         self.noise_ = np.asarray(noise, dtype=np.float64)
         cp, cc = np.nonzero(grid["cellmask"])
         self.cells_problem_ = cp.astype(np.int64)

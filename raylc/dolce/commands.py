@@ -56,12 +56,7 @@ def run_fit(
     if ref is not None:
         out["compare"] = compare_fits(ref[0], ref[1], problems, tasks)
     pngs = draw_figures(problems, tasks) if figures else {}  # drawn before anything is written
-    store = Store(out_uri)
-    for name, frame in out.items():
-        store.write_table(frame, f"{name}.parquet")
-    for name, data in pngs.items():
-        store.write_bytes(data, name)
-    store.write_json(settings_record(obs_uri, options, compare=compare_uri), "fit.json")
+    Store(out_uri).write_outputs(out, {**pngs, "fit.json": settings_record(obs_uri, options, compare=compare_uri)})
     return out
 
 
@@ -95,10 +90,7 @@ def run_sensitivity_grid(
         raise StoreError(f"{obs_uri}: no sensitivity cell to compute: the threshold experiment refits only COW "
                          "problems scored with a continuous metric (F1, ROUGE, ...), and this table has none")
     pngs = png_bytes({"sensitivity.png": lambda path: plot_sensitivity(sens, path)})  # drawn before anything is written
-    store = Store(out_uri)
-    store.write_table(sens, "sensitivity.parquet")
-    store.write_bytes(pngs["sensitivity.png"], "sensitivity.png")
-    store.write_json(settings_record(obs_uri, options, experiments=list(experiments), every=list(every),
-                                     thresholds=list(thresholds), settings=dict(settings or {}), seed=seed),
-                     "sensitivity.json")
+    Store(out_uri).write_outputs({"sensitivity": sens}, {**pngs, "sensitivity.json": settings_record(
+        obs_uri, options, experiments=list(experiments), every=list(every), thresholds=list(thresholds),
+        settings=dict(settings or {}), seed=seed)})
     return sens

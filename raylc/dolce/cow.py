@@ -9,15 +9,29 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from raylc.dolce.cells import CellFit, CellStats, cell_statistics, first_near_max, segment_positions
+from raylc.dolce.cells import (
+    CellFit,
+    CellStats,
+    cell_statistics,
+    first_near_max,
+    overlap_weights,
+    segment_positions,
+)
 from raylc.dolce.cover import cover_prob_partial
+from raylc.dolce.placement import BUDGET, GRID, log_sum_exp, placement_logliks, placement_work
 from raylc.dolce.scenario import binarization_cut
 from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior, marginal_from_parts
 
-__all__ = ["COWFit", "fit_cow_task", "OUTCOMES"]
+__all__ = ["COWFit", "fit_cow_task", "NOT_COVERED", "OUTCOMES"]
 
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
+#: The task's P(1|N) values the posterior integrates over under evidence that stays put
+#: (:meth:`COWFit.posterior_pairs`).
+NOISE_GRID = (0.01, 0.05, 0.15, 0.3, 0.5)
+#: ``COWFit.not_covered``: the oracle's outcome on a span without its evidence, fitted per task
+#: (q(0), q(IDK) by EM) or always IDK (Eq. 3 as printed).
+NOT_COVERED = ("fitted", "idk")
 
 #: Entries per piece of the general terms (work arrays that stay in cache).
 _CHUNK = 1 << 15
@@ -150,25 +164,68 @@ class COWFit(CellFit):
     _posterior_starts = (0.5, 0.1)
 
     def __init__(self, n_steps: int = 10, threshold: float = 0.5, tol: float = 0.0, max_steps: int = 1000,
-                 uncertainty_steps: int = 0):
-        self.n_steps = n_steps
+                 uncertainty_steps: int = 0, not_covered: str = "fitted"):
+        super().__init__(n_steps, tol, max_steps, uncertainty_steps)
         self.threshold = threshold
-        self.tol = tol
-        self.max_steps = max_steps
-        self.uncertainty_steps = uncertainty_steps
+        self.not_covered = not_covered
 
     def _check_params(self) -> None:
         super()._check_params()
         if not np.isfinite(self.threshold):
             raise ValueError("threshold must be finite")
+        if self.not_covered not in NOT_COVERED:
+            raise ValueError(f"not_covered must be one of {', '.join(NOT_COVERED)}")
 
     def cell_stats(self, obs: pl.DataFrame) -> CellStats:
         """Counts of outcomes 1, 0, IDK per (problem, C) cell of the binarized scores."""
         return cell_statistics(obs, binarization_cut(obs, self.threshold))
 
+    def posterior_pairs(self, obs: pl.DataFrame, run: "COWFit") -> list[dict]:
+        """``run.pairs_`` (Eq. 3: every span's cover drawn afresh) and, per value of P(1|N) in
+        :data:`NOISE_GRID`, the same pairs with ``placement_ll``: the marginal likelihood of each
+        problem's spans under evidence that stays put (:mod:`raylc.dolce.placement`; P_i(O)
+        integrated out, P(0|N) : P(IDK|N) and q the run's, the terms below lambda the
+        Dirichlet-multinomial of the problem's own counts under the run's prior; NaN, so Eq. 3,
+        for problems past :data:`~raylc.dolce.placement.BUDGET`). The posterior weighs them all
+        by their evidence over the task: a document's copies stay put, so its spans take the
+        second law, and the grid integrates the task's P(1|N) out (Eq. 3's EM can explain the
+        hits as noise when the probe never abstains)."""
+        pairs = run.pairs_
+        live = np.flatnonzero(_placement_cost(pairs, self.L_, self.lam_q_) <= BUDGET)
+        if live.size == 0:  # long documents: nothing read
+            return [pairs]
+        ids = self.problems_.astype(str)
+        x = pl.when(pl.col("score").is_null()).then(2).when(self.miss_expr(obs)).then(1).otherwise(0)
+        spans = (obs.filter(pl.col("problem_id").cast(pl.String).is_in(pl.Series(ids[live]).implode()))
+                 .select(pl.col("problem_id").cast(pl.String), "C", "start", x=x).sort("problem_id"))
+        pid = np.searchsorted(ids, spans["problem_id"].to_numpy())
+        C, start, xo = (spans[c].to_numpy() for c in ("C", "start", "x"))
+        cuts = np.searchsorted(pid, np.arange(self.problems_.size + 1))
+        rest = run.noise_[1:] / run.noise_[1:].sum() if run.noise_[1:].sum() > 0 else np.array([0.5, 0.5])
+        noise = np.array([[n1, *((1.0 - n1) * rest)] for n1 in NOISE_GRID])  # (V, 3)
+        q = np.r_[0.0, run.not_covered_]  # q of outcome 1 is never used (a right answer is covered)
+        rows = np.searchsorted(pairs["problem"], np.arange(self.problems_.size + 1))
+        problems = [(int(self.L_[i]), int(self.lam_q_[i]), C[cuts[i]:cuts[i + 1]], start[cuts[i]:cuts[i + 1]],
+                     xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]])
+                    for i in live]
+        out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
+        for i, v in zip(live, _placement_pairs(problems, noise, q)):
+            out[:, rows[i]:rows[i + 1]] = v
+        return [pairs, *(pairs | {"placement_ll": v} for v in out)]
+
+    def miss_expr(self, obs: pl.DataFrame) -> pl.Expr:
+        """An answer that is not right: a score below the binarization cut."""
+        return pl.col("score").cast(pl.Float64) < binarization_cut(obs, self.threshold)
+
+    def posterior_stats(self, obs: pl.DataFrame, stats: CellStats) -> CellStats:
+        """The counts weighted by the effective sample size of overlapping spans
+        (:func:`~raylc.dolce.cells.overlap_weights` of the binarized outcome 1)."""
+        w = overlap_weights(obs, ~self.miss_expr(obs).fill_null(True))
+        return stats.weighted(w["C"].to_numpy(), w["weight"].to_numpy())
+
     # ------------------------------------------------------------------ preparation
     @staticmethod
-    def _prepare(g: dict) -> dict:
+    def _prepare(g: dict, fit_q: bool = True) -> dict:
         P, M, Mc, Lp, Cpad, cellmask, cand = g["P"], g["M"], g["Mc"], g["Lp"], g["Cpad"], g["cellmask"], g["cand"]
         cntpad = g["stats"]
         cell_cnt = cntpad.reshape(P * Mc, 3).T.copy()  # (3, P * Mc): n1, n0, nidk per flat cell
@@ -207,7 +264,9 @@ class COWFit(CellFit):
         # the partial cells up to the pair's last one whose term depends on pi < 1 (pi < 1 and
         # outcome 1 or IDK observed) take the general term ("gen"); the cells after it the term
         # of pi = 1, as do the partial cells of lambda = 0 (the pair's "tail")
-        n_x = cell_cnt[0] + cell_cnt[2]
+        # a cell's term depends on pi < 1 through outcomes 1 and IDK, and through outcome 0 when
+        # the oracle may answer wrongly without its evidence (q(0) fitted)
+        n_x = cell_cnt[0] + cell_cnt[2] + (cell_cnt[1] if fit_q else 0.0)
         dep = (pi < 1.0) & (n_x.take(e_cell) > 0)
         n_gen = np.zeros(V, dtype=np.int64)
         if grp.size:
@@ -216,11 +275,10 @@ class COWFit(CellFit):
         g_order, g_rank, g_ends = _jagged_layout(n_gen)
         g_cell = _by_entry(first_cell[g_order], g_ends, plus_row=True)
         g_pi = pi.take(_by_entry(start_part[g_order], g_ends, plus_row=True))
-        gen_pair_cnt = []  # per pair: n_x and n_0 summed over its general cells, in C order
-        for c in (n_x, cell_cnt[1]):
-            tot = np.zeros(V)
-            _add_rows(tot, c.take(g_cell), g_ends)
-            gen_pair_cnt.append(tot.take(g_rank))
+        gen_n0 = np.zeros(V)  # per pair: n_0 over its general cells, in C order (Eq. 3: P(0|O) = 0)
+        if not fit_q:
+            _add_rows(gen_n0, cell_cnt[1].take(g_cell), g_ends)
+            gen_n0 = gen_n0.take(g_rank)
         lam0 = lam_v == 0
         t_order, t_rank, t_ends = _jagged_layout(np.where(lam0, n_partial[vp], n_part - n_gen))
         t_first = np.where(lam0, vp * Mc, first_cell + n_gen)[t_order]
@@ -237,24 +295,28 @@ class COWFit(CellFit):
             # kept pairs in (p, lambda, k) order, their partial cells at or above lambda, pi (flat)
             l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, pair_reps=n_pairs, nb_v=nb_v, n_part=n_part,
             start_part=start_part, pi=pi, has_full=n_cells > n_partial, last_cell=np.arange(P) * Mc + n_cells - 1,
-            gen_pair_cnt=gen_pair_cnt,
+            gen_n0=gen_n0, fit_q=fit_q,
             # general terms, pairs ranked by their number (g_init: the below sum, g_p: the problem)
             g_init=b_rank[vpl[g_order]], g_p=vp[g_order], g_pi=g_pi,
-            g_n1=cell_cnt[0].take(g_cell), g_nidk=cell_cnt[2].take(g_cell), g_ends=g_ends,
+            g_n1=cell_cnt[0].take(g_cell), g_n0=cell_cnt[1].take(g_cell), g_nidk=cell_cnt[2].take(g_cell),
+            g_ends=g_ends,
             # pi = 1 terms, pairs ranked by their number (t_init: from the general ranks)
             t_init=g_rank[t_order], t_cell=_by_entry(t_first, t_ends, plus_row=True), t_ends=t_ends, t_rank=t_rank,
         )
 
     @staticmethod
-    def _objective(d: dict, noise: np.ndarray, nonpar: np.ndarray, prior_N, prior_O) -> np.ndarray:
-        """sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] for every kept pair (V,).
+    def _objective(d: dict, noise: np.ndarray, nonpar: np.ndarray, prior_N, prior_O, not_covered) -> np.ndarray:
+        """sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] for every kept pair (V,),
+        with P(0|O) = (1 - pi) q(0), P(IDK|O) = (1 - pi) q(IDK) at C >= lambda (``not_covered`` =
+        q; Eq. 3 is q = (0, 1)).
 
         A pair's per-cell terms are added one at a time in C order, as a per-observation loop
         would (so exact ties stay exact), row by row of jagged layouts (:func:`_jagged_layout`):
         the sum below lambda per (problem, lambda), then per pair its general terms, then its
-        pi = 1 terms; then the last (C = L) term plus, for pairs with general entries (whose
-        sums depend on a pi in (0, 1) of their own), their per-pair parts."""
+        pi = 1 terms; then the last (C = L) term plus, with Eq. 3's q(0) = 0, the pair's outcome-0
+        part of its general cells (n_0 log P(0|N) P_i(N), the same for every pi)."""
         a_noise = noise[None, :] * prior_N[:, None]  # (P, 3)
+        q0, qi = not_covered
         with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf; 0 * log 0 is masked
             # C < lambda: P_nonpar (columns: (problem, lambda) by rank), shared by the cells below
             # lambda; row c of the layout holds cell c of the first ranks (problems b_p)
@@ -267,46 +329,55 @@ class COWFit(CellFit):
             for lo, hi, _ in _row_spans(d["b_ends"]):
                 below[: hi - lo] += _cell_term(b1[lo:hi], b0[lo:hi], bi[lo:hi], *log_below[:, : hi - lo])
             acc = below.take(d["g_init"])  # per pair, ranked by its number of general entries
-            # C >= lambda: Eq. 3, P(0|O) = 0; a problem without outcome 0 never needs log P(0|N)
+            # C >= lambda: Eq. 3 with the not-covered outcome q; a problem without outcome 0
+            # never needs log P(0|N)
             log_a0 = np.where(d["has_n0"], np.log(a_noise[:, 1]), 0.0)
             log_p = np.repeat([np.log(prior_O + a_noise[:, 0]), log_a0, np.log(a_noise[:, 2])], d["Mc"], axis=1)
             log_one = _cell_term(*d["cell_cnt"], *log_p)  # pi = 1, per flat cell
 
-            # general entries: n_1 log(pi P_i(O) + P(1|N) P_i(N)) + n_IDK log((1 - pi) P_i(O) + P(IDK|N) P_i(N)),
-            # as log P_i(O) + log(pi + P(1|N) P_i(N) / P_i(O)) when P_i(O) > 0; the
-            # n_x log P_i(O) and n_0 log P(0|N) P_i(N) parts are summed per pair
-            p, n1, ni, pi, ends = d["g_p"], d["g_n1"], d["g_nidk"], d["g_pi"], d["g_ends"]
-            if np.all(prior_O > 0):
-                r1, ri = (a_noise[:, 0] / prior_O).take(p), (a_noise[:, 2] / prior_O).take(p)  # by rank
-                log_pO = np.log(prior_O)
-                width = min(int(ends[0]) if ends.size else 0, _CHUNK)  # row 0 is the longest
-                x, y = np.empty(width), np.empty(width)
-                for lo, hi, r in _row_spans(ends, _CHUNK):  # in pieces that stay in cache
-                    n = hi - lo  # entries lo .. hi - 1 belong to ranks r .. r + n - 1
-                    l1 = np.log(np.add(r1[r : r + n], pi[lo:hi], out=x[:n]), out=x[:n])
-                    li = np.subtract(1.0, pi[lo:hi], out=y[:n])
-                    np.log(np.add(ri[r : r + n], li, out=li), out=li)
-                    l1 *= n1[lo:hi]
-                    l1 += np.multiply(li, ni[lo:hi], out=li)
-                    acc[r : r + n] += l1
-                masked = np.isnan(acc).any()  # a nan term (0 * log 0) makes its sum nan; masking changes no other
-                if masked:
-                    l1, li = np.log(_by_entry(r1, ends) + pi), np.log(_by_entry(ri, ends) + (1.0 - pi))
-            else:
-                pO = _by_entry(prior_O.take(p), ends)
-                l1 = np.log(pi * pO + _by_entry(a_noise[:, 0].take(p), ends))
-                li = np.log((1.0 - pi) * pO + _by_entry(a_noise[:, 2].take(p), ends))
-                log_pO = np.zeros(d["P"])
-                masked = True
-            if masked:  # the masked expression
+            # general entries: n_1 log(pi P_i(O) + P(1|N) P_i(N)) + n_IDK log((1 - pi) q(IDK) P_i(O)
+            # + P(IDK|N) P_i(N)) [+ n_0 log((1 - pi) q(0) P_i(O) + P(0|N) P_i(N)) when q is fitted]
+            p, ends = d["g_p"], d["g_ends"]
+            n1, n0, ni, pi = d["g_n1"], d["g_n0"], d["g_nidk"], d["g_pi"]
+            fit_q = d["fit_q"]
+            by_rank = [prior_O.take(p), a_noise[:, 0].take(p), (qi * prior_O).take(p), a_noise[:, 2].take(p)]
+            if fit_q:
+                by_rank += [(q0 * prior_O).take(p), a_noise[:, 1].take(p)]
+            c1, b1, ci, bi = by_rank[:4]
+            width = min(int(ends[0]) if ends.size else 0, _CHUNK)  # row 0 is the longest
+            x, y, z = np.empty(width), np.empty(width), np.empty(width)
+            for lo, hi, r in _row_spans(ends, _CHUNK):  # in pieces that stay in cache
+                n, rr = hi - lo, slice(r, r + hi - lo)  # entries lo .. hi - 1 belong to ranks r .. r + n - 1
+                t = np.multiply(pi[lo:hi], c1[rr], out=x[:n])
+                t += b1[rr]
+                np.log(t, out=t)
+                t *= n1[lo:hi]
+                om = np.subtract(1.0, pi[lo:hi], out=y[:n])
+                u = np.multiply(om, ci[rr], out=z[:n])
+                u += bi[rr]
+                np.log(u, out=u)
+                u *= ni[lo:hi]
+                t += u
+                if fit_q:
+                    u = np.multiply(om, by_rank[4][rr], out=z[:n])
+                    u += by_rank[5][rr]
+                    np.log(u, out=u)
+                    u *= n0[lo:hi]
+                    t += u
+                acc[rr] += t
+            if np.isnan(acc).any():  # a nan term (0 * log 0) makes its sum nan: the masked expression
                 acc = below.take(d["g_init"])
-                _add_rows(acc, np.where(n1 > 0, n1 * l1, 0.0) + np.where(ni > 0, ni * li, 0.0), ends)
+                om = 1.0 - pi
+                terms = [(n1, pi, c1, b1), (ni, om, ci, bi)] + ([(n0, om, *by_rank[4:])] if fit_q else [])
+                _add_rows(acc, sum(np.where(cnt > 0, cnt * np.log(w * _by_entry(c, ends) + _by_entry(b, ends)), 0.0)
+                                   for cnt, w, c, b in terms), ends)
             acc = acc.take(d["t_init"])  # per pair, ranked by its number of pi = 1 terms
             _add_rows(acc, log_one.take(d["t_cell"]), d["t_ends"])
-            # per pair: the C = L term, the last of the sum, plus the parts above (0 for pairs
-            # without general entries, whose sums so stay sequential)
+            # per pair: the C = L term, the last of the sum, plus Eq. 3's outcome-0 part of its
+            # general cells (0 when q(0) is fitted: those terms are general entries)
             reps = d["pair_reps"]
-            last = _cell_term(*d["gen_pair_cnt"], 0.0, np.repeat(log_pO, reps), np.repeat(log_a0, reps), 0.0)
+            gen_n0 = d["gen_n0"]
+            last = np.where(gen_n0 > 0, gen_n0 * np.repeat(log_a0, reps), 0.0)
             last += np.repeat(np.where(d["has_full"], log_one[d["last_cell"]], 0.0), reps)
         ll = acc.take(d["t_rank"])
         ll += last
@@ -314,7 +385,8 @@ class COWFit(CellFit):
 
     # ------------------------------------------------------------------ EM
     def _em(self, stats: CellStats, grid: dict) -> None:
-        d = self._prepare(grid)
+        fit_q = self.not_covered == "fitted"
+        d = self._prepare(grid, fit_q)
         P, Mc = d["P"], d["Mc"]
         cnt, cellmask, pad = d["cell_cnt"].reshape(3, P, Mc), d["cellmask"], d["pair_pad"]
         ar = np.arange(P)
@@ -332,6 +404,13 @@ class COWFit(CellFit):
 
         cum = np.zeros((3, P, Mc + 1))
         pi_one = np.append(d["pi"], 1.0)
+        # q = (q(0), q(IDK)): what the oracle answers on a span without its evidence. Eq. 3: (0, 1).
+        # Fitted: started at the task's share of 0 and IDK among its answers other than 1 on
+        # partial spans (0 < C < L), in the interior unless one outcome never occurs (from Eq. 3's
+        # (0, 1) the EM never leaves it, and it cannot learn q while every lambda* lies above max C)
+        not_covered = (self._not_covered_start(cnt, grid["Cpad"], grid["Lp"], cellmask) if fit_q
+                       else np.array([0.0, 1.0]))
+        above_star = None
         qN = np.full(cnt.shape, self._em_start)
         prior_N = np.full(P, self._em_start)
         prior_O = np.full(P, 1.0 - self._em_start)
@@ -344,6 +423,10 @@ class COWFit(CellFit):
 
             # (b) P_nonpar,i(x|O; lambda) by cumulative sums over cells sorted by C
             wO = cnt * (1.0 - qN)
+            if fit_q and above_star is not None:  # M-step of q: the oracle's answers 0 and IDK at C >= lambda*
+                miss = (wO[1:] * above_star).sum(axis=(1, 2))
+                if miss.sum() > 0:
+                    not_covered = miss / miss.sum()
             for c in range(Mc):  # cum[..., c + 1] = wO[..., 0] + ... + wO[..., c], in order
                 np.add(cum[:, :, c], wO[:, :, c], out=cum[:, :, c + 1])
             num = cum.reshape(3, -1).take(below_idx, axis=1)  # (3, P * M), by rank
@@ -352,7 +435,7 @@ class COWFit(CellFit):
 
             # argmax per problem over its pairs in (lambda, k) order: the first pair within
             # LL_TIE_RTOL of the maximum wins (all -inf: the first valid pair)
-            ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O), -np.inf)
+            ll = np.append(self._objective(d, noise, nonpar, prior_N, prior_O, not_covered), -np.inf)
             scored_with = prior_N, prior_O
             score = ll
             if self._marginal_argmax:  # prior x the marginal m of module uncertainty
@@ -373,7 +456,7 @@ class COWFit(CellFit):
             e_star = d["start_part"][v_star][:, None] + cells[None, :] - nb_star[:, None]
             part_star = above_star & (e_star < (d["start_part"] + d["n_part"])[v_star][:, None])
             pi_star = pi_one.take(np.where(part_star, e_star, pi_one.size - 1))  # (P, Mc), 1 outside
-            par = np.stack([pi_star, np.zeros_like(pi_star), 1.0 - pi_star])
+            par = np.stack([pi_star, (1.0 - pi_star) * not_covered[0], (1.0 - pi_star) * not_covered[1]])
             below_star = nonpar.take(d["b_rank"][ar * d["M"] + l_star], axis=1)  # (3, P)
             p_oracle = np.where(above_star, par, below_star[:, :, None])  # (3, P, Mc)
 
@@ -392,9 +475,17 @@ class COWFit(CellFit):
                 break
 
         self._set_fit(grid, d["cand"][ar, l_star], d["cand"][ar, d["k_v"][v_star]], loglik, prior_O, noise)
+        self.not_covered_ = not_covered
         self._set_pairs(vp, d["cand"][vp, d["l_v"]], d["cand"][vp, d["k_v"]], ll[:-1],
                         **(self._below_parts(below, noise, nonpar, *scored_with) | {"below_prior": alpha}
                            if below is not None else {}))
+
+    @staticmethod
+    def _not_covered_start(cnt: np.ndarray, Cpad: np.ndarray, Lp: np.ndarray, cellmask: np.ndarray) -> np.ndarray:
+        """The fitted q's start: shares of outcomes 0 and IDK on the partial spans (1/2 each without any)."""
+        partial = cellmask & (Cpad > 0) & (Cpad < Lp[:, None])
+        miss = (cnt[1:] * partial).sum(axis=(1, 2))
+        return miss / miss.sum() if miss.sum() > 0 else np.array([0.5, 0.5])
 
     @staticmethod
     def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
@@ -434,6 +525,91 @@ class COWFit(CellFit):
         if per_group:
             return part, profile
         return dict(below_ll=part[g], below_n=n[g], profile_ll=profile[g])
+
+
+def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray) -> list[np.ndarray]:
+    """placement_ll of :meth:`COWFit.posterior_pairs`, per problem (L, max C, its spans' C, start and
+    outcome codes x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k) a (V, pairs) array, one row per
+    noise distribution of ``noise`` (V, 3); P_i(O) integrated out on Gauss-Legendre nodes
+    (uniform prior)."""
+    V = noise.shape[0]
+    nodes, weights = np.polynomial.legendre.leggauss(GRID)
+    pO, lw = np.tile((nodes + 1.0) / 2.0, V), np.tile(np.log(weights / 2.0), V)  # (V G,), variant-major
+    nx_all = np.repeat(noise, GRID, axis=0).T  # (3, V G): P(x|N)
+    items, owners, logs = [], [], []
+    for i, (L, max_c, C, start, x, lam, k) in enumerate(problems):
+        lams = np.unique(lam[(lam >= 1) & (lam <= max_c)])
+        k_max = {int(a): int(k[lam == a].max()) for a in lams}
+        with np.errstate(divide="ignore"):
+            lg1 = np.maximum(np.log(pO * (x == 0)[:, None] + (1.0 - pO) * nx_all[x]), -1e5)  # covered
+            lg0 = np.maximum(np.log(pO * q[x][:, None] + (1.0 - pO) * nx_all[x]), -1e5)  # not covered
+        logs.append((lg1, lg0))
+        for a in k_max:
+            items.append((L, a, k_max[a], start, C, lg1, lg0))
+            owners.append((i, a))
+    by_lam = dict(zip(owners, placement_logliks(items)))
+    out = []
+    for i, (L, _, C, _, x, lam, k) in enumerate(problems):
+        lg1 = logs[i][0]
+        above = np.empty((lam.size, pO.size))
+        below = np.empty((lam.size, 3))
+        for r, (a, b) in enumerate(zip(lam.tolist(), k.tolist())):
+            if (i, a) in by_lam:
+                above[r] = by_lam[(i, a)][:, b - 1]
+            else:  # lambda = 0 covers every span; beyond max C only the whole context does
+                above[r] = lg1[C >= (0 if a == 0 else L)].sum(axis=0)
+            below[r] = np.bincount(x[C < a], minlength=3)
+        out.append((log_sum_exp((above + lw).reshape(lam.size, V, GRID), axis=2).T, below, lam))
+    return _below_prior_of_placement(out, V)
+
+
+#: Rounds of the empirical-Bayes fit of the Dirichlet below lambda under evidence that stays put.
+BELOW_ROUNDS = 10
+
+
+def _below_prior_of_placement(parts: list, V: int) -> list[np.ndarray]:
+    """Each problem's (V, pairs) placement_ll from its parts (the marginal above lambda per noise
+    variant, the counts below lambda and the lambdas of its pairs): plus the Dirichlet-multinomial
+    of the counts below lambda under each variant's own Dirichlet, fitted (empirical Bayes,
+    :func:`~raylc.dolce.uncertainty.dirichlet_mle`) to the counts below the pair each problem's
+    posterior favours (prior x marginal), in :data:`BELOW_ROUNDS` rounds from the symmetric start.
+    The EM's Dirichlet was fitted where Eq. 3 chose the pairs; under Eq. 3 a document's right
+    answers on one paragraph are as well explained below a longer lambda, and a Dirichlet fitted
+    there makes them cheap."""
+    above = [p[0] for p in parts]
+    below = np.concatenate([p[1] for p in parts])
+    lam = np.concatenate([p[2] for p in parts])
+    owner = np.concatenate([np.full(p[2].size, j) for j, p in enumerate(parts)])
+    prior = log_pair_prior(owner, lam, len(parts))
+    bounds = np.cumsum([0] + [a.shape[1] for a in above])
+    marg = np.empty((V, bounds[-1]))
+    for v in range(V):
+        ab = np.concatenate([a[v] for a in above])
+        alpha = None
+        for _ in range(BELOW_ROUNDS):
+            score = ab + log_dirichlet_multinomial(below, alpha) + prior
+            best = np.array([lo + int(np.argmax(score[lo:hi])) for lo, hi in zip(bounds[:-1], bounds[1:])])
+            fitted = dirichlet_mle(below[best], alpha)
+            if fitted is None or (alpha is not None and np.allclose(fitted, alpha, rtol=1e-6)):
+                break
+            alpha = fitted
+        marg[v] = ab + log_dirichlet_multinomial(below, alpha)
+    return [marg[:, lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> np.ndarray:
+    """Per problem, the work of its forward passes (:func:`~raylc.dolce.placement.placement_work`
+    summed over its lambdas 1 .. max C, each with the largest k it scores) on the grid of
+    P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET`."""
+    p, lam, k = pairs["problem"], pairs["lam"], pairs["k"]
+    use = (lam >= 1) & (lam <= max_c[p])
+    key = p[use] * (int(lam.max(initial=0)) + 1) + lam[use]
+    keys, inv = np.unique(key, return_inverse=True)
+    k_max = np.zeros(keys.size, dtype=np.int64)
+    np.maximum.at(k_max, inv.reshape(-1), k[use])
+    kp, kl = np.divmod(keys, int(lam.max(initial=0)) + 1)
+    work = placement_work(L[kp], kl, k_max, max_c[kp], GRID * len(NOISE_GRID))
+    return np.bincount(kp, weights=work.astype(np.float64), minlength=L.size)
 
 
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:

@@ -124,7 +124,7 @@ class DolceEvaluation:
 
     @staticmethod
     def report_tables(job: Job) -> tuple[str, ...]:
-        return ("categories", "recovery", "problems")
+        return ("categories", "probe", "recovery", "problems")
 
     @staticmethod
     def tokenizer_spec(job: Job) -> Optional[str]:

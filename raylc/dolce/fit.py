@@ -28,6 +28,7 @@ from raylc.dolce.cells import OBS_COLUMNS, UNCERTAINTY_SCHEMA, CellFit
 from raylc.dolce.cow import COWFit
 from raylc.dolce.options import FitOptions
 from raylc.dolce.pig import PIGFit
+from raylc.dolce.probe_check import PROBE_CHECK_SCHEMA, probe_check
 from raylc.dolce.scenario import (
     BINARY_METRICS,
     SELECTION_SCHEMA,
@@ -80,6 +81,7 @@ TASK_SCHEMA = {
     "dip_pvalue": pl.Float64,
     "em_steps": pl.Int64,
     "em_ll_change": pl.Float64,
+    **PROBE_CHECK_SCHEMA,
 }
 PROBLEM_COLUMNS = tuple(PROBLEM_SCHEMA)
 TASK_COLUMNS = tuple(TASK_SCHEMA)
@@ -201,7 +203,7 @@ def cell_estimator(scenario: str, options: FitOptions) -> CellFit:
     run = {"tol": options.em_tol, "max_steps": options.em_max_steps,
            "uncertainty_steps": options.uncertainty_steps if options.uncertainty == "posterior" else 0}
     if scenario == "COW":
-        return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold, **run)
+        return COWFit(n_steps=options.em_steps_cow, threshold=options.threshold, not_covered=options.not_covered, **run)
     if scenario == "PIG":
         return PIGFit(n_steps=options.em_steps_pig, likelihood=options.pig_likelihood, hit_rate=options.pig_hit_rate,
                       **run)
@@ -223,7 +225,8 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
     """
     head = frame.row(0, named=True)
     task, subset, scenario = head["task"], head["subset"], head["scenario"]
-    fitted, info = cell_estimator(scenario, options).fit(frame.select(OBS_COLUMNS)).frames()
+    estimator = cell_estimator(scenario, options).fit(frame.select(OBS_COLUMNS))
+    fitted, info = estimator.frames()
     pvals = frame.group_by("problem_id").agg(pl.col("dip_pvalue").first())
     problems = (
         fitted.with_columns(
@@ -241,6 +244,8 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
                                       "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],
+        **probe_check(frame, problems, estimator.miss_expr(frame), getattr(estimator, "not_covered", None),
+                      getattr(estimator, "not_covered_", None)),
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)
 

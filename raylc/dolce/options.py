@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 POSTERIOR_FIELDS = ("uncertainty", "uncertainty_steps")
 """The fields of the per-problem posterior; fits that compare point estimates (sensitivity) drop them."""
@@ -19,8 +19,10 @@ class FitOptions(BaseModel):
     the paper's 10 / 5 by default; ``em_tol`` > 0 runs to a tolerance instead (at most
     ``em_max_steps``). ``uncertainty`` = ``posterior`` adds the per-problem posterior of
     :mod:`raylc.dolce.uncertainty`, read after ``uncertainty_steps`` EM steps; ``none`` skips it.
-    ``pig_likelihood`` / ``pig_hit_rate``: options of
-    :class:`raylc.dolce.pig.PIGFit`, off by default (``hit_rate`` / ``mode`` = Algorithm 2).
+    ``not_covered``: what COW's oracle answers on a span without its evidence, fitted per task
+    (default) or IDK as Eq. 3 prints it. ``pig_likelihood`` / ``pig_hit_rate``: options of
+    :class:`raylc.dolce.pig.PIGFit` (``paper`` / ``mode`` = Algorithm 2; the default likelihood
+    is ``binned``, docs/dolce.md says why).
     Each field's description is the help of its ``raylc fit`` / ``raylc sensitivity`` option.
     """
 
@@ -36,19 +38,31 @@ class FitOptions(BaseModel):
     em_max_steps: int = Field(default=1000, ge=1, description="EM steps at most when --em-tol > 0.")
     uncertainty: Literal["posterior", "none"] = Field(
         default="posterior", description=(
-            "posterior: per-problem confidence, category probabilities and a 90% lambda interval from the posterior "
-            "over the candidate pairs (raylc.dolce.uncertainty), and share intervals that include it; none: today's "
-            "speed, intervals from the resampling of problems only."))
+            "posterior: each problem's category and (lambda, k) the posterior's most probable, with its confidence, "
+            "category probabilities and a 90% lambda interval (raylc.dolce.uncertainty), and share intervals from its "
+            "draws; none: the point fit of the EM steps above, share intervals Wilson's over the problems, faster."))
     uncertainty_steps: int = Field(default=200, ge=1, description=(
         "EM steps run before the posterior is read (calibrated at 200: docs/figures.md); the reported "
         "lambda and k stay those of the steps above."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")
-    pig_likelihood: Literal["hit_rate", "score", "binned"] = Field(
-        default="hit_rate", description="PIG: hit_rate (Algorithm 2), score (option: rho at each observed score) or "
-                                        "binned (option: oracle mass per 0.1 score bin).")
+    not_covered: Literal["fitted", "idk"] = Field(
+        default="fitted", description=(
+            "COW: the oracle's answer on a span without its evidence: fitted per task (a wrong answer or IDK, as the "
+            "probe behaves) or idk (Eq. 3 as printed, for a probe that always follows the IDK instruction)."))
+    pig_likelihood: Literal["binned", "paper", "score"] = Field(
+        default="binned", description=(
+            "PIG: binned (the oracle's mass per 0.1 score bin against the uniform noise), paper (Algorithm 2: rho at "
+            "the cell's hit rate) or score (rho at each observed score)."))
     pig_hit_rate: Literal["mode", "mean"] = Field(
         default="mode", description="PIG: mode (Algorithm 2) or mean (option: expected covered fraction).")
+
+    @field_validator("pig_likelihood", mode="before")
+    @classmethod
+    def _old_name(cls, v):
+        """``hit_rate``, Algorithm 2's likelihood under its earlier name (job files and fit.json
+        written before), reads as ``paper``."""
+        return "paper" if v == "hit_rate" else v
 
     def point_estimates(self) -> "FitOptions":
         """These options without the posterior (``uncertainty`` = ``none``, the default steps):

@@ -47,8 +47,8 @@ _LSE_RTOL = 1e-10
 #: Numerical-tie tolerance of the pmf: values within a relative _MODE_TIE_RTOL of the maximum
 #: tie (smallest m wins). Log-likelihood ties: :data:`raylc.dolce.cells.LL_TIE_RTOL`.
 _MODE_TIE_RTOL = 1e-9
-#: PIGFit options: ``likelihood`` (Algorithm 2's "hit_rate" first) and ``hit_rate`` ("mode" first),
-#: the choices of FitOptions.pig_likelihood / pig_hit_rate.
+#: PIGFit options: ``likelihood`` ("binned" first, the default; "paper" is Algorithm 2's) and
+#: ``hit_rate`` ("mode" first), the choices of FitOptions.pig_likelihood / pig_hit_rate.
 PIG_LIKELIHOODS = get_args(FitOptions.model_fields["pig_likelihood"].annotation)
 PIG_HIT_RATES = get_args(FitOptions.model_fields["pig_hit_rate"].annotation)
 _CHUNK = 1 << 21  # max elements of the (entries x terms) work arrays
@@ -534,8 +534,10 @@ class PIGFit(CellFit):
     denominator gives the prior q_ij(z|y) = P_i(z). Mode ties within a relative 1e-9 go to
     the smallest m.
 
-    Options (not in the paper, off by default; measured side by side in
-    tests/dolce/test_pig.py): ``hit_rate="mean"`` sets line 1114's hit rate to the expected
+    Likelihoods (``likelihood``; measured side by side in tests/dolce/test_pig.py and
+    tests/benchmarks/pig_recovery_over_seeds.py): ``"paper"`` is Algorithm 2's line 1108 above;
+    ``"binned"``, the default, and ``"score"`` are not in the paper. Option ``hit_rate="mean"``
+    (off by default) sets line 1114's hit rate to the expected
     covered fraction E[m]/lambda* = 1 - binom(L - k*, c) / binom(L, c) (the model's marginal
     probability that a sub-unit is hit) instead of the mode. ``likelihood="score"`` replaces
     line 1108's rho(P_{i,C_ij}(1|O), ...) by rho(s_ij, ...) at each observed score (IDK read as
@@ -546,7 +548,8 @@ class PIGFit(CellFit):
     ``likelihood="binned"`` compares oracle and noise per score bin of width 0.1 (the bins of
     Section 3.1): the observation's oracle density is :func:`pig_bin_density`, P(s in its bin
     | O) / 0.1, against p(s|N) = 1. Eq. 6's (lambda + 1) rho~ is a density on lambda + 1 atoms
-    and so favours large lambda at every score (exact zeros included); the bin masses do not.
+    and so favours large lambda at every score (exact zeros included); the bin masses do not,
+    which is why "binned" is the default (recovery and calibration: docs/figures.md).
 
     All y-level quantities depend on an observation only through (problem, C), so the EM
     runs on sufficient statistics per (problem, C) cell: n (count), sum y(1) = sum s,
@@ -565,26 +568,23 @@ class PIGFit(CellFit):
 
     scenario = "PIG"
 
-    def __init__(self, n_steps: int = 5, likelihood: str = "hit_rate", hit_rate: str = "mode", tol: float = 0.0,
+    def __init__(self, n_steps: int = 5, likelihood: str = "binned", hit_rate: str = "mode", tol: float = 0.0,
                  max_steps: int = 1000, uncertainty_steps: int = 0):
-        self.n_steps = n_steps
+        super().__init__(n_steps, tol, max_steps, uncertainty_steps)
         self.likelihood = likelihood
         self.hit_rate = hit_rate
-        self.tol = tol
-        self.max_steps = max_steps
-        self.uncertainty_steps = uncertainty_steps
 
     def _check_params(self) -> None:
         super()._check_params()
         if self.hit_rate not in PIG_HIT_RATES:
             raise ValueError("hit_rate must be 'mode' (paper) or 'mean'")
         if self.likelihood not in PIG_LIKELIHOODS:
-            raise ValueError("likelihood must be 'hit_rate' (paper), 'score' or 'binned'")
+            raise ValueError("likelihood must be 'binned', 'paper' (Algorithm 2) or 'score'")
 
     def cell_stats(self, obs: pl.DataFrame) -> CellStats:
         """Statistics per (problem, C) cell - n, sum s, sum (1 - s) over non-IDK, IDK count -
         and, for the ``likelihood`` options, per distinct score."""
-        return cell_statistics(obs, by_score=self.likelihood != "hit_rate")
+        return cell_statistics(obs, by_score=self.likelihood != "paper")
 
     def _prepare_scores(self, d: dict, problem, C, s, count) -> None:
         """Density entries (problem, lambda, k, distinct (C, s)) for ``likelihood="score"``; for
@@ -637,11 +637,11 @@ class PIGFit(CellFit):
 
     # ------------------------------------------------------------------ EM
     def _em(self, stats: CellStats, grid: dict) -> None:
-        if self.likelihood != "hit_rate" and stats.score_counts is None:
+        if self.likelihood != "paper" and stats.score_counts is None:
             raise ValueError(f"likelihood={self.likelihood!r} needs per-score counts: use fit(), "
                              "CellStats.from_scores or pass score_counts")
         d = self._prepare(grid)
-        if self.likelihood != "hit_rate":
+        if self.likelihood != "paper":
             self._prepare_scores(d, *stats.score_counts)
         P, M = d["P"], d["M"]
         Y, cellmask, ncell = d["Ypad"], d["cellmask"], d["ncell"]
@@ -668,7 +668,7 @@ class PIGFit(CellFit):
             p_oracle = np.where(cden > 0, wO / np.where(cden > 0, cden, 1.0), Y / n_safe)
             hit = p_oracle[:, :, 0]
 
-            if self.likelihood == "hit_rate":  # line 1108: rho at the cell's hit rate
+            if self.likelihood == "paper":  # line 1108: rho at the cell's hit rate
                 rho = pig_density(hit[d["e_p"], d["e_c"]], d["e_lam"], d["e_k"], d["e_L"], d["e_C"])
                 e_p, e_flat, e_w = d["e_p"], d["e_flat"], ncell[d["e_p"], d["e_c"]]
             else:  # option: rho at each observed score
@@ -727,7 +727,7 @@ class PIGFit(CellFit):
 
 
 def fit_pig_task(
-    obs: pl.DataFrame, n_steps: int = 5, *, hit_rate: str = "mode", likelihood: str = "hit_rate"
+    obs: pl.DataFrame, n_steps: int = 5, *, hit_rate: str = "mode", likelihood: str = "binned"
 ) -> tuple[pl.DataFrame, dict]:
     """``PIGFit(n_steps, likelihood, hit_rate).fit(obs).frames()``: the PIG model
     (Algorithm 2) of one task's observation table as (problems, info)

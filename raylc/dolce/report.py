@@ -9,11 +9,14 @@ from rich.console import Console
 
 from raylc.dolce import CATEGORIES
 from raylc.dolce.categories import CATEGORY_LEGEND, wilson
+from raylc.dolce.probe_check import probe_check_notes
 from raylc.io.figures import png_bytes
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 
-REPORT_TABLES = ("categories", "recovery", "problems")
+REPORT_TABLES = ("categories", "probe", "recovery", "problems")
+PROBE_HEADING = "Probe check: does the probe say IDK where DOLCE's oracle would?"
+PROBE_PCT = ("idk_closed_book", "idk_not_covered", "not_covered_wrong", "not_covered_idk")
 
 
 def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
@@ -47,6 +50,9 @@ def markdown(tables: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> str:
         "",
         "![categories](categories.png) ![lambda-k](lambda_k.png)",
     ]
+    if "probe" in tables:
+        parts += ["", f"## {PROBE_HEADING}", "", markdown_table(tables["probe"], pct=PROBE_PCT), "",
+                  *[f"- {note}" for note in probe_check_notes(tables["probe"])]]
     if "recovery" in tables:
         parts += ["", "## Planted-category recovery", "",
                   markdown_table(tables["recovery"], pct=("recovery", "mean_confidence"))]
@@ -66,6 +72,7 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
                              "DOLCE focus categories: share of problems [95% interval]"))
     console.print(f"Share: {interval_note(tables['categories'])}", highlight=False)
     print_legend(console)
+    print_probe_check(tables, console)
     if "recovery" in tables:
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
         console.print(rich_table(tables["recovery"].with_columns(recovery_lo=lo, recovery_hi=hi),
@@ -76,16 +83,13 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
                       "tests/benchmarks/recovery_over_seeds.py).", highlight=False)
 
 
-def write_report(run, tables: dict[str, pl.DataFrame], fits: tuple[pl.DataFrame, pl.DataFrame]) -> None:
-    """Write the report tables, figures, ``summary.md`` and ``index.html`` for ``run`` and print them."""
-    pngs = figures(*fits)
-    for name, df in tables.items():
-        run.write(df, f"report/{name}.parquet")
-    for name, data in pngs.items():
-        run.store.write_bytes(data, run.run_id, "report", name)
-    run.store.write_text(markdown(tables, run.manifest), run.run_id, "report", "summary.md")
-    run.store.write_text(page(tables, pngs, run.manifest, fits[1]).render(), run.run_id, "report", "index.html")
-    print_report(tables)
+def print_probe_check(tables: dict[str, pl.DataFrame], console: Console) -> None:
+    """The probe check (:mod:`raylc.dolce.probe_check`): its table, then one sentence per task."""
+    if "probe" not in tables:
+        return
+    console.print(rich_table(tables["probe"], PROBE_HEADING, pct=PROBE_PCT))
+    for note in probe_check_notes(tables["probe"]):
+        console.print(note, highlight=False)
 
 
 def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
@@ -127,6 +131,9 @@ def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict
                          [table_html(shares_with_intervals(tables["categories"])),
                           text_html(f"Share: {interval_note(tables['categories'])}."),
                           *[text_html(line) for line in CATEGORY_LEGEND]]))
+    if "probe" in tables:
+        out.headline.append((PROBE_HEADING, [table_html(tables["probe"], pct=PROBE_PCT),
+                                             *[text_html(note) for note in probe_check_notes(tables["probe"])]]))
     if "recovery" in tables:
         rec = tables["recovery"]
         lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))

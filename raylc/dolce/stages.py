@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from raylc.dolce import CATEGORIES, assign_categories, fit_observations
+from raylc.dolce.probe_check import probe_check_table
 from raylc.scoring import OBSERVATION_SCHEMA, score_spans
 
 if TYPE_CHECKING:
@@ -145,16 +146,12 @@ def share_interval_rows(task_fits: pl.DataFrame) -> pl.DataFrame:
     ])
 
 
-def report(
-    problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame
-) -> dict[str, pl.DataFrame]:
-    """Report tables: ``categories`` (per task/subset and category: n, the problems reported in
-    it, n_problems, and the fit's share with its 95% interval, :func:`share_interval_rows`) and, for planted
-    suites, ``recovery`` (per task: share of problems whose planted category was recovered)
-    and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`longest_partial`."""
+def category_table(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> pl.DataFrame:
+    """Per task/subset and category: n (the problems reported in it), n_problems, and the fit's
+    share with its 95% interval (:func:`share_interval_rows`)."""
     keys = ["task", "subset", "scenario"]
     counts = problem_fits.group_by(*keys, "category").len("n")
-    categories = (
+    return (
         share_interval_rows(task_fits)
         .join(counts, on=[*keys, "category"], how="left")
         .join(task_fits.select(*keys, "n_problems"), on=keys, how="left")
@@ -162,7 +159,20 @@ def report(
         .select(*keys, "category", "n", "n_problems", "share", "share_lo", "share_hi", "interval")
         .sort("task", "subset", "category")
     )
-    out = {"categories": categories}
+
+
+def report(
+    problem_fits: pl.DataFrame, task_fits: pl.DataFrame, problems: pl.DataFrame, lam_q: pl.DataFrame
+) -> dict[str, pl.DataFrame]:
+    """Report tables: ``categories`` (per task/subset and category: n, the problems reported in
+    it, n_problems, and the fit's share with its 95% interval, :func:`share_interval_rows`),
+    ``probe`` (the probe check per task/subset, :mod:`raylc.dolce.probe_check`) and, for planted
+    suites, ``recovery`` (per task: share of problems whose planted category was recovered)
+    and ``problems`` (fitted next to planted values); ``lam_q`` of :func:`longest_partial`."""
+    out = {"categories": category_table(problem_fits, task_fits)}
+    probe = probe_check_table(task_fits)
+    if probe.width:
+        out["probe"] = probe
     if "planted_lam" in problems.columns:
         planted = planted_categories(problem_fits, problems, lam_q, task_fits)
         joined = problem_fits.select("task", "subset", "problem_id", "scenario", "lam", "k", "category",

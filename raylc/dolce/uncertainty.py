@@ -64,7 +64,8 @@ so the shares' interval carries the dependence between problems that pi's uncert
 (:mod:`raylc.dolce.shares`). Calibration per generator: ``tests/benchmarks/calibration.py``;
 share coverage: ``tests/benchmarks/share_coverage.py`` (docs/figures.md). Summaries:
 
-* ``confidence``: the posterior mass of the reported category (Figure 1);
+* ``category`` and ``confidence``: the most probable category (Figure 1) and its posterior
+  mass: what a fit with the posterior reports, with the most probable (lambda, k) in it;
 * ``p_I`` .. ``p_V``: the posterior mass of each category;
 * ``lam_low``, ``lam_high``: the hull of the smallest set of candidate lambdas holding at least
   ``level`` of the lambda-marginal, widened down to one above the next smaller candidate (the
@@ -173,12 +174,18 @@ def marginal_from_parts(ll, below_ll, dm, profile=None) -> np.ndarray:
 def marginal_loglik(pairs: dict) -> np.ndarray:
     """m_i(lambda, k) per pair (:func:`marginal_from_parts`) from a run's pairs: the counts below
     lambda under the run's ``below_prior`` (default :data:`DIRICHLET_ALPHA`), if the pairs carry
-    them (``below_ll``, ``below_n``, ``profile_ll``); else the objective itself."""
+    them (``below_ll``, ``below_n``, ``profile_ll``); else the objective itself; and where the
+    pairs carry ``placement_ll`` (the marginal under evidence that stays put,
+    :mod:`raylc.dolce.placement`; NaN where not computed), that."""
     ll = np.asarray(pairs["loglik"], dtype=np.float64)
     if "below_n" not in pairs:
         return ll
     dm = log_dirichlet_multinomial(pairs["below_n"], pairs.get("below_prior"))
-    return marginal_from_parts(ll, pairs["below_ll"], dm, pairs.get("profile_ll"))
+    m = marginal_from_parts(ll, pairs["below_ll"], dm, pairs.get("profile_ll"))
+    fixed = pairs.get("placement_ll")
+    if fixed is None:
+        return m
+    return np.where(np.isnan(fixed), m, fixed)
 
 
 def ladder_bucket(lam: np.ndarray) -> np.ndarray:
@@ -269,15 +276,18 @@ def gibbs_classes(L: np.ndarray, q: np.ndarray, a0: float = CLASS_ALPHA, sweeps:
     return r_sum / sweeps, draws
 
 
-def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int, k_p: int,
-                        lam_q: np.ndarray, level: float = 0.9, seed: int = GIBBS_SEED) -> dict:
-    """Posterior summaries per problem, and the task's share draws, from a fit's scored pairs.
+def problem_uncertainty(pairs, n_problems: int, lam_p: int, k_p: int, lam_q: np.ndarray, level: float = 0.9,
+                        seed: int = GIBBS_SEED) -> dict:
+    """Posterior summaries per problem, its reported category and pair, and the task's share draws,
+    from a fit's scored pairs.
 
     ``pairs``: :attr:`raylc.dolce.cells.CellFit.pairs_` (problem index, lambda, k, loglik, one
     row per scored pair; optionally ``below_ll`` and ``below_n`` (V, 3) for the marginal below
-    lambda), or a list of them, one per EM start (the same rows); ``reported``: the reported
-    category per problem ("I" .. "V"); ``lam_p``, ``k_p``: the task's thresholds; ``lam_q``: max C
-    per problem. Returns ``confidence`` (P,), ``proba`` (P, 5, in :data:`CATEGORIES` order),
+    lambda), or a list of them, one per EM start (the same rows); ``lam_p``, ``k_p``: the task's
+    thresholds; ``lam_q``: max C per problem. Returns ``proba`` (P, 5, in :data:`CATEGORIES`
+    order); ``category`` (P,, codes): the most probable category (ties: the first), the one a
+    fit reports; ``confidence`` (P,): its probability; ``pair`` (P,): the row of the most probable
+    pair within that category (ties: the first row), whose lambda and k a fit reports;
     ``lam_low`` and ``lam_high`` (P,, int64; ``lam_high`` = :data:`OPEN` when open at the top) and
     ``share_draws`` (sweeps, 5: category counts; module docstring)."""
     if not 0.0 < level < 1.0:
@@ -294,8 +304,15 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     post, draws = gibbs_classes(cl["L"], cl["q"], seed=seed)
     proba = np.clip(np.einsum("pg,pgc->pc", post, cl["q"]), 0.0, 1.0)
     w = post[p, cl["pair_class"]] * cl["within"]  # per pair
-    # the labels sort as CATEGORIES does (I < II < III < IV < V), so searchsorted gives their index
-    confidence = proba[np.arange(P), np.searchsorted(np.array(CATEGORIES), np.asarray(reported).astype(str))]
+    category = np.argmax(proba, axis=1)
+    confidence = proba[np.arange(P), category]
+    # the reported pair: the most probable of the reported category (rows are sorted by problem)
+    in_cat = category_codes(lam, k, lam_p, k_p, lam_q[p]) == category[p]
+    score = np.where(in_cat, w, -1.0)
+    best = _segment_max(score, p, P)
+    row = np.arange(p.size)
+    pair = np.full(P, p.size)
+    np.minimum.at(pair, p, np.where(score >= best[p], row, p.size))
 
     # the lambda-marginal per problem: one row per distinct (problem, lambda), sorted
     order = np.lexsort((lam, p))
@@ -318,6 +335,6 @@ def problem_uncertainty(pairs, n_problems: int, reported: np.ndarray, lam_p: int
     np.maximum.at(high_idx, mp[keep], keep)
     lam_low = np.where(ml[low_idx] == 0, 0, prev[low_idx] + 1)
     lam_high = np.where(ml[high_idx] > lam_q, OPEN, ml[high_idx])
-    return dict(confidence=confidence, proba=proba, lam_low=lam_low.astype(np.int64),
+    return dict(category=category, confidence=confidence, proba=proba, pair=pair, lam_low=lam_low.astype(np.int64),
                 lam_high=lam_high.astype(np.int64), share_draws=draws)
 

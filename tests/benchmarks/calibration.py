@@ -1,16 +1,20 @@
-"""Calibration of the DOLCE per-problem uncertainty (issue 17 items 1, 4, 5; issue 29 item 1).
+"""Calibration of the DOLCE per-problem uncertainty, and its cost.
 
     .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--cost-only]
         [--paper-start-only] [--pig-hit-rate]
 
 1. Per generator (``dolce_reference.COW_GENERATORS``): COW "model" (copies re-placed for every
    span, Eq. 3 exactly), "fixed" (copies fixed per problem), "mix" (fixed copies, 15%
-   closed-book problems, noise mostly IDK, take-every strides, L 50-1,000), 150 problems per
-   seed, noise prior rho_max 0.2; PIG "model" and "fixed" (``--pig-likelihood binned``, 40
-   problems per seed; ``--pig-hit-rate`` adds one group of Algorithm 2's hit-rate likelihood).
+   closed-book problems, noise mostly IDK, take-every strides, L 50-1,000), "wrong 0",
+   "wrong 0.5", "wrong 1" (fixed copies, 15% closed-book problems, the probe's answer on a span
+   missing the copies a wrong one at that rate instead of IDK), "short" and "short wrong 1"
+   (documents of 5-12 units), 150 problems per seed, noise prior rho_max 0.2; PIG "model" and
+   "fixed" (the default ``pig_likelihood: binned``, 40 problems per seed; ``--pig-hit-rate``
+   adds one group of Algorithm 2's likelihood, ``paper``).
    In groups of 5 seeds: per group the expected calibration error, the share of problems at
-   confidence >= 0.9 and their accuracy, the coverage of the 90% lambda interval; then mean,
-   min and max over the groups, and the reliability table of the first group.
+   confidence >= 0.9 and their accuracy, the coverage of the 90% lambda interval, and the
+   accuracy (recovery) of the reported categories over all problems; then mean, min and max
+   over the groups, and the reliability table of the first group.
    ``--paper-start-only``: the posterior of the EM run from the paper's start alone
    (``COWFit._posterior_starts = (0.5,)``).
 2. The cost of the posterior (default) against ``uncertainty="none"`` on the 1,000 x 1,000
@@ -43,7 +47,8 @@ def summarize(label: str, frame: pl.DataFrame, show_table: bool) -> dict:
     """Print one group's figures (and its reliability table if ``show_table``); return them."""
     table, ece = reliability(frame)
     sure = frame.filter(pl.col("confidence") >= 0.9)
-    got = dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean(), covered=frame["covered"].mean())
+    got = dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean(), covered=frame["covered"].mean(),
+               accuracy=frame["right"].mean())
     print(f"{label}: ECE {ece:.3f}; confidence >= 0.9: {got['sure']:.3f} of problems, "
           f"{got['right']:.3f} right; 90% lambda interval covers {got['covered']:.3f}; "
           f"accuracy {frame['right'].mean():.3f} (n = {frame.height})", flush=True)
@@ -116,9 +121,9 @@ def main() -> None:
         for gen in COW_GENERATORS:
             over_groups(f"COW {gen}", "COW", args.groups, 150, generator=gen)
         for gen in ("model", "fixed"):
-            over_groups(f"PIG {gen} binned", "PIG", args.pig_groups, 40, generator=gen, likelihood="binned")
+            over_groups(f"PIG {gen} (binned, the default)", "PIG", args.pig_groups, 40, generator=gen)
         if args.pig_hit_rate:
-            over_groups("PIG fixed hit_rate (Algorithm 2)", "PIG", 1, 40, generator="fixed")
+            over_groups("PIG fixed paper (Algorithm 2)", "PIG", 1, 40, generator="fixed", likelihood="paper")
     cost()
 
 

@@ -181,7 +181,7 @@ def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
     "command, args, line",
     [
         ("fit", ["--pig-likelihood", "exact"],
-         "error: --pig-likelihood 'exact': expected one of hit_rate, score, binned"),
+         "error: --pig-likelihood 'exact': expected one of binned, paper, score"),
         ("fit", ["--scenario", "COW"], "error: --scenario 'COW': expected one of auto, cow, pig"),
         ("fit", ["--threshold", "1.5"], "error: --threshold '1.5': Input should be less than or equal to 1"),
         ("sensitivity", ["--pig-hit-rate", "median"], "error: --pig-hit-rate 'median': expected one of mode, mean"),
@@ -259,3 +259,20 @@ def test_sensitivity_threshold_option_is_the_reference_of_thresholds(tmp_path):
     assert other["kl_noise"] > 0
     settings = json.loads((tmp_path / "out" / "sensitivity.json").read_text())
     assert settings["threshold"] == 0.25 and settings["thresholds"] == [0.25, 0.95]
+
+
+@pytest.mark.parametrize(("generator", "says"), [("fixed", "follows the IDK instruction"),
+                                                 ("wrong 1", "ignores the IDK instruction")])
+def test_fit_prints_the_shares_with_intervals_and_the_probe_check(tmp_path, generator, says):
+    """`raylc fit` prints what a run prints: each share with its interval, the probe check table
+    and its sentence, for a probe that abstains and one that answers wrongly instead."""
+    from dolce_reference import COW_GENERATORS, simulate_cow_task
+
+    obs, _, _ = simulate_cow_task(30, 4, **COW_GENERATORS[generator])
+    obs.write_parquet(tmp_path / "obs.parquet")
+    out = raylc("fit", str(tmp_path / "obs.parquet"), "--out", str(tmp_path / "fit"), "--no-ray",
+                "--uncertainty-steps", "20", "--no-figures")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "share of problems [95% interval]" in text and "Probe check" in text
+    assert f"sim: the probe {says}" in text

@@ -113,8 +113,11 @@ def test_report_command(quickstart_runs):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Focus categories per task" in proc.stdout and "planted-a" in proc.stdout  # the page's sections
+    # the probe check, in the printout, the page and summary.md: the simulated probe abstains
+    assert "Probe check" in proc.stdout and "planted-a: the probe follows the IDK instruction" in proc.stdout
     summary = Path(store, "first", "report", "summary.md").read_text()
     assert "Planted-category recovery" in summary and "| planted-b |" in summary
+    assert "planted-b: the probe follows the IDK instruction" in summary
     bad = subprocess.run([sys.executable, "-m", "raylc", "report", str(store / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
 

@@ -3,6 +3,7 @@ estimator contracts (DolceFit; COWFit and PIGFit as CellFit)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -239,15 +240,27 @@ def test_fit_observations_frames(mixed_obs, mixed_fit):
     assert (problems["lam"] >= 0).all() and (problems["k"] >= 1).all()
 
 
-def test_cow_subset_matches_fit_cow_task_on_binarized_scores(mixed_obs, mixed_fit):
+def test_cow_subset_matches_fit_cow_task_on_binarized_scores(mixed_obs, mixed_point_fit):
     from raylc.dolce.cow import fit_cow_task
 
-    problems, tasks = mixed_fit
+    problems, tasks = mixed_point_fit
     cow_ids = problems.filter(pl.col("subset") == "mix/COW")["problem_id"]
     direct, info = fit_cow_task(mixed_obs.filter(pl.col("problem_id").is_in(cow_ids.implode())), threshold=0.5)
     got = problems.filter(pl.col("subset") == "mix/COW")
     assert got["lam"].to_list() == direct["lam"].to_list() and got["k"].to_list() == direct["k"].to_list()
     assert tasks.filter(pl.col("subset") == "mix/COW")["p_noise_1"][0] == info["p_noise_1"]
+
+
+def test_each_problem_reports_its_posteriors_most_probable_category(mixed_fit):
+    """One rule for a problem's row (COW and PIG subsets): the category is the posterior's most
+    probable and its confidence that probability."""
+    from raylc.dolce.categories import CATEGORIES
+
+    problems, _ = mixed_fit
+    proba = problems.select(f"p_{c}" for c in CATEGORIES).to_numpy()
+    assert problems["category"].to_list() == [CATEGORIES[i] for i in proba.argmax(axis=1)]
+    assert np.array_equal(problems["confidence"].to_numpy(), proba.max(axis=1))
+    assert (problems["confidence"] >= 0.2).all()
 
 
 def test_threshold_changes_only_cow_fits_of_continuous_scores(mixed_obs, mixed_point_fit):
@@ -315,15 +328,15 @@ def test_dolce_fit_contract(mixed_obs, mixed_fit):
 
 
 @pytest.mark.parametrize("options", [
-    {"em_steps_cow": 2}, {"em_steps_pig": 1}, {"pig_likelihood": "score"}, {"pig_likelihood": "binned"},
-    {"pig_hit_rate": "mean"}, {"threshold": 0.95},
+    {"em_steps_cow": 2}, {"em_steps_pig": 1}, {"pig_likelihood": "score"}, {"pig_likelihood": "paper"},
+    {"pig_hit_rate": "mean"}, {"threshold": 0.95}, {"not_covered": "idk"},
 ])
 def test_each_fit_option_reaches_its_subsets(mixed_obs, mixed_point_fit, options):
     """Each FitOptions field changes the fits of the subsets it concerns, and only those (COW:
-    em_steps_cow, threshold; PIG: em_steps_pig, pig_likelihood, pig_hit_rate)."""
+    em_steps_cow, threshold, not_covered; PIG: em_steps_pig, pig_likelihood, pig_hit_rate)."""
     problems, _ = fit_observations(mixed_obs, FitOptions(uncertainty="none", **options))
     name = next(iter(options))
-    cow = name in ("em_steps_cow", "threshold")
+    cow = name in ("em_steps_cow", "threshold", "not_covered")
     concerned = pl.col("scenario") == ("COW" if cow else "PIG")
     if name == "threshold":  # binary-metric problems are binarized at 0.5 whatever the threshold
         concerned = concerned & (pl.col("task") != "acc")
@@ -365,7 +378,7 @@ def test_cow_and_pig_share_the_cell_fit_interface():
         assert (info["lam_p"], info["k_p"]) == (model.lam_p_, model.k_p_)
         assert model.fit_stats(model.cell_stats(obs)) is model  # the statistics fit() used
     # on binary scores the two cell statistics coincide: counts of 1, 0, IDK per (problem, C)
-    cow, pig = COWFit().cell_stats(obs), PIGFit().cell_stats(obs)
+    cow, pig = COWFit().cell_stats(obs), PIGFit(likelihood="paper").cell_stats(obs)
     for field in ("problem", "L", "C", "y1", "y0", "nidk", "n"):
         np.testing.assert_array_equal(getattr(cow, field), getattr(pig, field))
     assert isinstance(cow, CellStats) and cow.score_counts is None
@@ -411,7 +424,7 @@ def test_fixed_steps_are_the_default_and_report_their_last_change(estimator):
     assert np.isnan(estimator(n_steps=1).fit(obs).ll_change_)
 
 
-@pytest.mark.parametrize("estimator", [COWFit, PIGFit])
+@pytest.mark.parametrize("estimator", [COWFit, functools.partial(PIGFit, likelihood="paper")])
 def test_a_tolerance_runs_until_the_change_is_below_it(estimator):
     """With ``tol`` > 0 the EM stops at the first step whose change is at most tol (or at
     max_steps), and that fit is the fixed-step fit with T = the steps it ran."""

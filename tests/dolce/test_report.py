@@ -64,3 +64,30 @@ def test_em_note_says_what_ran_and_never_calls_the_default_fit_unconverged():
     tol = em_note({"em_tol": 1e-6, "em_max_steps": 200})
     assert "|em_ll_change| <= 1e-06" in tol and "at most 200 steps" in tol
     assert em_note({}) == paper  # the defaults are the paper's
+
+
+def test_the_report_page_and_summary_carry_the_probe_check():
+    """The probe check of the fit reaches the report tables (``probe``), the printed report, the
+    page and summary.md, with its sentence; a table written before it existed has none."""
+    from raylc.dolce.report import page
+    from raylc.dolce.stages import report
+
+    probe = {"n_closed_book": 10, "idk_closed_book": 0.0, "n_not_covered": 61, "idk_not_covered": 0.0,
+             "not_covered": "fitted", "not_covered_wrong": 1.0, "not_covered_idk": 0.0}
+    problems = pl.DataFrame({"task": ["t"], "subset": ["t"], "scenario": ["COW"], "problem_id": ["p"],
+                             "category": ["III"], "lam": [1], "k": [1]})
+    tasks = pl.DataFrame([{"task": "t", "subset": "t", "scenario": "COW", "n_problems": 1,
+                           **{f"share_{c}": float(c == "III") for c in ("I", "II", "III", "IV", "V")},
+                           **{f"share_{c}_{e}": float(c == "III") for c in ("I", "II", "III", "IV", "V")
+                              for e in ("lo", "hi")}, "share_interval": POSTERIOR_INTERVAL, **probe}])
+    tables = report(problems, tasks, pl.DataFrame(), pl.DataFrame())
+    assert tables["probe"].row(0, named=True)["n_not_covered"] == 61
+    out = io.StringIO()
+    print_report(tables, Console(file=out, width=200))
+    sentence = "t: the probe ignores the IDK instruction and answers wrongly instead"
+    assert sentence in out.getvalue()
+    assert sentence in markdown(tables, {"run_id": "r"})
+    html = page(tables, {"categories.png": b"", "lambda_k.png": b""}, {"run_id": "r"}, tasks).render()
+    assert "Probe check" in html and sentence in html
+    old = report(problems, tasks.drop("n_not_covered"), pl.DataFrame(), pl.DataFrame())
+    assert "probe" not in old

@@ -157,7 +157,7 @@ def test_stale_ray_address_closed_port_fails_fast(scenarios):
     assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the "
                                "connection "
                                f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
-    assert took < 30, took
+    assert took < 50, took  # refused at once, not the 60 s limit (start-up alone took 31 s on a loaded machine)
     assert not ctx["store"].exists()
 
 

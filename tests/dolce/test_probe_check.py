@@ -1,0 +1,64 @@
+"""The probe check (raylc/dolce/probe_check.py) and the fitted not-covered outcome of COW:
+what the probe says without its evidence, fitted, measured and said in one sentence."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from dolce_reference import COW_GENERATORS, simulate_cow_task
+
+from raylc.dolce.cow import COWFit
+from raylc.dolce.fit import fit_observations
+from raylc.dolce.options import FitOptions
+from raylc.dolce.probe_check import probe_check, probe_check_note, probe_check_notes
+
+
+def test_the_check_counts_closed_book_spans_and_spans_without_the_evidence():
+    """Problem a (lambda 1): its C = 0 span and its answers other than right at 1 <= C < L count;
+    problem b (lambda 0) has no span without its evidence."""
+    rows = [("a", 4, 0, 0, None), ("a", 4, 1, 0, 1.0), ("a", 4, 1, 1, 0.0), ("a", 4, 1, 2, None), ("a", 4, 1, 3, 0.0),
+            ("a", 4, 2, 0, 0.0), ("a", 4, 4, 0, 0.0), ("b", 4, 0, 0, 1.0), ("b", 4, 1, 0, 0.0)]
+    obs = pl.DataFrame(rows, schema={"problem_id": pl.String, "L": pl.Int64, "C": pl.Int64, "start": pl.Int64,
+                                     "score": pl.Float64}, orient="row")
+    fits = pl.DataFrame({"problem_id": ["a", "b"], "lam": [1, 0]})
+    got = probe_check(obs, fits, pl.col("score") < 0.5, "fitted", (0.75, 0.25))
+    assert got == {"n_closed_book": 2, "idk_closed_book": 0.5, "n_not_covered": 4, "idk_not_covered": 0.25,
+                   "not_covered": "fitted", "not_covered_wrong": 0.75, "not_covered_idk": 0.25}
+
+
+@pytest.mark.parametrize(("generator", "fitted_wrong", "says"), [
+    ("fixed", (0.0, 0.1), "follows the IDK instruction"),
+    ("wrong 1", (0.9, 1.0), "ignores the IDK instruction and answers wrongly instead"),
+])
+def test_the_fit_learns_what_the_probe_says_without_its_evidence(generator, fitted_wrong, says):
+    """A probe that says IDK on a span missing its copies (the quickstart's oracle) and one that
+    answers wrongly there: COW fits q(0) near 0 and near 1, and the task's note says which."""
+    obs, _, _ = simulate_cow_task(60, 1, **COW_GENERATORS[generator])
+    fit = COWFit(uncertainty_steps=20).fit(obs)
+    assert fitted_wrong[0] <= fit.not_covered_[0] <= fitted_wrong[1]
+    _, tasks = fit_observations(obs, FitOptions(uncertainty_steps=20))
+    note = probe_check_notes(tasks)[0]
+    assert says in note
+    if "ignores" in says:
+        assert "raylc fitted what the probe answers without the evidence" in note
+
+
+def test_the_paper_oracle_on_a_probe_that_never_abstains_says_to_refit():
+    obs, _, _ = simulate_cow_task(40, 2, **COW_GENERATORS["wrong 1"])
+    _, tasks = fit_observations(obs, FitOptions(uncertainty="none", not_covered="idk"))
+    row = tasks.row(0, named=True)
+    assert (row["not_covered"], row["not_covered_wrong"], row["not_covered_idk"]) == ("idk", 0.0, 1.0)
+    assert "refit with fit.not_covered: fitted" in probe_check_note(row)
+
+
+def test_too_few_spans_and_pig_subsets_get_their_own_sentence():
+    base = {"task": "t", "subset": "t", "n_closed_book": 3, "idk_closed_book": 0.0, "not_covered": None,
+            "not_covered_wrong": None, "not_covered_idk": None}
+    assert "too few spans" in probe_check_note(base | {"scenario": "COW", "n_not_covered": 2, "idk_not_covered": 0.0})
+    pig = probe_check_note(base | {"scenario": "PIG", "n_not_covered": 30, "idk_not_covered": 0.0})
+    assert "PIG scores such an answer 0" in pig
+
+
+def test_old_option_name_of_algorithm_2_reads_as_paper():
+    assert FitOptions(pig_likelihood="hit_rate").pig_likelihood == "paper"
+    assert FitOptions().pig_likelihood == "binned" and FitOptions().not_covered == "fitted"
