@@ -15,8 +15,9 @@ A cluster that has just started may not have its job agent yet: Ray's head then 
 submission with HTTP 500 "No available agent to submit job, please try again later." (after
 waiting 10 s for the agent itself). That one answer is retried, with a pause that doubles from
 0.5 s to 5 s, for at most ``ray.connect_timeout_s`` from the first refusal (plus the last
-request's own time limit), saying once what it waits for; every other error ends the
-submission at once.
+request's own time limit), saying once what it waits for; once it waits, a dropped connection
+is retried the same way (a loaded head may close one while its agent starts). Every other error
+ends the submission at once.
 """
 
 from __future__ import annotations
@@ -117,20 +118,32 @@ def agent_not_ready(exc: BaseException) -> Optional[str]:
     return reply[:-1] if reply.endswith("..") else reply  # the client's own "." after the reply
 
 
+def _dropped(exc: BaseException) -> bool:
+    """``exc`` says the server closed or reset the connection (``requests``' "Connection aborted",
+    http.client's RemoteDisconnected, a reset): what a head under load may do while its agent starts."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(s in text for s in ("Connection aborted", "RemoteDisconnected", "Connection reset",
+                                   "ConnectionResetError"))
+
+
 def when_agent_ready(send: Callable[[], Any], address: str, limit_s: float, notice: Callable[[str], None],
                      sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Any:
     """``send()``, again while the cluster answers :data:`AGENT_NOT_READY`, pausing
     :data:`AGENT_PAUSES_S` between tries, until ``limit_s`` after the first refusal; ``notice``
     gets one line when the waiting starts. After the limit, a :class:`SubmitError`."""
     deadline: Optional[float] = None
+    last: Optional[str] = None
     pause, longest = AGENT_PAUSES_S
     while True:
         try:
             return send()
         except Exception as exc:
             reply = agent_not_ready(exc)
+            if reply is None and deadline is not None and _dropped(exc):
+                reply = last  # a head still starting may also drop the connection: the wait goes on
             if reply is None:
                 raise
+        last = reply
         now = clock()
         if deadline is None:
             deadline = now + limit_s

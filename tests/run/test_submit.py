@@ -236,6 +236,30 @@ def test_other_submission_errors_are_not_retried():
     assert notices == []
 
 
+def test_a_dropped_connection_is_retried_only_while_waiting_for_the_agent():
+    """A head under load may close a connection while its agent starts: once a refusal has
+    started the wait, a dropped connection is retried like a refusal; before it, it is an error."""
+    dropped = ConnectionError("('Connection aborted.', RemoteDisconnected('Remote end closed connection "
+                              "without response'))")
+    answers = [RuntimeError(f"Request failed with status code 500: {NO_AGENT}."), dropped, JOB_ID]
+    clock, notices = FakeTime(), []
+
+    def send():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert when_agent_ready(send, "http://h:8265", 60, notices.append, clock.sleep, lambda: clock.now) == JOB_ID
+    assert clock.sleeps == [0.5, 1.0] and notices == [_waiting("http://h:8265", "60")]
+
+    def first_dropped():
+        raise dropped
+
+    with pytest.raises(ConnectionError):
+        when_agent_ready(first_dropped, "http://h:8265", 60, notices.append, sleep=lambda s: pytest.fail("retried"))
+
+
 def test_submit_waits_for_the_agent_of_a_fake_head(tmp_path):
     """Ray's client against a Jobs API that refuses three submissions as a starting head does:
     the fourth is accepted, after pauses of 0.5, 1 and 2 s (here not slept)."""
