@@ -208,14 +208,6 @@ class CellStats:
     n: Any = None
     score_counts: Optional[tuple] = None
 
-    def weighted(self, C, weight) -> "CellStats":
-        """These statistics with every row's counts times the ``weight`` of its span length
-        (``C``, ``weight``: aligned arrays; lengths not listed keep weight 1)."""
-        table = dict(zip(np.asarray(C).tolist(), np.asarray(weight, dtype=np.float64).tolist()))
-        w = np.array([table.get(c, 1.0) for c in np.asarray(self.C).tolist()])
-        y = [np.asarray(a, dtype=np.float64) * w for a in (self.y1, self.y0, self.nidk)]
-        return CellStats(self.problem, self.L, self.C, *y)
-
     @classmethod
     def from_scores(cls, problem, L, C, s) -> "CellStats":
         """One row per observation: score s in [0, 1], NaN = IDK (``score_counts`` included)."""
@@ -245,35 +237,6 @@ class CellStats:
         if np.any(np.abs(Y.sum(axis=1) - n) > 1e-9 * np.maximum(1.0, n)):
             raise ValueError("inconsistent statistics: n must equal y1 + y0 + nidk")
         return Y
-
-
-#: Problems that the pooled autocorrelation of :func:`overlap_weights` reads at most.
-OVERLAP_PROBLEMS = 256
-
-
-def overlap_weights(obs: pl.DataFrame, hit: pl.Expr) -> pl.DataFrame:
-    r"""Per span length C of one task, the weight (1 - r) / (1 + r) that turns a cell's counts
-    into an effective sample size: r is the lag-1 autocorrelation of the outcome ``hit`` (0/1)
-    between a problem's consecutive spans of length C (in start order), pooled over the problems
-    after centring each on its own mean, clipped to [0, 1).
-
-    Eq. 3 draws a span's outcome independently of the others. In a document the evidence stays
-    put, so spans that overlap share it: at stride 1 the spans covering a copy form a run of
-    about C - lambda + 1 hits, and the cell holds far fewer independent outcomes than spans. The
-    AR(1) effective sample size n (1 - r) / (1 + r) counts each such run about once (r near 1)
-    and leaves spans drawn independently (r near 0) whole. r is pooled over at most
-    :data:`OVERLAP_PROBLEMS` problems (the first by id), which fix it to a few hundredths.
-    Returns C, r, weight."""
-    ids = obs["problem_id"].unique()
-    if ids.len() > OVERLAP_PROBLEMS:
-        obs = obs.filter(pl.col("problem_id").is_in(ids.sort().head(OVERLAP_PROBLEMS).implode()))
-    o = obs.select("problem_id", "C", "start", h=hit.cast(pl.Float64)).sort("problem_id", "C", "start")
-    d = pl.col("h") - pl.col("h").mean().over("problem_id", "C")
-    o = o.with_columns(d=d).with_columns(nxt=pl.col("d").shift(-1).over("problem_id", "C"))
-    r = o.group_by("C").agg(num=(pl.col("d") * pl.col("nxt")).sum(), den=(pl.col("d") ** 2).sum())
-    r = r.with_columns(r=pl.when(pl.col("den") > 0).then(pl.col("num") / pl.col("den")).otherwise(0.0)
-                      .clip(0.0, 1.0 - 1e-9))
-    return r.select("C", "r", weight=(1.0 - pl.col("r")) / (1.0 + pl.col("r"))).sort("C")
 
 
 def cell_statistics(obs: pl.DataFrame, cut: Optional[pl.Expr] = None, *, by_score: bool = False) -> CellStats:
@@ -410,7 +373,7 @@ class CellFit:
         self.lam_p_, self.k_p_ = lam_p, k_p
         self.uncertainty_ = None
         if self.uncertainty_steps:
-            runs = self._posterior_fits(self.posterior_stats(obs, stats))
+            runs = self._posterior_fits(stats)
             u = problem_uncertainty([p for f in runs for p in self.posterior_pairs(obs, f)], self.problems_.size,
                                     lam_p, k_p, self.lam_q_)
             # one rule: the posterior's most probable category and its most probable pair; the
@@ -421,11 +384,6 @@ class CellFit:
             self.uncertainty_ = u
         self.category_ = assign_categories(self.lam_, self.k_, lam_p, k_p, self.lam_q_)
         return self
-
-    def posterior_stats(self, obs: pl.DataFrame, stats: CellStats) -> CellStats:
-        """The statistics the posterior's EM runs fit (``stats``, those of the point fit, unless
-        an estimator weighs them)."""
-        return stats
 
     def posterior_pairs(self, obs: pl.DataFrame, run: "CellFit") -> list[dict]:
         """A posterior EM run's scored pairs as the posterior reads them, one set per way of

@@ -14,7 +14,6 @@ from raylc.dolce.cells import (
     CellStats,
     cell_statistics,
     first_near_max,
-    overlap_weights,
     segment_positions,
 )
 from raylc.dolce.cover import cover_prob_partial
@@ -216,12 +215,6 @@ class COWFit(CellFit):
     def miss_expr(self, obs: pl.DataFrame) -> pl.Expr:
         """An answer that is not right: a score below the binarization cut."""
         return pl.col("score").cast(pl.Float64) < binarization_cut(obs, self.threshold)
-
-    def posterior_stats(self, obs: pl.DataFrame, stats: CellStats) -> CellStats:
-        """The counts weighted by the effective sample size of overlapping spans
-        (:func:`~raylc.dolce.cells.overlap_weights` of the binarized outcome 1)."""
-        w = overlap_weights(obs, ~self.miss_expr(obs).fill_null(True))
-        return stats.weighted(w["C"].to_numpy(), w["weight"].to_numpy())
 
     # ------------------------------------------------------------------ preparation
     @staticmethod

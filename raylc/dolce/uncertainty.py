@@ -136,13 +136,14 @@ def dirichlet_mle(n: np.ndarray, start=None) -> np.ndarray | None:
     n = n[n.sum(axis=1) > 0]
     if n.shape[0] == 0:
         return None
-    tot = n.sum(axis=1)
+    n, w = np.unique(n, axis=0, return_counts=True)  # rows repeat: each distinct one once, weighted
+    rows, tot, wc = w.sum(), n.sum(axis=1), w[:, None]
 
     def loss(t):
         a = np.exp(t)
         A = a.sum()
-        f = gammaln(A) * n.shape[0] - gammaln(tot + A).sum() + (gammaln(n + a) - gammaln(a)).sum()
-        g = (digamma(A) * n.shape[0] - digamma(tot + A).sum() + (digamma(n + a) - digamma(a)).sum(axis=0)) * a
+        f = gammaln(A) * rows - w @ gammaln(tot + A) + (wc * (gammaln(n + a) - gammaln(a))).sum()
+        g = (digamma(A) * rows - w @ digamma(tot + A) + (wc * (digamma(n + a) - digamma(a))).sum(axis=0)) * a
         return -f, -g
 
     t0 = np.log(np.full(n.shape[1], DIRICHLET_ALPHA) if start is None else np.asarray(start, dtype=np.float64))

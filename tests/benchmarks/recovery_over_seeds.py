@@ -51,7 +51,7 @@ def main() -> None:
             job = load_job(ROOT / "jobs" / "quickstart.yaml", {**overrides, "seed": seed, "store.path": tmp})
             with contextlib.redirect_stdout(io.StringIO()):  # each run's own report tables
                 run = evaluate(job, f"seed-{seed}", log=lambda m: None)
-            rec = run.read("report/recovery.parquet")
+            rec = run.folder.read("report/recovery.parquet")
             lo, hi = wilson(pl.col("recovered"), pl.col("n_problems"))
             rec = rec.with_columns(lo=lo, hi=hi)
             total = rec.filter(pl.col("task") == "(all)").row(0, named=True)

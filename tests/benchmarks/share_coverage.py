@@ -101,7 +101,7 @@ def check_runs(seeds: list[int], overrides: dict) -> bool:
                      run_id, log=lambda m: None)
             cats = pl.read_parquet(Path(store) / run_id / "report" / "categories.parquet")
             inside = bool(cats.select(pl.col("share").is_between("share_lo", "share_hi")).to_series().all())
-            got = compare_runs(find_runs([f"{store}/{run_id}"]), f"{store}/cmp-{seed}")["categories"]
+            got = compare_runs(find_runs([f"{store}/{run_id}"]), f"{store}/cmp-{seed}")[0]["categories"]
             try:
                 assert_frame_equal(got.drop("run_id", "model"), cats.select(got.drop("run_id", "model").columns))
                 equal = True

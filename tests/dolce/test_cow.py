@@ -416,19 +416,3 @@ def test_assign_categories_table():
     assert assign_categories(5, 1, 2, 2, 20).tolist() == "IV"
     per_task = assign_categories(lam, k, np.full(lam.size, 2), np.full(lam.size, 2), lam_q)
     assert per_task.tolist() == expected.tolist()
-
-
-def test_overlapping_spans_count_as_their_runs():
-    """overlap_weights: spans whose covers are drawn afresh (Eq. 3, copies re-placed per span)
-    keep weight ~1 at every C; spans sharing fixed copies at stride 1, whose right answers come in
-    runs of about C - lambda + 1, weigh less the longer they are."""
-    from raylc.dolce.cells import overlap_weights
-
-    hit = pl.col("score").fill_null(0.0) >= 0.5
-    drawn, _, _ = simulate_cow_task(60, 3, replant_each_observation=True)
-    fixed, _, _ = simulate_cow_task(60, 3)
-    w_drawn = dict(overlap_weights(drawn, hit).select("C", "weight").iter_rows())
-    w_fixed = dict(overlap_weights(fixed, hit).select("C", "weight").iter_rows())
-    assert min(w_drawn[c] for c in (1, 2, 5, 10, 20, 50)) >= 0.85
-    assert w_fixed[1] >= 0.85 and w_fixed[20] <= 0.5 and w_fixed[50] <= 0.5
-    assert w_fixed[5] > w_fixed[20]

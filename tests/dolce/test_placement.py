@@ -108,6 +108,6 @@ def test_long_documents_keep_eq3_alone():
     task = pl.concat([task, _document_task({"p0": {}}, L=L).filter(pl.col("C") == L)])
     fit = COWFit(n_steps=2, uncertainty_steps=4)
     fit.fit(task)
-    runs = fit._posterior_fits(fit.posterior_stats(task, fit.cell_stats(task)))
+    runs = fit._posterior_fits(fit.cell_stats(task))
     assert all(len(fit.posterior_pairs(task, r)) == 1 for r in runs)
     assert BUDGET < (L - 1 + 1) * (L + 1) * 6 * 12 * 5
