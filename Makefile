@@ -55,20 +55,26 @@ $(SMOLLM2)/.raylc-complete.json: | $(REAL_VENV)/.installed
 
 install-real: $(REAL_VENV)/.installed $(SMOLLM2)/.raylc-complete.json
 
+# The jobs name the default model folder; another SMOLLM2=DIR is passed to them with --set, and to the
+# tests and the benchmark as RAYLC_SMOLLM2.
+MODEL_SET := $(if $(filter .models/SmolLM2-135M-Instruct,$(SMOLLM2)),,--set probe.model=$(abspath $(SMOLLM2)))
+TOKENIZER_SET := $(if $(MODEL_SET),--set suite.tokenizer=hf:$(abspath $(SMOLLM2)))
+
 # Two DOLCE jobs (hand-written documents; generated documents of known layout) and a HELMET recall
 # sweep with a real model through vLLM's CPU engine in Ray Data.
 real-demo: install-real
-	$(REAL)/raylc run jobs/real-dolce-smollm2.yaml
-	$(REAL)/raylc run jobs/real-dolce-layouts-smollm2.yaml
-	$(REAL)/raylc run jobs/real-helmet-smollm2.yaml
+	$(REAL)/raylc run jobs/real-dolce-smollm2.yaml $(MODEL_SET)
+	$(REAL)/raylc run jobs/real-dolce-layouts-smollm2.yaml $(MODEL_SET)
+	$(REAL)/raylc run jobs/real-helmet-smollm2.yaml $(MODEL_SET) $(TOKENIZER_SET)
 
 # Real-engine tests (tests/real): one process, one shared Ray instance, eager engines.
 test-real: install-real
-	RAYLC_REAL=1 $(REAL)/python -m pytest -q -n 0 -p no:randomly tests/real --durations=15
+	RAYLC_REAL=1 RAYLC_SMOLLM2=$(abspath $(SMOLLM2)) $(REAL)/python -m pytest -q -n 0 -p no:randomly tests/real \
+		--durations=15
 
 # raylc's pipeline against vLLM's own offline LLM.generate on the same token prompts.
 bench-real: install-real
-	$(REAL)/python tests/benchmarks/bench_real.py
+	RAYLC_SMOLLM2=$(abspath $(SMOLLM2)) $(REAL)/python tests/benchmarks/bench_real.py
 
 clean:
 	rm -rf $(VENV) $(REAL_VENV) runs .pytest_cache

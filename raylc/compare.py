@@ -6,8 +6,9 @@ their kept scores, relabelled so that LongScore (:func:`raylc.sweep.longscore.lo
 runs, not only models: two runs of one model stay two rows. From the DOLCE runs come the
 category shares per task with their 95% intervals as each run stored them, and, for every pair of
 DOLCE runs over the same problems, the agreement of Section 6 (Spearman's rho of lambda and k,
-:func:`raylc.dolce.sensitivity.compare_fits`). Every table carries ``run_id`` and ``model`` (the
-probe's model; ``simulated`` for the simulated probe).
+:func:`raylc.dolce.sensitivity.compare_fits`). Every table starts with ``run_id`` and ``model`` (the
+probe's model; ``simulated`` for the simulated probe), the agreement of a pair with ``run_a, model_a,
+run_b, model_b``.
 """
 
 from __future__ import annotations

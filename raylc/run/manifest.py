@@ -22,8 +22,9 @@ Status = Literal["running", "done", "failed", "interrupted"]
 
 class Progress(BaseModel):
     """The infer stage's progress record (:class:`raylc.run.progress.InferProgress`): requests
-    stored before this attempt (``reused``), to run, done so far, errors and tokens, and when
-    the attempt started, was last updated and stored its first shard (epoch seconds)."""
+    stored before this attempt (``reused``), to run, done so far, errors and tokens, when the
+    attempt started and was last updated (epoch seconds), and ``recent``: ``(time, done)`` at its
+    shards, thinned to at most 64 spread over the attempt, for the ETA."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -35,8 +36,7 @@ class Progress(BaseModel):
     generated_tokens: int = 0
     started_at: float
     updated_at: float
-    first_at: Optional[float] = None
-    first_done: Optional[int] = None
+    recent: Optional[list[tuple[float, int]]] = None
 
 
 class StageRecord(BaseModel):

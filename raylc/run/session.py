@@ -194,25 +194,24 @@ def _quiet_core_worker(ray: Any) -> None:
     worker.connect = quiet_connect
 
 
-class _NoErrorRecords(logging.Filter):
-    """Drops Ray Data's error records from the console: a failed stream is raised to raylc,
-    which prints it as one line; the record, with its traceback, stays in the session's
-    ``logs/ray-data/`` files."""
+class _HeldBack(logging.Filter):
+    """Drops every record from Ray Data's console: its start and end lines ("Progress bars
+    disabled", "execution finished") and its error records (a failed stream is raised to raylc,
+    which prints it as one line). They stay in the session's ``logs/ray-data/`` files."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno < logging.ERROR
+        return False
 
 
 def _quiet_ray_data() -> None:
-    """Ray Data's console handler (``ray/data/_internal/logging.py``) keeps its progress lines
-    and loses its error records, unless ``--verbose``."""
+    """Ray Data's console handler (``ray/data/_internal/logging.py``) prints nothing unless
+    ``--verbose``: raylc's own lines say what the stream does."""
     if verbose():
         return
     for handler in logging.getLogger("ray.data").handlers:
         console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
-        if console and not any(
-                isinstance(f, _NoErrorRecords) for f in handler.filters):
-            handler.addFilter(_NoErrorRecords())
+        if console and not any(isinstance(f, _HeldBack) for f in handler.filters):
+            handler.addFilter(_HeldBack())
 
 
 class _ImportPaths(list):
@@ -261,4 +260,9 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
             raise RayUnavailable(
                 f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
+        except Exception as exc:  # Ray's own start-up time limit (a raylet or GCS too slow on a loaded machine)
+            detail = (str(exc).strip().splitlines() or [""])[0]
+            raise RayUnavailable(f"a local Ray instance did not start ({type(exc).__name__}: {detail}); "
+                                 "try again, or join a running cluster with RAY_ADDRESS") from None

@@ -474,7 +474,7 @@ def test_a_raw_request_goes_to_completions_without_the_chat_template(planted):
         backend.generate(["a", "b"], raw=[True])
 
 
-# --- exact behaviour pinned by the mutation run (README "Mutation testing") --------------------
+# --- exact behaviour pinned by the mutation run (docs/testing.md, "Mutation testing") --------------------
 
 
 def test_error_detail_forms():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: (name, module, text, replacement, tests): one break of the README's "Promises" table
+#: (name, module, text, replacement, tests): one break of docs/testing.md's promises table
 BREAKS = [
     ("DOLCE request ids salted per call", "raylc/dolce/stages.py",
      "digest_size=12).hexdigest() for k in keys]",

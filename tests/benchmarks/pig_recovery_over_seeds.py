@@ -1,4 +1,4 @@
-"""PIG parameter recovery over seeds (issue 17 item 4): the README's PIG recovery row as a
+"""PIG parameter recovery over seeds (issue 17 item 4): docs/figures.md's PIG recovery row as a
 distribution over seeds (mean, min, max), never one pooled draw.
 
     python tests/benchmarks/pig_recovery_over_seeds.py [--seeds 1-6] [--steps 5,50] [--designs model,realistic]

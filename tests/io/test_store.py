@@ -135,7 +135,7 @@ def test_a_streamed_table_is_invisible_until_complete_and_gone_on_failure(tmp_pa
     assert [p.name for p in (tmp_path / "r" / "score").iterdir()] == ["obs.parquet"]
 
 
-# --- what the mutation run found unguarded (README "Mutation testing") ---------------------------
+# --- what the mutation run found unguarded (docs/testing.md, "Mutation testing") ---------------------------
 
 
 def test_local_paths_and_s3_uris_get_their_filesystems(tmp_path):

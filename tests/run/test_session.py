@@ -1,5 +1,5 @@
 """Ray's own logs reach the console only at ``--verbose`` (issue 18): no error-level line that is
-not an error, no banner, no Python warning; raylc's own lines and Ray Data's progress stay."""
+not an error, no banner, no Python warning, no Ray Data line; raylc's own lines stay."""
 
 import logging
 import os
@@ -28,7 +28,7 @@ def _console():
 
 
 @pytest.mark.parametrize("verbose", [False, True])
-def test_ray_data_error_records_leave_the_console_unless_verbose(monkeypatch, verbose):
+def test_ray_data_records_leave_the_console_unless_verbose(monkeypatch, verbose):
     monkeypatch.setenv(session.VERBOSE_ENV, "1" if verbose else "0")
     console = _console()
     saved = list(console.filters)
@@ -41,8 +41,24 @@ def test_ray_data_error_records_leave_the_console_unless_verbose(monkeypatch, ve
                  if console.filter(child.makeRecord(child.name, lv, __file__, 1, "m", (), None))]
     finally:
         console.filters[:] = saved
-    assert shown == ([logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL] if verbose
-                     else [logging.INFO, logging.WARNING])
+    assert shown == ([logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL] if verbose else [])
+
+
+def test_a_local_ray_that_does_not_start_is_one_line(monkeypatch):
+    """Ray's own start-up limit on a loaded machine ("The current node timed out during startup")
+    is a RayUnavailable (exit 1, one line), not a traceback."""
+    import ray
+
+    def slow_start(**_):
+        raise Exception("The current node timed out during startup. This could happen because some of the raylet "
+                        "failed to startup or the GCS has become overloaded.\nmore")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_start)
+    with pytest.raises(session.RayUnavailable) as err:
+        session.init_ray()
+    assert str(err.value).startswith("a local Ray instance did not start (Exception: The current node timed out")
+    assert "\n" not in str(err.value)
 
 
 def test_verbose_is_passed_to_a_submitted_run():
@@ -81,4 +97,5 @@ def test_a_run_log_has_no_ray_noise_unless_verbose(tmp_path, verbose):
     assert any(x.startswith("[infer] requests=") for x in lines) and any("recovery" in x for x in lines)
     # raylc's own count of stored requests replaces Ray Data's bars, whose totals are estimates (issue 31)
     assert not [x for x in lines if "Total Progress" in x or "logging_progress" in x]
+    assert not [x for x in lines if "Progress bars disabled" in x or "execution finished" in x], "Ray Data's lines"
     assert any(re.fullmatch(r"\[infer\] ([\d,]+)/\1 requests stored \(100%\)", x) for x in lines)

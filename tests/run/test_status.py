@@ -74,22 +74,23 @@ def test_a_running_run_has_an_eta(tmp_path):
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": "running", "progress": PROGRESS}}
     store = _write(tmp_path, "r", _manifest(stages), _live_lock())
-    st = run_status(store, now=1061.0)
+    st = run_status(store, now=1060.0)
     assert st["state"] == "running" and st["stages"]["infer"] == "running"
-    assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s
+    assert st["infer"]["eta_s"] == pytest.approx(600 / 5.0)  # 600 left at 5 requests/s since the stage began
 
 
 def test_the_eta_leaves_out_the_start_up_and_nothing_stored_says_so(tmp_path):
-    """A 30 s stage whose engines took 25 s to start: the first shard (50 requests) at 1025 s,
-    250 by 1030 s: 40 requests/s since the first shard, not 8.3 since the stage began."""
-    progress = {**PROGRESS, "reused": 0, "to_run": 1000, "done": 250, "started_at": 1000.0, "updated_at": 1030.0,
-                "first_at": 1025.0, "first_done": 50}
+    """A stage whose engines took 25 s to start: shards of 50 requests every second from 1025 s,
+    250 by 1029 s and 1,000 by 1044 s. At 1060 s the window is the last 30 s (from the shard at
+    1030 s, 300 stored): 700 in 30 s, not the 16.7/s since the stage began."""
+    recent = [[1025.0 + i, 50 * (i + 1)] for i in range(20)]
+    progress = {**PROGRESS, "reused": 0, "to_run": 2000, "done": 1000, "started_at": 1000.0, "updated_at": 1044.0,
+                "recent": recent}
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": "running", "progress": progress}}
-    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), now=1031.0)
-    assert st["infer"]["eta_s"] == pytest.approx(750 / 40.0)
-    waiting = {**progress, "done": 0, "prompt_tokens": 0, "generated_tokens": 0, "updated_at": 1000.0}
-    waiting.pop("first_at"), waiting.pop("first_done")
+    st = run_status(_write(tmp_path, "r", _manifest(stages), _live_lock()), now=1060.0)
+    assert st["infer"]["eta_s"] == pytest.approx(1000 / (700 / 30.0))
+    waiting = {**progress, "done": 0, "prompt_tokens": 0, "generated_tokens": 0, "updated_at": 1000.0, "recent": []}
     stages["infer"]["progress"] = waiting
     _write(tmp_path, "w", _manifest(stages), _live_lock())
     st = run_status(RunFolder(str(tmp_path), "w"), now=1009.0)
