@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from raylc.backends import openai_http  # noqa: E402
-from raylc.backends.openai_http import OpenAIBackend  # noqa: E402
 from raylc.backends.config import OpenAIProbe  # noqa: E402
+from raylc.backends.openai_http import OpenAIBackend  # noqa: E402
 
 
 def _serve(conn, delay_s: float, tls) -> None:
