@@ -157,7 +157,7 @@ def test_stale_ray_address_closed_port_fails_fast(scenarios):
     assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the "
                                "connection "
                                f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
-    assert took < 50, took  # refused at once, not the 60 s limit (start-up alone took 31 s on a loaded machine)
+    assert took < 60, took  # refused at once: the 60 s limit would take longer (start-up alone: 31-45 s under load)
     assert not ctx["store"].exists()
 
 
@@ -174,7 +174,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     took, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == expected
-    assert 2 <= took < 40, took  # the 2 s limit, not the 60 s default (start-up takes 5-20 s on a loaded machine)
+    assert 2 <= took < 60, took  # the 2 s limit: the 60 s default would take longer (start-up: 5-45 s under load)
     assert not ctx["store"].exists()
 
 
@@ -210,7 +210,7 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
 def test_submit_silent_port_within_job_files_limit(scenarios):
     launched, ctx = scenarios["submit-silent"]
     took, proc = launched.result()
-    assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
+    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # the 2 s limit: the 60 s default takes longer
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to GET /api/version "
                                f"(ray.connect_timeout_s); is it the Ray dashboard address (http://HEAD:8265)?")
 
@@ -220,7 +220,7 @@ def test_submit_jobs_api_that_stops_answering(scenarios):
     upload) never does: the client's requests are bounded too."""
     launched, ctx = scenarios["submit-hang"]
     took, proc = launched.result()
-    assert proc.returncode == 1 and took < 40, (took, proc.stderr)  # the 2 s limit, not the 60 s default
+    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # the 2 s limit: the 60 s default takes longer
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to the Jobs API while submitting "
                                f"(ray.connect_timeout_s)")
 
@@ -231,7 +231,7 @@ def test_submit_log_following_is_bounded(scenarios):
     launched, ctx = scenarios["submit-status"]
     took, proc = launched.result()
     address = ctx["address"]
-    assert proc.returncode == 1 and took < 30, (took, proc.stderr)
+    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # bounded (start-up alone: up to 45 s under load)
     assert proc.stdout.strip() == "submitted raysubmit_t"
     assert "Traceback" not in proc.stderr
     *ray_info, last = proc.stderr.strip().splitlines()  # Ray's own INFO line: the package exists already
