@@ -5,7 +5,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11 python3.10; 
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install install-test clean install-real real-demo test-real bench-real
+.PHONY: demo test lint install install-test clean install-real real-demo test-real bench-real reference
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: need Python >= 3.10 on PATH (or PYTHON=...)" >&2; exit 2; }
@@ -31,6 +31,10 @@ demo: install
 lint: install-test
 	$(BIN)/ruff check raylc tests
 	$(BIN)/vulture
+
+# The reference pages (docs/reference/), generated from the code; tests/test_reference.py fails until they match.
+reference: install
+	$(BIN)/python -m raylc.reference docs/reference
 
 # The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
 # in one process (one shared Ray instance; Ray's own workers need the cores).

@@ -25,12 +25,14 @@ from raylc.dolce.categories import CATEGORIES
 from raylc.io.figures import png_bytes
 from raylc.io.page import Page, image_html, table_html, text_html
 from raylc.io.parallel import Mapper
+from raylc.io.schemas import TableSchema, check_tables, declare
 from raylc.io.store import Store, StoreError
 from raylc.run.folder import MANIFEST, RunFolder, run_folders
 from raylc.run.manifest import Manifest
 from raylc.spec import Job, JobSpecError, parse_job
 from raylc.sweep.longscore import rank_tables
 from raylc.sweep.report import longscore_figures
+from raylc.sweep.tables import PER_LENGTH, SUMMARY
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,29 @@ def merge_longscore(results: Sequence[dict[str, pl.DataFrame]]) -> dict[str, pl.
     return {"per_length": per_length, "summary": summary}
 
 
+def compare_tables() -> tuple[TableSchema, ...]:
+    """What ``raylc compare RUNS --out DIR`` writes under DIR (a function: the DOLCE tables'
+    declarations load the estimator)."""
+    from raylc.dolce.tables import CATEGORIES_TABLE, COMPARE
+
+    run = declare(("run_id", pl.String, "The run."), ("model", pl.String, "Its probe's model."))
+    return (
+        TableSchema("runs", "runs.parquet", "One row per run.", (*run, *declare(
+            ("uri", pl.String, "Where the run is."), ("job", pl.String, "Its job's name."),
+            ("suite", pl.String, "Its suite's kind."), ("seed", pl.Int64, "Its seed.")))),
+        PER_LENGTH.relocated("per_length.parquet"),
+        SUMMARY.relocated("summary.parquet"),
+        TableSchema("categories", "categories.parquet", (
+            "DOLCE runs: each run's category shares, read from its `report/categories.parquet`."), (
+            *run, *CATEGORIES_TABLE.columns)),
+        TableSchema("agreement", "agreement.parquet", (
+            "Every pair of DOLCE runs, over the problems both fitted that are the same (Section 6's metrics)."), (
+            *declare(("run_a", pl.String, "The reference run."), ("model_a", pl.String, "Its model."),
+                     ("run_b", pl.String, "The other run."), ("model_b", pl.String, "Its model.")),
+            *COMPARE.columns)),
+    )
+
+
 def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = None, seed: Optional[int] = None,
                  mapper: Optional[Mapper] = None) -> tuple[dict[str, pl.DataFrame], Page]:
     """The leaderboard of ``runs`` under ``out_uri``: ``runs``, LongScore (``per_length``,
@@ -284,6 +309,7 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
         tables["categories"] = shares
         tables["agreement"] = probe_agreement(runs)
         figures.update(png_bytes({"categories.png": lambda path: plot_category_shares_by_run(shares, path)}))
+    tables = check_tables(compare_tables(), tables)
     page = compare_page(runs, tables, figures)
     Store(out_uri).write_outputs(tables, {**figures, "index.html": page.render()})
     return tables, page

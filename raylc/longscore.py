@@ -10,10 +10,12 @@ import polars as pl
 
 from raylc.compare import find_runs, length_scores, merge_longscore, relabel, runs_longscore
 from raylc.io.parallel import Mapper
+from raylc.io.schemas import check_tables
 from raylc.io.store import Store, StoreError, read_input
 from raylc.run.folder import MANIFEST, RunFolder
 from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, task_correlation
 from raylc.sweep.report import write_longscore_result
+from raylc.sweep.tables import LONGSCORE_TABLES
 
 
 def is_run_source(source: str) -> bool:
@@ -89,5 +91,6 @@ def run_longscore(
     label_table = pl.concat(labels).unique("label", keep="first")
     result = {name: relabel(frame, label_table) if name in ("per_length", "summary") else frame
               for name, frame in result.items()}
+    result = check_tables(LONGSCORE_TABLES, result)
     write_longscore_result(result, Store(out_uri), figures)
     return result

@@ -59,8 +59,12 @@ class Scoring(_Strict):
     """
 
     metric: Literal["exact_match", "subem", "f1", "rougeL", "rougeLsum", "edit_sim", "recall",
-                    "match_part"] = "exact_match"
-    idk_patterns: Optional[list[str]] = Field(default=None, min_length=1)
+                    "match_part"] = Field(default="exact_match", description=(
+        "The metric of open answers on DOLCE spans (exact match: outcomes 1 / 0 for COW; the others give partial "
+        "credit, which the dip test may send to PIG)."))
+    idk_patterns: Optional[list[str]] = Field(default=None, min_length=1, description=(
+        "Regexes on the lower-cased output that mark an IDK answer (a null score); null: raylc's "
+        "(`raylc/scoring/extract.py`)."))
 
     @field_validator("idk_patterns")
     @classmethod
@@ -76,15 +80,18 @@ class Scoring(_Strict):
 class Inference(_Strict):
     """Checkpointing and failure policy of the infer stage (row-level resume)."""
 
-    shard_rows: int = Field(default=5000, ge=1)
-    shard_seconds: float = Field(default=30.0, gt=0.0)
-    max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    shard_rows: int = Field(default=5000, ge=1, description="A checkpoint shard is written every this many "
+                                                             "completions...")
+    shard_seconds: float = Field(default=30.0, gt=0.0, description="...or every this many seconds.")
+    max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description=(
+        "The share of failed requests the infer stage tolerates; above it the stage fails (failed requests are "
+        "retried on resume)."))
 
 
 class StoreConfig(_Strict):
     """Where stage tables go: ``<path>/<run_id>/<stage>/``."""
 
-    path: str = "./runs"
+    path: str = Field(default="./runs", description="Where runs are stored: a folder, or `s3://bucket/prefix`.")
 
 
 class RayResources(_Strict):
@@ -92,14 +99,19 @@ class RayResources(_Strict):
     ``connect_timeout_s``: how long that cluster, or the Jobs API of ``raylc submit``, may take
     to answer before the run (or the submission) fails with one line naming the address."""
 
-    address: Optional[str] = None
-    num_cpus: Optional[int] = Field(default=None, ge=1)
-    actors: int = Field(default=1, ge=1)
-    actor_num_cpus: float = Field(default=0.5, gt=0.0)
-    batch_size: int = Field(default=256, ge=1)
-    no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0)
-    include_dashboard: bool = False
-    connect_timeout_s: float = Field(default=60.0, gt=0.0)
+    address: Optional[str] = Field(default=None, description=(
+        "The Ray cluster to join (e.g. `auto`, `ray://HEAD:10001`); null: RAY_ADDRESS, else a local Ray "
+        "starts."))
+    num_cpus: Optional[int] = Field(default=None, ge=1, description="CPUs of a local Ray (null: the machine's).")
+    actors: int = Field(default=1, ge=1, description="Actors of a text backend's pool (simulated, openai).")
+    actor_num_cpus: float = Field(default=0.5, gt=0.0, description="Ray CPUs per such actor.")
+    batch_size: int = Field(default=256, ge=1, description="Requests per Ray Data batch.")
+    no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0, description=(
+        "Ray Data's no-progress timeout of the infer stream; null: Ray Data's default (1800 s), none for vLLM."))
+    include_dashboard: bool = Field(default=False, description="Start Ray's dashboard with a local Ray.")
+    connect_timeout_s: float = Field(default=60.0, gt=0.0, description=(
+        "How long the cluster (or the Jobs API of `raylc submit`) may take to answer before the run fails in one "
+        "line."))
 
 
 class Job(_Strict):
@@ -109,17 +121,22 @@ class Job(_Strict):
     LLM-as-judge scoring (:mod:`raylc.scoring.judge`).
     """
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(default=0, ge=0)  # numpy's generators take non-negative seeds
-    suite: SerializeAsAny[Annotated[SuiteConfig, BeforeValidator(parse_suite)]] = PlantedSuite()
-    sampling: Sampling = Sampling()
-    probe: Probe = SimulatedProbe()
-    scoring: Scoring = Scoring()
-    fit: FitOptions = FitOptions()
-    judge: Optional[Probe] = None
-    inference: Inference = Inference()
-    store: StoreConfig = StoreConfig()
-    ray: RayResources = RayResources()
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
+        "The job's name (letters, digits, `_`, `.`, `-`): the start of its run ids."))
+    seed: int = Field(default=0, ge=0, description=(  # numpy's generators take non-negative seeds
+        "The seed of everything random: the suite's draws, sampling, the simulated probe, bootstraps."))
+    suite: SerializeAsAny[Annotated[SuiteConfig, BeforeValidator(parse_suite)]] = Field(
+        default=PlantedSuite(), description="What to build: `kind` names the suite.")
+    sampling: Sampling = Field(default=Sampling(), description="DOLCE's observation spans (DOLCE suites only).")
+    probe: Probe = Field(default=SimulatedProbe(), description=(
+        "The model under test: `backend` names its backend."))
+    scoring: Scoring = Field(default=Scoring(), description="How DOLCE spans are scored.")
+    fit: FitOptions = Field(default=FitOptions(), description="The DOLCE fit (the options of `raylc fit`).")
+    judge: Optional[Probe] = Field(default=None, description=(
+        "A second backend for LLM-as-judge scoring, the same fields as `probe` (100-LongBench's judged tasks)."))
+    inference: Inference = Field(default=Inference(), description="Checkpointing and failures of the infer stage.")
+    store: StoreConfig = Field(default=StoreConfig(), description="Where runs are written.")
+    ray: RayResources = Field(default=RayResources(), description="The Ray cluster and the resources a run asks.")
 
     @model_validator(mode="after")
     def _judge_when_judged(self) -> "Job":

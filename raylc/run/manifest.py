@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 VERSION = 2  #: this raylc's manifest format; 1: the untyped manifest of 14bd8b5 and before (no version key)
 
@@ -28,15 +28,16 @@ class Progress(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    reused: int = 0
-    to_run: int = 0
-    done: int = 0
-    errors: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    started_at: float
-    updated_at: float
-    recent: Optional[list[tuple[float, int]]] = None
+    reused: int = Field(default=0, description="Requests stored by earlier attempts.")
+    to_run: int = Field(default=0, description="Requests this attempt sends.")
+    done: int = Field(default=0, description="Of those, stored so far.")
+    errors: int = Field(default=0, description="Of those, failed.")
+    prompt_tokens: int = Field(default=0, description="Prompt tokens of the stored requests.")
+    generated_tokens: int = Field(default=0, description="Generated tokens of the stored requests.")
+    started_at: float = Field(description="When the attempt started (epoch seconds).")
+    updated_at: float = Field(description="When the record was last updated.")
+    recent: Optional[list[tuple[float, int]]] = Field(
+        default=None, description="(time, requests stored) at up to 64 recent shards: the time-left estimate's rate.")
 
 
 class StageRecord(BaseModel):
@@ -45,10 +46,11 @@ class StageRecord(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    status: Status
-    rows: Optional[dict[str, Optional[int]]] = None
-    seconds: Optional[float] = None
-    progress: Optional[Progress] = None
+    status: Status = Field(description="`running`, `done`, `failed` or `interrupted`.")
+    rows: Optional[dict[str, Optional[int]]] = Field(default=None, description=(
+        "What the stage counted (e.g. `problems`, `spans`, `requests`, tokens), null where unknown."))
+    seconds: Optional[float] = Field(default=None, description="Wall time, once it ended.")
+    progress: Optional[Progress] = Field(default=None, description="The infer stage's progress while it runs.")
 
 
 class Manifest(BaseModel):
@@ -57,18 +59,20 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    version: int = VERSION
-    run_id: str
-    job: dict[str, Any]
-    fingerprint: str = ""
-    seed: Optional[int] = None
-    versions: dict[str, str] = {}
-    overrides: dict[str, Any] = {}
-    plan: list[str] = []
-    stages: dict[str, StageRecord] = {}
-    created_at: Optional[str] = None
-    updated_at: Optional[str] = None
-    finished_at: Optional[str] = None
+    version: int = Field(default=VERSION, description="The manifest's format (no key: version 1, read as this one).")
+    run_id: str = Field(description="The run's id: its folder under the store.")
+    job: dict[str, Any] = Field(description="The resolved job as JSON, every default filled in.")
+    fingerprint: str = Field(default="", description=(
+        "A hash of what determines the results (the job without store, ray, inference and operational settings): "
+        "a resumed run must match it."))
+    seed: Optional[int] = Field(default=None, description="The job's seed.")
+    versions: dict[str, str] = Field(default={}, description="Versions of raylc, Python and the main packages.")
+    overrides: dict[str, Any] = Field(default={}, description="The command line's `--set` options.")
+    plan: list[str] = Field(default=[], description="The stages to run, in order.")
+    stages: dict[str, StageRecord] = Field(default={}, description="Each started stage's record, by name.")
+    created_at: Optional[str] = Field(default=None, description="When the run was created (ISO 8601, UTC).")
+    updated_at: Optional[str] = Field(default=None, description="When the manifest was last written.")
+    finished_at: Optional[str] = Field(default=None, description="When the run's last stage ended.")
 
     @model_validator(mode="before")
     @classmethod

@@ -29,7 +29,7 @@ from raylc import __version__
 from raylc.io.errors import StoreUnavailable
 from raylc.io.names import UnsafeName, path_segment
 from raylc.run import pipeline, session
-from raylc.run.checkpoint import prompt_request_ids
+from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids
 from raylc.run.errors import InferenceFailed, NothingWritten, RunError, RunInterrupted
 from raylc.run.folder import JUDGE_SHARDS, RunFolder
 from raylc.run.manifest import Manifest, StageRecord
@@ -209,9 +209,9 @@ class Run:
         (the judge's calls), through the inference path into the run's ``judge/`` shards: a
         resumed run sends only the prompts without a stored completion. A failed call's
         completion is null."""
-        requests = pl.DataFrame({"request_id": prompt_request_ids(job.probe_fingerprint(), prompts),
-                                 "context": prompts.cast(pl.String)}).select(
-            "request_id", task=pl.lit("judge"), head=pl.lit(""), context="context", tail=pl.lit(""))
+        ids = prompt_request_ids(job.probe_fingerprint(), prompts)
+        requests = JUDGE_REQUESTS.check(pl.DataFrame({"request_id": ids, "context": prompts.cast(pl.String)}).select(
+            "request_id", task=pl.lit("judge"), head=pl.lit(""), context="context", tail=pl.lit("")))
         done = self.folder.completed(JUDGE_SHARDS)
         pending = requests.filter(~done.among(requests["request_id"])).unique("request_id", maintain_order=True)
         reused = requests["request_id"].n_unique() - pending.height

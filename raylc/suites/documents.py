@@ -36,8 +36,9 @@ import polars as pl
 from pydantic import Field, field_validator
 
 from raylc.io.names import UnsafeName, path_segment
+from raylc.io.schemas import Column, TableSchema, declare
 from raylc.io.store import Store, StoreError, read_input
-from raylc.suites.registry import DolceSuite, register_suite
+from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 from raylc.text.prompts import AUTO, CHOICE_LETTERS
 from raylc.text.units import UnitSpecError, parse_spec, split_units, unit_stats
 
@@ -51,14 +52,24 @@ class DocumentsSuite(DolceSuite):
     with choices, else ``qa``), per task ``task_templates``. ``tasks`` keeps only those tasks;
     ``problems_per_task`` keeps a seeded sample of that many problems per task."""
 
-    kind: Literal["documents"]
-    data: str = Field(min_length=1)
-    units: str = "s"
-    task_units: dict[str, str] = {}
-    template: str = "auto"
-    task_templates: dict[str, str] = {}
-    tasks: Optional[list[str]] = Field(default=None, min_length=1)
-    problems_per_task: Optional[int] = Field(default=None, ge=1)
+    kind: Literal["documents"] = Field(description="`documents`: your own problems file for DOLCE.")
+    data: str = Field(min_length=1, description=(
+        "The problems file (JSONL/Parquet/CSV, local or s3://): `task, id, context, question, answer` (or "
+        "`answers`), optional `choices`; or LongBench v1's released JSONL as published."))
+    units: str = Field(default="s", description=(
+        "How contexts split into units: DOLCE Table 3 letters applied in order (e.g. `ls`: lines, then "
+        "sentences)."))
+    task_units: dict[str, str] = Field(default={}, description=(
+        "Unit specs per task, over `units` (LongBench v1 files: DOLCE Table 4's per dataset by default)."))
+    template: str = Field(default="auto", description=(
+        "Prompt template: `qa`, `choice`, `summary`, or `auto` (`choice` for rows with choices, else `qa`)."))
+    task_templates: dict[str, str] = Field(default={}, description="Templates per task, over `template`.")
+    tasks: Optional[list[str]] = Field(default=None, min_length=1, description=(
+        "Keep only these tasks of the file; null: every task."))
+    problems_per_task: Optional[int] = Field(default=None, ge=1, description=(
+        "Keep a seeded sample of this many problems per task; null: every problem."))
+
+    columns = declare(("unit_spec", pl.String, "The unit spec the context was split by (`units` or `task_units`)."))
 
     @field_validator("units")
     @classmethod
@@ -288,7 +299,20 @@ def split_documents(contexts: list[str], specs: list[str]) -> pl.DataFrame:
     )
 
 
-@register_suite(DocumentsSuite)
+DOCUMENTS_INFO = SuiteInfo(
+    title="Your own documents",
+    tasks=(Task("(the file's tasks)", JOB_METRIC, PROBE_BUDGET, "DOLCE Section 3, Tables 3-4 (no released code)",
+                note="Spans scored per template: `qa` by `scoring.metric`, `choice` by the letter, `summary` by "
+                     "ROUGE-L (`raylc/scoring/observations.py`)."),),
+    lengths=DOLCE_LENGTHS,
+    data="`suite.data`: one problem per row.",
+    real_data="Your own problems; or LongBench v1's released JSONL (the Hugging Face dataset `THUDM/LongBench`, "
+              "`data.zip`, one file per dataset), read as published with DOLCE Table 4's units per dataset.",
+    official="DOLCE (no released code); THUDM/LongBench's data format",
+)
+
+
+@register_suite(DocumentsSuite, DOCUMENTS_INFO)
 def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     """Problems table of a documents suite (columns :data:`PROBLEM_SCHEMA`, file order).
 
@@ -327,6 +351,15 @@ def build_documents(suite: DocumentsSuite, seed: int) -> pl.DataFrame:
     return problems.select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA)
 
 
+_STATS = {"ctx_tokens": "tokens per context", "units": "units per problem", "unit_tokens": "tokens per unit"}
+#: what ``raylc units DATA --out FILE`` writes (DOLCE Figure 5)
+UNIT_STATS = TableSchema("units", "FILE", "One row per task and unit spec: its problems and lengths.", (
+    *declare(("task", pl.String, "The task."), ("spec", pl.String, "The unit spec (DOLCE Table 3 letters)."),
+             ("problems", pl.UInt32, "Problems of the task.")),
+    *(Column(f"{stat}_{q}", pl.Int64() if q == "max" else pl.Float64(), f"The {q} of the {what}.")
+      for stat, what in _STATS.items() for q in ("p50", "p99", "max"))))
+
+
 def unit_report(uri: str, specs: list[str], task_field: str = "task", context_field: str = "context",
                 tokenizer: Optional[str] = None, out: Optional[str] = None) -> pl.DataFrame:
     """Per-task unit statistics of a problems file under each unit spec (DOLCE Figure 5,
@@ -343,7 +376,7 @@ def unit_report(uri: str, specs: list[str], task_field: str = "task", context_fi
     for spec in specs:
         units = split_documents(frame["context"].to_list(), [spec] * frame.height)
         tables.append(frame.select("task", "context", spec=pl.lit(spec)).with_columns(units=units["units"]))
-    stats = unit_stats(pl.concat(tables), tok)
+    stats = UNIT_STATS.check(unit_stats(pl.concat(tables), tok))
     if out is not None:
         root, _, name = out.rstrip("/").rpartition("/")
         Store(root or ".").write_table(stats, name)

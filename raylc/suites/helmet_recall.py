@@ -16,10 +16,11 @@ as close below it as whole units allow):
   (``ruler_recall``), not SubEM: a UUID written without hyphens, or a number with thousands
   separators, is a miss.
 * ``mv_needle`` -- RULER NIAH MultiValue: four needles with the same key and different
-  numbers in an essay haystack (the suite's ``haystack`` pool, else RULER's repeated noise
-  sentences) at distinct random depths of RULER's 40-point depth grid; scored with
-  ``recall``, the fraction of the four values in the output (HELMET: "the percentage of the
-  ground truth answers that are substrings in the generation"; RULER ``string_match_all``).
+  numbers in a haystack of RULER's repeated noise sentences, or of essay sentences when the
+  suite's ``haystack`` names a pool (RULER's essays), at distinct random depths of RULER's
+  40-point depth grid; scored with ``recall``, the fraction of the four values in the output
+  (HELMET: "the percentage of the ground truth answers that are substrings in the
+  generation"; RULER ``string_match_all``).
 
 The RULER tasks use HELMET's ``load_ruler`` templates (``data.py``): the singular one for the
 multi-key needles, the plural one for the multi-value needle, the question and the answer
@@ -49,9 +50,10 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
+from raylc.io.schemas import declare
 from raylc.suites.context import load_distractors
-from raylc.suites.registry import register_suite
-from raylc.suites.samples import SAMPLE_SCHEMA, LengthSuite, check_samples
+from raylc.suites.registry import SuiteInfo, Task, register_suite
+from raylc.suites.samples import LENGTHS_DEFAULT, SAMPLE_SCHEMA, LengthSuite, check_samples
 from raylc.text.tokenize import Tokenizer, count_texts, get_tokenizer
 
 HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_needle")
@@ -60,19 +62,29 @@ HELMET_RECALL_TASKS = ("json_kv", "mk_needle_number", "mk_needle_uuid", "mv_need
 class HelmetRecallSuite(LengthSuite):
     """HELMET's synthetic recall tasks (Section 2.1, Appendix B.5): JSON KV, RULER multi-key
     needle with number / UUID values (the haystack is noisy needles with other keys) and
-    multi-value needle (four values for one key in an essay haystack), JSON KV SubEM-scored,
+    multi-value needle (four values for one key, in RULER's noise sentences unless ``haystack``
+    names essays), JSON KV SubEM-scored,
     the needles by RULER recall (HELMET's ``ruler_recall``); the gold key or needle sits at
     ``depths`` evenly spaced depths across samples. ``haystack`` optionally names a document
     pool (JSONL/JSON/Parquet/CSV with a ``text`` column, local or s3://; RULER's
     ``PaulGrahamEssays.json`` as published) for the multi-value needle's essay; unset, RULER's
     repeated noise sentences are the filler."""
 
-    kind: Literal["helmet_recall"]
-    tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(default=list(HELMET_RECALL_TASKS), min_length=1)  # type: ignore[valid-type]
-    depths: int = Field(default=6, ge=1)
-    haystack: Optional[str] = None
-    #: ``helmet``: no chat template (HELMET configs/recall.yaml ``use_chat_template: false``); ``probe``: the probe's
-    chat_template: Literal["helmet", "probe"] = "helmet"
+    kind: Literal["helmet_recall"] = Field(description="`helmet_recall`: HELMET's synthetic recall tasks.")
+    tasks: list[Literal[HELMET_RECALL_TASKS]] = Field(  # type: ignore[valid-type]
+        default=list(HELMET_RECALL_TASKS), min_length=1, description="The tasks to build.")
+    depths: int = Field(default=6, ge=1, description=(
+        "Depths of the gold key or needle, `linspace(0, 1, depths)` cycled over the samples (HELMET: six)."))
+    haystack: Optional[str] = Field(default=None, description=(
+        "A document pool (JSONL/JSON/Parquet/CSV with a `text` column, local or s3://; RULER's "
+        "`PaulGrahamEssays.json` as published) whose sentences fill `mv_needle`'s context; null: RULER's repeated "
+        "noise sentences."))
+    chat_template: Literal["helmet", "probe"] = Field(default="helmet", description=(
+        "`helmet`: prompts without the chat template (HELMET configs/recall.yaml `use_chat_template: false`); "
+        "`probe`: the probe's `chat_template` setting."))
+
+    columns = declare(("depth", pl.Float64, "Depth of the gold key or needle in the context (0: its start); null "
+                                           "for `mv_needle`, whose four needles sit at random depths."))
 
 
 __all__ = ["HelmetRecallError", "build_helmet_recall", "depth_grid", "fit_units", "needle", "uuids"]
@@ -337,7 +349,31 @@ class _Sample:
             raise HelmetRecallError(f"helmet_recall task {self.task}: {exc}") from None
 
 
-@register_suite(HelmetRecallSuite)
+_RULER_NIAH = "NVIDIA/RULER `scripts/data/synthetic/niah.py`; HELMET `data.py` (`load_ruler`)"
+_HELMET_OFFICIAL = {
+    "json_kv": ("HELMET `data.py` (`load_json_kv`), `configs/recall.yaml`, `scripts/collect_results.py`",
+                "raylc generates the JSON object; HELMET's two demonstrations (`shots: 2`) are not reproduced."),
+    "mk_needle_number": (_RULER_NIAH, "RULER NIAH multi-key 2: the haystack is other keys' needles."),
+    "mk_needle_uuid": (_RULER_NIAH, "RULER NIAH multi-key 3: UUID keys and values among other keys' needles."),
+    "mv_needle": (_RULER_NIAH, "RULER NIAH multi-value: four values for one key. Its haystack is RULER's repeated "
+                               "noise sentences unless `suite.haystack` names an essay pool (RULER's "
+                               "`PaulGrahamEssays.json`): by default it is not an essay haystack."),
+}
+HELMET_RECALL_INFO = SuiteInfo(
+    title="HELMET synthetic recall",
+    tasks=tuple(Task(t, _METRIC[t], _MAX_TOKENS[t], _HELMET_OFFICIAL[t][0], note=_HELMET_OFFICIAL[t][1])
+                for t in HELMET_RECALL_TASKS),
+    lengths="`suite.lengths` (tokens of the context): " + ", ".join(map(str, LENGTHS_DEFAULT)),
+    data="Nothing but `suite.haystack` when set: the JSON objects, keys, values and needles are generated.",
+    real_data="HELMET's own data files: `data.tar.gz` of the Hugging Face dataset `princeton-nlp/HELMET` "
+              "(HELMET `scripts/download_data.sh`; raylc generates its recall data instead). RULER's essays: "
+              "`PaulGrahamEssays.json`, written by RULER's `scripts/data/synthetic/json/download_paulgraham_essay.py`, "
+              "for `suite.haystack`.",
+    official="princeton-nlp/HELMET; NVIDIA/RULER for the needles",
+)
+
+
+@register_suite(HelmetRecallSuite, HELMET_RECALL_INFO)
 def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks: ``samples_per_length``
     samples per task, each at every length of ``suite.lengths``; extra column ``depth``.
@@ -347,7 +383,8 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
                 and "mv_needle" in suite.tasks else None)
     depths = depth_grid(suite.samples_per_length, suite.depths)
     lengths = sorted(set(suite.lengths))
-    cols: dict[str, list] = {c: [] for c in (*SAMPLE_SCHEMA, "raw_prompt", "depth")}
+    extra = {"raw_prompt": pl.Boolean(), **{c.name: c.dtype for c in HelmetRecallSuite.columns}}
+    cols: dict[str, list] = {c: [] for c in (*SAMPLE_SCHEMA, *extra)}
     for task in suite.tasks:
         for i in range(suite.samples_per_length):
             sample = _Sample(task, np.random.default_rng([seed, _TASK_INDEX[task], i]), float(depths[i]), haystack, tok)
@@ -362,5 +399,5 @@ def build_helmet_recall(suite: HelmetRecallSuite, seed: int) -> pl.DataFrame:
                 }
                 for c, v in row.items():
                     cols[c].append(v)
-    frame = pl.DataFrame(cols, schema={**SAMPLE_SCHEMA, "raw_prompt": pl.Boolean(), "depth": pl.Float64()})
+    frame = pl.DataFrame(cols, schema={**SAMPLE_SCHEMA, **extra})
     return check_samples(frame, "helmet_recall")

@@ -35,7 +35,8 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from raylc.suites.registry import DolceSuite, register_suite
+from raylc.io.schemas import declare
+from raylc.suites.registry import DOLCE_LENGTHS, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 
 Kind = Literal["lookup", "repeated", "closed_book", "two_paragraphs"]
 #: every kind, in the order that seeds them (a kind's problems do not change with the others listed)
@@ -48,11 +49,18 @@ class LayoutsSuite(DolceSuite):
     task each) of ``problems_per_kind`` problems, each a context of ``paragraphs`` paragraphs (the
     units); a ``repeated`` fact is stated in k paragraphs, k drawn from ``copies``."""
 
-    kind: Literal["layouts"] = "layouts"
-    kinds: list[Kind] = Field(default=list(KINDS), min_length=1)
-    problems_per_kind: int = Field(default=16, ge=1, le=10_000)
-    paragraphs: int = Field(default=7, ge=3, le=12)
-    copies: list[int] = Field(default=[2, 3], min_length=1)
+    kind: Literal["layouts"] = Field(default="layouts", description=(
+        "`layouts`: generated documents of known evidence layout, for real models."))
+    kinds: list[Kind] = Field(default=list(KINDS), min_length=1, description=(
+        "The layouts to build, one task each (`lookup`, `repeated`, `closed_book`, `two_paragraphs`)."))
+    problems_per_kind: int = Field(default=16, ge=1, le=10_000, description="Problems per kind.")
+    paragraphs: int = Field(default=7, ge=3, le=12, description="Paragraphs (units) per document.")
+    copies: list[int] = Field(default=[2, 3], min_length=1, description=(
+        "The numbers of paragraphs a `repeated` fact is stated in (k), each >= 2."))
+
+    columns = declare(
+        ("unit_spec", pl.String, "The unit spec: `b` (paragraphs)."),
+        ("evidence_starts", pl.List(pl.Int64), "The paragraphs that hold the evidence."))
 
     @field_validator("kinds")
     @classmethod
@@ -453,7 +461,22 @@ SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-@register_suite(LayoutsSuite)
+_LAYOUTS_NOTE = {"lookup": "Designed lambda 1, k 1 (category III at C = 1, 2, 5).",
+                 "repeated": "Designed lambda 1, k from `copies` (category II).",
+                 "closed_book": "A general-knowledge question: lambda 0 (category I).",
+                 "two_paragraphs": "A full name split over two adjacent paragraphs: lambda 2, k 1 (category IV)."}
+LAYOUTS_INFO = SuiteInfo(
+    title="Documents of known evidence layout",
+    tasks=tuple(Task(kind, "the job's `scoring.metric` (the shipped job: `subem`)", PROBE_BUDGET,
+                     "DOLCE Section 3 (no released code)", note=_LAYOUTS_NOTE[kind]) for kind in KINDS),
+    lengths=DOLCE_LENGTHS,
+    data="Nothing: the towns, facts and paragraphs are generated from the seed.",
+    real_data="None needed.",
+    official="DOLCE (no released code)",
+)
+
+
+@register_suite(LayoutsSuite, LAYOUTS_INFO)
 def build_layouts(suite: LayoutsSuite, seed: int) -> pl.DataFrame:
     """The problems table (columns :data:`SCHEMA`; a documents suite's, with ``unit_spec`` ``b``
     and template ``qa``, plus the designed ``planted_lam, planted_k, evidence_starts``), in the

@@ -28,9 +28,10 @@ from typing import Any, ClassVar, Literal, Optional
 import polars as pl
 from pydantic import Field, field_validator
 
+from raylc.io.schemas import TableSchema, declare
 from raylc.io.store import StoreError, json_records
 from raylc.suites.longbench_v2 import LongBenchV2DataError, _read_bytes, located
-from raylc.suites.registry import SweepSuite, register_suite
+from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
 from raylc.text.truncation import truncate_prompt_middle
@@ -152,16 +153,38 @@ class LongBenchSuite(SweepSuite):
     ``requirements.txt`` installs, or ``levenshtein``, with python-Levenshtein installed
     (:func:`raylc.scoring.metrics.edit_sim`)."""
 
-    kind: Literal["longbench"]
-    data: list[str] = Field(min_length=1)
-    datasets: Optional[list[Literal[DATASETS]]] = Field(default=None, min_length=1)  # type: ignore[valid-type]
-    tokenizer: Optional[str] = None
-    max_length: Optional[int] = Field(default=None, ge=2)
-    chat_template: Literal["pred_py", "probe"] = "pred_py"
-    code_matcher: Literal["difflib", "levenshtein"] = "difflib"
+    kind: Literal["longbench"] = Field(description="`longbench`: LongBench v1 on its released data.")
+    data: list[str] = Field(min_length=1, description=(
+        "The released JSONL files (one per dataset, or several concatenated), local or s3://; one path or a "
+        "list."))
+    datasets: Optional[list[Literal[DATASETS]]] = Field(  # type: ignore[valid-type]
+        default=None, min_length=1, description="Keep only these datasets; null: every dataset in the files.")
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "Tokenizer of `max_length` and of the length counts: null, the offline default; `hf:<model>`, the model's."))
+    max_length: Optional[int] = Field(default=None, ge=2, description=(
+        "Cut every prompt to its first and last `max_length // 2` tokens as `pred.py` does (its `model2maxlen`); "
+        "null: the backend cuts the context in the middle to its window."))
+    chat_template: Literal["pred_py", "probe"] = Field(default="pred_py", description=(
+        "`pred_py`: trec, triviaqa, samsum, lsht, lcc and repobench-p without the chat template, the rest with it; "
+        "`probe`: the probe's setting for every dataset."))
+    code_matcher: Literal["difflib", "levenshtein"] = Field(default="difflib", description=(
+        "fuzzywuzzy's matcher behind `code_sim_score` (lcc, repobench-p): `difflib`, what `requirements.txt` "
+        "installs, or `levenshtein`, with python-Levenshtein installed."))
 
     axis: ClassVar[str] = "length_class"  # LongBench-E's buckets: contexts are not length-controlled
-    sections: ClassVar[tuple[str, ...]] = ("longbench",)
+    columns = declare(
+        ("all_classes", pl.List(pl.String), "The record's `all_classes` (trec, lsht: the labels; else null)."),
+        ("language", pl.String, "The record's `language` (`en`, `zh`)."),
+        ("words", pl.Int64, "The record's `length`: words, or characters for Chinese."),
+        ("record", pl.Int64, "The record's position over all files, from 0 (`eval.py` sums in file order)."),
+        ("length_class", pl.String, "LongBench-E's bucket of `words`: `0-4k`, `4-8k` or `8k+`."))
+    sections = (TableSchema("longbench", "report/longbench.parquet", (
+        "`eval.py`'s table: the score per dataset and LongBench-E's per length bucket."), declare(
+        ("task", pl.String, "The dataset."),
+        ("n", pl.Int64, "Its samples."),
+        ("score", pl.Float64, "`round(100 * total / n, 2)`, the total summed in file order."),
+        *((b, pl.Float64, f"The mean score (%) of its records in LongBench-E's `{b}` bucket (null: none).")
+          for b in LENGTH_CLASSES))),)
 
     @field_validator("data", mode="before")
     @classmethod
@@ -262,7 +285,34 @@ def _metric(dataset: str, code_matcher: str) -> str:
     return f"{metric}_levenshtein" if metric == "edit_sim" and code_matcher == "levenshtein" else metric
 
 
-@register_suite(LongBenchSuite)
+#: ``eval.py``'s metric functions by :data:`DATASET_METRIC`'s names
+_SCORERS = {"f1": "qa_f1_score", "qa_f1_zh": "qa_f1_zh_score", "rouge_longbench": "rouge_score",
+            "rouge_zh": "rouge_zh_score", "classification": "classification_score", "retrieval": "retrieval_score",
+            "retrieval_zh": "retrieval_zh_score", "count": "count_score", "edit_sim": "code_sim_score"}
+
+
+def _dataset_task(dataset: str) -> Task:
+    metric = DATASET_METRIC[dataset]
+    notes = ["No chat template unless `suite.chat_template: probe`." if dataset in NO_CHAT_DATASETS else "",
+             "`edit_sim_levenshtein` with `suite.code_matcher: levenshtein`." if metric == "edit_sim" else ""]
+    return Task(dataset, metric, DATASET_MAXLEN[dataset],
+                f"`LongBench/pred.py`, `LongBench/eval.py`, `LongBench/metrics.py` (`{_SCORERS[metric]}`)",
+                extractor="raw_first_line" if dataset in FIRST_LINE_DATASETS else "none",
+                note=" ".join(n for n in notes if n))
+
+
+LONGBENCH_INFO = SuiteInfo(
+    title="LongBench v1",
+    tasks=tuple(_dataset_task(d) for d in DATASETS),
+    lengths="the records' own contexts (reported by LongBench-E's buckets of their `length`: 0-4k, 4-8k, 8k+)",
+    data="`suite.data`: the released JSONL, one record per sample.",
+    real_data="`data.zip` of the Hugging Face dataset `THUDM/LongBench` (one JSONL per dataset; LongBench-E's "
+              "files end in `_e`), as published.",
+    official="THUDM/LongBench (`LongBench/`)",
+)
+
+
+@register_suite(LongBenchSuite, LONGBENCH_INFO)
 def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data``: task = the record's ``dataset``, sample_id its ``_id``,
     :data:`DATASET_METRIC`'s metric, extractor ``raw_first_line`` for :data:`FIRST_LINE_DATASETS`
@@ -297,8 +347,8 @@ def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
             "raw_prompt": suite.chat_template == "pred_py" and dataset in NO_CHAT_DATASETS,
             "language": rec["language"], "words": rec["length"], "record": rec["record"],
         })
-    extra = {"all_classes": pl.List(pl.String()), "raw_prompt": pl.Boolean(), "language": pl.String(),
-             "words": pl.Int64(), "record": pl.Int64()}
+    extra = {"raw_prompt": pl.Boolean(),
+             **{c.name: c.dtype for c in LongBenchSuite.columns if c.name != "length_class"}}  # that one is added next
     samples = pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **extra})
     return check_samples(samples.with_columns(length_class=length_class(pl.col("words"))), ", ".join(suite.data))
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Literal, Optional
+from typing import Callable, Literal, Optional
 
 import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
+from raylc.io.schemas import TableSchema, declare
 from raylc.scoring.extract import raw_first_line
 from raylc.suites.context import (
     BuiltContext,
@@ -52,8 +53,8 @@ from raylc.suites.context import (
     load_distractors,
     load_sources,
 )
-from raylc.suites.registry import register_suite
-from raylc.suites.samples import SAMPLE_SCHEMA, LengthSuite, check_samples
+from raylc.suites.registry import SuiteInfo, Task, register_suite
+from raylc.suites.samples import LENGTHS_DEFAULT, SAMPLE_SCHEMA, LengthSuite, check_samples
 from raylc.text.tokenize import get_tokenizer
 
 LONGBENCH100_TASKS = ("kv_retrieval", "counting_stars", "passage_retrieval", "passage_count",
@@ -73,14 +74,26 @@ class LongBench100Suite(LengthSuite):
     star-count sentences (Counting Stars), each Passage Count document repeated 1..``max_repeats``
     times."""
 
-    kind: Literal["longbench100"]
-    tasks: list[Literal[LONGBENCH100_TASKS]] = Field(default=list(LONGBENCH100_TASKS), min_length=1)  # type: ignore[valid-type]
-    sources: str = Field(min_length=1)
-    distractors: str = Field(min_length=1)
-    prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0)
-    kv_pairs: int = Field(default=3, ge=1)
-    star_passages: int = Field(default=4, ge=2)
-    max_repeats: int = Field(default=3, ge=1)
+    kind: Literal["longbench100"] = Field(description="`longbench100`: 100-LongBench's eight tasks.")
+    tasks: list[Literal[LONGBENCH100_TASKS]] = Field(  # type: ignore[valid-type]
+        default=list(LONGBENCH100_TASKS), min_length=1, description="The tasks to build.")
+    sources: str = Field(min_length=1, description=(
+        "The source pool (JSONL/JSON/Parquet/CSV, local or s3://): documents with a question and answers or a "
+        "summary (`raylc/suites/context.py`), or LongBench v1's released JSONL as published."))
+    distractors: str = Field(min_length=1, description=(
+        "The distractor pool: documents with a `text` column, or LongBench v1's released JSONL (each record's "
+        "`context`)."))
+    prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0, description=(
+        "QA samples scoring at least this with no context are dropped at every length; 0 or null: no filter (and "
+        "no no-context rows)."))
+    kv_pairs: int = Field(default=3, ge=1, description="Chained UUID key-value pairs of KV Retrieval.")
+    star_passages: int = Field(default=4, ge=2, description="Star-count sentences of Counting Stars.")
+    max_repeats: int = Field(default=3, ge=1, description=(
+        "Passage Count repeats each document 1 to this many times."))
+
+    columns = declare(
+        ("n_passages", pl.Int64, "Passages (or paragraphs) in the context."),
+        ("gold_passages", pl.List(pl.Int64), "The passage numbers of the ground truth (or of the needles)."))
 
     @field_validator("prior_knowledge_threshold")
     @classmethod
@@ -103,7 +116,11 @@ class LongBench100Suite(LengthSuite):
         return scores.join(kept.select(keys).with_columns(kept=pl.lit(True)), on=keys, how="left").with_columns(
             pl.col("kept").fill_null(False))
 
-    sections: ClassVar[tuple[str, ...]] = ("prior_knowledge",)
+    sections = (TableSchema("prior_knowledge", "report/prior_knowledge.parquet", (
+        "The QA prior-knowledge filter per QA task (when `prior_knowledge_threshold` is set)."), declare(
+        ("task", pl.String, "The QA task."),
+        ("samples", pl.UInt32, "Its samples (at lengths above 0)."),
+        ("dropped", pl.Int64, "Those dropped at every length: answered with no context at or above the threshold."))),)
 
     def report_sections(self, scores: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
         """Samples and drops of the QA prior-knowledge filter per QA task."""
@@ -397,10 +414,29 @@ def _synthetic_task(task: str, suite: LongBench100Suite, seed: int, pool: Docume
     return rows, short
 
 
-EXTRA_SCHEMA = {"n_passages": pl.Int64(), "gold_passages": pl.List(pl.Int64())}
+EXTRA_SCHEMA = {c.name: c.dtype for c in LongBench100Suite.columns}
+_SCORER = {"accuracy": "`utils/metrics.py` (`acc_score`)", "judge_qa": "`utils/metrics.py` (`qa_model_score`)",
+           "judge_sum": "`utils/metrics.py` (`sum_model_score`)"}
+_JUDGE_NOTE = "Scored by the `judge` section's model (its budget is the judge's `sampling.max_tokens`)."
+LONGBENCH100_INFO = SuiteInfo(
+    title="100-LongBench",
+    tasks=tuple(Task(
+        t, METRIC[t][0], MAX_TOKENS[t],
+        f"`utils/data_utils.py` (`generate_dataset_{t}`), `config/dataset2prompt.json`, `eval_trec.py`, "
+        + ("`utils/metrics.py` (`kv_retrieval_score`)" if t == "kv_retrieval" else _SCORER[METRIC[t][0]]),
+        extractor=METRIC[t][1], note=_JUDGE_NOTE if t in LONGBENCH100_JUDGED else "") for t in LONGBENCH100_TASKS),
+    lengths="`suite.lengths` (tokens of the context): " + ", ".join(map(str, LENGTHS_DEFAULT))
+            + "; QA tasks also at 0 (the no-context probe) when the prior-knowledge filter is on",
+    data="`suite.sources` and `suite.distractors`: document pools (`raylc/suites/context.py`).",
+    real_data="LongBench v1's released JSONL (the Hugging Face dataset `THUDM/LongBench`, `data.zip`), as both "
+              "pools: 100-LongBench builds its pools from those records (`get_dataset('LongBench', name)`); its other "
+              "sources (L-Eval `L4NLP/LEval`, `abisee/cnn_dailymail`, `enelpol/rag-mini-bioasq`) are read only in "
+              "raylc's own pool format.",
+    official="uservan/100-LongBench",
+)
 
 
-@register_suite(LongBench100Suite)
+@register_suite(LongBench100Suite, LONGBENCH100_INFO)
 def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks at every length, plus
     ``n_passages`` and ``gold_passages`` (passage numbers of the ground truth / needles).

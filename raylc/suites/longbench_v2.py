@@ -35,8 +35,9 @@ from typing import Any, ClassVar, Literal, Optional
 import polars as pl
 from pydantic import Field
 
+from raylc.io.schemas import TableSchema, declare
 from raylc.io.store import Store, StoreError, json_records
-from raylc.suites.registry import SweepSuite, register_suite
+from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
 
@@ -46,19 +47,34 @@ class LongBenchV2Suite(SweepSuite):
     two-call chain of thought (Appendix C); contexts are truncated from the middle to the
     probe's window; invalid outputs count 0.25 in the compensated score."""
 
-    kind: Literal["longbench_v2"]
-    data: str = Field(min_length=1)
-    mode: Literal["zero_shot", "cot"] = "zero_shot"
-    tokenizer: Optional[str] = None
-    #: an empty output (first or answer call): ``skip`` it as the official pred.py does, or count it ``invalid``
-    empty_outputs: Literal["skip", "invalid"] = "skip"
+    kind: Literal["longbench_v2"] = Field(description="`longbench_v2`: LongBench v2 on its released data.")
+    data: str = Field(min_length=1, description=(
+        "The released `data.json` (a JSON list) or JSON Lines, local or s3://."))
+    mode: Literal["zero_shot", "cot"] = Field(default="zero_shot", description=(
+        "`zero_shot`, or `cot`: two calls, the reasoning then the answer (Appendix C)."))
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "Tokenizer the context's length is counted with: null, the offline default; `hf:<name-or-path>`."))
+    empty_outputs: Literal["skip", "invalid"] = Field(default="skip", description=(
+        "An empty output (first or answer call): `skip` it as the official `pred.py` does, or count it "
+        "`invalid`."))
 
     axis: ClassVar[str] = "length_class"  # short / medium / long: its contexts are not length-controlled
+    columns = declare(
+        ("domain", pl.String, "The record's `domain`."),
+        ("sub_domain", pl.String, "The record's `sub_domain`."),
+        ("difficulty", pl.String, "`easy` or `hard`."),
+        ("length_class", pl.String, "The record's `length`: `short`, `medium` or `long` (the report's axis)."))
 
     def tokenizer_spec(self) -> Optional[str]:
         return self.tokenizer
 
-    sections: ClassVar[tuple[str, ...]] = ("longbench_v2",)
+    sections = (TableSchema("longbench_v2", "report/longbench_v2.parquet", (
+        "Table 2 and Table 4 of the paper: accuracy per split, as `result.py` prints it."), declare(
+        ("split", pl.String, "`overall`, `easy`, `hard`, `short`, `medium` or `long`."),
+        ("n", pl.Int64, "Questions in the split (those counted)."),
+        ("accuracy", pl.Float64, "Percent correct, invalid outputs wrong, `round(x, 1)`."),
+        ("invalid", pl.Float64, "Percent invalid outputs (no letter extracted)."),
+        ("compensated", pl.Float64, "Percent correct with each invalid output counted 0.25 (Table 4)."))),)
 
     def kept(self, scores: pl.DataFrame) -> pl.DataFrame:
         """With ``empty_outputs: skip`` a question whose final completion is empty does not count."""
@@ -187,7 +203,22 @@ def cot_followup(record: dict[str, str]) -> str:
     return f"{_OMITTED}{_question(record)}\n\n{_COT_CUE} {COMPLETION}{COT_FOLLOWUP}"
 
 
-@register_suite(LongBenchV2Suite)
+LONGBENCH_V2_INFO = SuiteInfo(
+    title="LongBench v2",
+    tasks=(Task("longbench_v2", "longbench_v2",
+                f"{MAX_TOKENS['zero_shot']} (zero_shot); {MAX_TOKENS['cot']} + {COT_ANSWER_MAX_TOKENS} (cot)",
+                "THUDM/LongBench `pred.py`, `result.py`, `prompts/0shot.txt`, `0shot_cot.txt`, `0shot_cot_ans.txt`",
+                extractor="longbench_v2",
+                note="Accuracy of the letter in \"The correct answer is (X)\"; an invalid output counts 0.25 in the "
+                     "compensated score. Contexts are cut from the middle to the probe's window."),),
+    lengths="the records' own contexts (reported by their `length` class: short, medium, long)",
+    data="`suite.data`: one record per question.",
+    real_data="`data.json` of the Hugging Face dataset `THUDM/LongBench-v2`, as published.",
+    official="THUDM/LongBench (LongBench v2)",
+)
+
+
+@register_suite(LongBenchV2Suite, LONGBENCH_V2_INFO)
 def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data`` in ``suite.mode``: task ``longbench_v2``, sample_id the
     record's ``_id``, metric and extractor ``longbench_v2``, extra columns ``domain,
@@ -210,7 +241,7 @@ def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
             "followup_max_tokens": COT_ANSWER_MAX_TOKENS if cot else None, "domain": rec["domain"],
             "sub_domain": rec["sub_domain"], "difficulty": rec["difficulty"], "length_class": rec["length"],
         })
-    extra = {c: pl.String() for c in ("domain", "sub_domain", "difficulty", "length_class")}
+    extra = {c.name: c.dtype for c in LongBenchV2Suite.columns}
     return check_samples(pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **extra}), suite.data)
 
 

@@ -18,7 +18,8 @@ import polars as pl
 from pydantic import Field, field_validator, model_validator
 
 from raylc.io.names import UnsafeName, path_segment
-from raylc.suites.registry import DolceSuite, register_suite
+from raylc.io.schemas import declare
+from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 from raylc.text.sampling import Length
 
 
@@ -31,13 +32,19 @@ class PlantedSuite(DolceSuite):
     context is one run of clues, k = 1).
     """
 
-    kind: Literal["planted"] = "planted"
-    tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1)
-    problems_per_task: int = Field(default=100, ge=1)
-    lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1)
-    ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1)
-    min_units: int = Field(default=50, ge=2)
-    max_units: int = Field(default=400, ge=2)
+    kind: Literal["planted"] = Field(default="planted", description="`planted`: synthetic problems of known lambda "
+                                                                    "and k (the default suite).")
+    tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1, description=(
+        "Task names; each task draws its own problems."))
+    problems_per_task: int = Field(default=100, ge=1, description="Problems per task.")
+    lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1, description=(
+        "The lambdas a problem draws from (clue sentences per run); `L`: the whole context is one run (k = 1)."))
+    ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1, description=(
+        "The ks a problem draws from (copies of its run), those with k x lambda <= max_units."))
+    min_units: int = Field(default=50, ge=2, description="Fewest units (sentences) in a context.")
+    max_units: int = Field(default=400, ge=2, description="Most units (sentences) in a context.")
+
+    columns = declare(("evidence_starts", pl.List(pl.Int64), "The first unit of each planted run of clues."))
 
     @field_validator("lambdas")
     @classmethod
@@ -110,7 +117,18 @@ def _filler(rng: np.random.Generator, n: int) -> list[str]:
     return [f"{_SUBJECTS[a]} {_VERBS[b]} {_OBJECTS[c]} {_TAILS[d]}." for a, b, c, d in zip(s, v, o, t)]
 
 
-@register_suite(PlantedSuite)
+PLANTED_INFO = SuiteInfo(
+    title="Planted synthetic problems",
+    tasks=(Task("(suite.tasks)", JOB_METRIC, PROBE_BUDGET, "DOLCE Sections 3-4 (no released code)",
+                note="The code of a vault: the sum of its lambda clue values modulo 1000; exact match by default."),),
+    lengths=DOLCE_LENGTHS,
+    data="Nothing: contexts, clues and answers are generated from the seed.",
+    real_data="None needed.",
+    official="DOLCE (no released code)",
+)
+
+
+@register_suite(PlantedSuite, PLANTED_INFO)
 def build_planted(suite: PlantedSuite, seed: int) -> pl.DataFrame:
     """Build the problems table.
 

@@ -25,6 +25,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from raylc.io.names import UnsafeName, path_segment
+from raylc.io.schemas import TableSchema, described
 from raylc.suites.registry import SweepSuite
 
 LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
@@ -45,10 +46,14 @@ class LengthSuite(SweepSuite):
     counted with ``tokenizer``: None = the offline default, ``hf:<name>`` a real one);
     LongScore's Base is the mean over ``base_lengths`` (must be a subset of ``lengths``)."""
 
-    lengths: list[int] = Field(default=LENGTHS_DEFAULT, min_length=1)
-    base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1)
-    samples_per_length: int = Field(default=100, ge=1)
-    tokenizer: Optional[str] = None
+    lengths: list[int] = Field(default=LENGTHS_DEFAULT, min_length=1, description=(
+        "Target context lengths in tokens; every sample is rebuilt at each."))
+    base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1, description=(
+        "LongScore's Base: the mean score over these lengths (a subset of `lengths`; 100-LongBench Eq. 1)."))
+    samples_per_length: int = Field(default=100, ge=1, description="Samples per task and length.")
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "Tokenizer contexts are counted and built with: null, the offline default; `hf:<name-or-path>`, a real "
+        "one (the model's on a cluster)."))
 
     samples_field: ClassVar[Optional[str]] = "samples_per_length"
 
@@ -83,6 +88,30 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
 }
 #: optional columns and the value a table without them gets
 OPTIONAL_COLUMNS: dict[str, tuple[pl.DataType, object]] = {"raw_prompt": (pl.Boolean(), False)}
+
+#: ``build/samples.parquet``: the contract (:func:`check_samples`), then the suite's own columns
+SAMPLES = TableSchema("samples", "build/samples.parquet", (
+    "A length run's samples: one row per task, sample and target length (`raylc/suites/samples.py`)."), described(
+    {**SAMPLE_SCHEMA, **{c: t for c, (t, _) in OPTIONAL_COLUMNS.items()}}, {
+        "task": "The task.",
+        "sample_id": "The sample, the same at every length.",
+        "length": "The target context length in tokens (0: no context, the prior-knowledge probe); for suites "
+                  "that are not length-controlled, the context's own token count.",
+        "context_tokens": "The achieved context length in tokens (never above `length`).",
+        "head": "The prompt before the context (the instruction).",
+        "context": "The context, the only part truncation cuts.",
+        "tail": "The prompt after the context (the question and answer cue).",
+        "question": "The question, as the judge and the report show it.",
+        "answers": "The references the metric compares the answer with.",
+        "gold": "What a perfect model answers (it gets the maximum score).",
+        "metric": "The metric (`raylc/scoring/metrics.py`, or `judge_qa`, `judge_sum`, `longbench_v2`).",
+        "extractor": "The answer extractor applied to the output first (`raylc/scoring/extract.py`).",
+        "followup": "The second prompt of a two-call sample, the first call's output in place of `{completion}` "
+                    "(null: one call).",
+        "max_tokens": "The first call's generation budget (null: the probe's `sampling.max_tokens`).",
+        "followup_max_tokens": "The second call's budget (null: one call, or the probe's).",
+        "raw_prompt": "Sent without the probe's chat template.",
+    }), extra="the suite's own ([suites](suites.md))")
 
 # metrics that are not plain reference metrics: LLM-judge grades of 100-LongBench
 # (fluency x correctness for QA, fluency x precision for summaries) and LongBench v2's

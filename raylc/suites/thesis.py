@@ -40,7 +40,8 @@ import numpy as np
 import polars as pl
 from pydantic import Field, model_validator
 
-from raylc.suites.registry import SweepSuite, register_suite
+from raylc.io.schemas import declare
+from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import SAMPLE_SCHEMA, check_axis, check_samples
 from raylc.text.tokenize import get_tokenizer
 
@@ -59,14 +60,28 @@ class ThesisSuite(SweepSuite):
     satisfy every predicate (Section 5.2), ``exclusion`` the fraction the exclusion task tells
     the model to ignore (Section 5.3; the thesis ignores 2 of 20)."""
 
-    kind: Literal["thesis_units"]
-    tasks: list[Literal[THESIS_TASKS]] = Field(default=list(THESIS_TASKS), min_length=1)  # type: ignore[valid-type]
-    pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1)
-    base_pieces: list[int] = Field(default=[16], min_length=1)
-    samples_per_setting: int = Field(default=50, ge=1)
-    selectivity: float = Field(default=0.2, ge=0.0, le=1.0)
-    exclusion: float = Field(default=0.1, ge=0.0, le=1.0)
-    tokenizer: Optional[str] = None
+    kind: Literal["thesis_units"] = Field(description="`thesis_units`: the thesis's unit tasks.")
+    tasks: list[Literal[THESIS_TASKS]] = Field(  # type: ignore[valid-type]
+        default=list(THESIS_TASKS), min_length=1, description="The tasks to build.")
+    pieces: list[int] = Field(default=[16, 64, 256, 1024], min_length=1, description=(
+        "Piece (candidate) counts: the length axis, each >= 2."))
+    base_pieces: list[int] = Field(default=[16], min_length=1, description=(
+        "LongScore's Base: the mean score over these piece counts (a subset of `pieces`)."))
+    samples_per_setting: int = Field(default=50, ge=1, description="Samples per task and piece count.")
+    selectivity: float = Field(default=0.2, ge=0.0, le=1.0, description=(
+        "The fraction of candidates that satisfy every predicate (filter, exclusion; Section 5.2)."))
+    exclusion: float = Field(default=0.1, ge=0.0, le=1.0, description=(
+        "The fraction of candidates the exclusion task says to ignore (Section 5.3; the thesis: 2 of 20)."))
+    tokenizer: Optional[str] = Field(default=None, description=(
+        "Tokenizer contexts are counted with: null, the offline default; `hf:<name-or-path>`, a real one."))
+
+    columns = declare(
+        ("n_pieces", pl.Int64, "Candidate pieces in the context: the sample's point on the length axis."),
+        ("depth", pl.Float64, "Position of the key candidate in [0, 1] (key retrieval; null otherwise)."),
+        ("candidates", pl.List(pl.String), "The candidates' names in the context."),
+        ("ignored", pl.List(pl.String), "The names the exclusion task says to ignore (empty otherwise)."),
+        ("predicates", pl.List(pl.String), "The query's constraint phrases as satisfying pieces state them "
+                                           "(filter, exclusion; empty for key retrieval)."))
 
     axis: ClassVar[str] = "n_pieces"  # the thesis's difficulty axis: the number of candidate pieces
     samples_field: ClassVar[Optional[str]] = "samples_per_setting"
@@ -281,7 +296,25 @@ def _filter(core: np.random.Generator, rng: np.random.Generator, n: int, selecti
     }
 
 
-@register_suite(ThesisSuite)
+_THESIS_OFFICIAL = "Wang (2024), Section 3.2 and Table A.1 (no released code)"
+_THESIS_BUDGET = "2 x the gold answer's tokens + 32"
+THESIS_INFO = SuiteInfo(
+    title="The thesis's unit tasks",
+    tasks=(Task("key_retrieval", "recall", _THESIS_BUDGET, _THESIS_OFFICIAL,
+                note="The matching percentage: the share of the key candidate's sentences in the output."),
+           Task("filter", "candidate_accuracy", _THESIS_BUDGET, _THESIS_OFFICIAL,
+                note="(TP + TN) / candidates, a candidate returned when its name is in the output."),
+           Task("exclusion", "candidate_accuracy", _THESIS_BUDGET, _THESIS_OFFICIAL,
+                note="As filter, with the names to ignore.")),
+    lengths="`suite.pieces` (candidate pieces): " + ", ".join(map(str, ThesisSuite.model_fields["pieces"].default))
+            + "; `length` is the largest context in tokens of a (task, piece count)",
+    data="Nothing: candidates and their pieces are generated from the seed.",
+    real_data="None needed.",
+    official="Wang (2024), no released code",
+)
+
+
+@register_suite(ThesisSuite, THESIS_INFO)
 def build_thesis(suite: ThesisSuite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the thesis unit tasks:
     ``samples_per_setting`` samples per task at every piece count. Extra columns ``n_pieces``,
@@ -305,9 +338,7 @@ def build_thesis(suite: ThesisSuite, seed: int) -> pl.DataFrame:
                            extractor="none", followup=None, followup_max_tokens=None,
                            max_tokens=2 * tok.count(row["gold"]) + 32)
                 rows.append(row)
-    extra = {"n_pieces": pl.Int64(), "depth": pl.Float64(), "candidates": pl.List(pl.String()),
-             "ignored": pl.List(pl.String()), "predicates": pl.List(pl.String())}
-    schema = {**SAMPLE_SCHEMA, **extra}
+    schema = {**SAMPLE_SCHEMA, **{c.name: c.dtype for c in ThesisSuite.columns}}
     frame = pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
     frame = frame.with_columns(length=pl.col("context_tokens").max().over("task", "n_pieces"))
     return check_samples(frame, "thesis_units")

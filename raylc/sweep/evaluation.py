@@ -20,6 +20,7 @@ from raylc.scoring.judge import judge_sample_scores
 from raylc.sweep import stages
 from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens
 from raylc.sweep.report import REPORT_TABLES, print_length_report
+from raylc.sweep.tables import SCORES as SCORE_TABLE
 
 if TYPE_CHECKING:
     from raylc.run.runner import Rows, Run, Stage
@@ -95,7 +96,7 @@ def score_stage(run: Run) -> Rows:
         scores = job.suite.kept(stages.with_visibility(stages.score_samples(answered, judge)))
     except ValueError as exc:
         raise ValueError(f"{run.folder.uri(SAMPLES)}: {exc}") from None
-    run.folder.write(scores, SCORES)
+    run.folder.write(SCORE_TABLE.check(scores, type(job.suite).columns), SCORES)
     prior_known = scores.filter((pl.col("length") > 0) & ~pl.col("kept")).select("task", "sample_id").unique()
     return {"scores": scores.height, "failed": final.height - answered.height, "prior_known": prior_known.height}
 
@@ -120,7 +121,7 @@ class SweepEvaluation:
 
     @staticmethod
     def report_tables(job: Job) -> tuple[str, ...]:
-        return (*REPORT_TABLES, *job.suite.sections)
+        return (*REPORT_TABLES, *(section.name for section in job.suite.sections))
 
     def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> SweepPlan:
         """:func:`raylc.sweep.plan.plan_sweep` (a sweep has no spans to thin: no token budget)."""

@@ -9,10 +9,12 @@ import polars as pl
 from rich.console import Console
 
 from raylc.io.figures import png_bytes
+from raylc.io.schemas import check_tables
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 from raylc.sweep.longscore import OVERALL, longscore
 from raylc.sweep.stages import scores_for_longscore
+from raylc.sweep.tables import REPORT_TABLES as REPORT_SCHEMAS
 
 if TYPE_CHECKING:
     from raylc.run.runner import Run
@@ -90,6 +92,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
         tables[name] = table
         md += ["", f"## {heading}", "", markdown_table(table)]
     headings = {name: heading for name, heading, _ in sections}
+    tables = check_tables((*REPORT_SCHEMAS, *suite.sections), tables, type(suite).columns)
     page = length_page(tables, pngs, run.manifest.record(), headings, axis).render()
     run.folder.write_outputs("report", tables, {**pngs, "summary.md": "\n".join(md) + "\n", "index.html": page})
     print_length_report(tables, headings=headings)

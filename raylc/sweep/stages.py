@@ -27,16 +27,16 @@ from raylc.scoring.metrics import METRIC_COLUMNS, METRICS
 
 if TYPE_CHECKING:
     from raylc.spec import Job
-from raylc.suites.samples import COMPLETION, check_samples
+from raylc.suites.samples import COMPLETION, SAMPLES, check_samples
+from raylc.sweep.tables import REQUESTS
 
-REQUEST_COLUMNS = ("request_id", "task", "sample_id", "length", "round", "head", "context", "tail", "max_tokens",
-                   "raw_prompt")
+REQUEST_COLUMNS = tuple(c.name for c in REQUESTS.columns)
 JUDGE_METRICS = ("judge_qa", "judge_sum")
 
 
 def build_samples(job: Job) -> pl.DataFrame:
     """The suite's samples table (its registered builder), checked against the contract."""
-    return check_samples(job.suite.build(job.seed), f"suite {job.suite.kind}")
+    return SAMPLES.check(check_samples(job.suite.build(job.seed), f"suite {job.suite.kind}"), type(job.suite).columns)
 
 
 def _ids(frame: pl.DataFrame, job: Job) -> pl.Series:
@@ -80,7 +80,7 @@ def requests(samples: pl.DataFrame, job: Job, first_round: Optional[pl.DataFrame
             )
         )
     rows = rows.select([c for c in REQUEST_COLUMNS if c != "request_id"])
-    return rows.with_columns(_ids(rows, job)).select(REQUEST_COLUMNS)
+    return REQUESTS.check(rows.with_columns(_ids(rows, job)).select(REQUEST_COLUMNS))
 
 
 def final_completions(samples: pl.DataFrame, first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:

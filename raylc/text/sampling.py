@@ -12,8 +12,6 @@ Length = Union[int, Literal["L"]]  #: a span length; "L" is the whole context
 
 
 class Sampling(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
 
     ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
@@ -35,13 +33,23 @@ class Sampling(BaseModel):
     spans are always kept.
     """
 
-    lengths: Union[Literal["exponential"], list[Length]] = "exponential"
-    strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = "take_every"
-    every: Union[int, dict[int, int]] = 1
-    stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
-    rate: float = Field(default=1.0, gt=0.0)
-    min_length: int = Field(default=0, ge=0)
-    max_length: Optional[int] = Field(default=None, ge=0)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lengths: Union[Literal["exponential"], list[Length]] = Field(default="exponential", description=(
+        "Span lengths C in units: `exponential` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, and L) or a list, `L` "
+        "the whole context."))
+    strategy: Literal["take_every", "enumerate", "take_ip_rate", "sample_rate", "sample_ip_rate"] = Field(
+        default="take_every", description="Which starts of each length to keep (DOLCE Appendix K.1).")
+    every: Union[int, dict[int, int]] = Field(default=1, description=(
+        "`take_every`: the stride, or `{C: stride}` per length (others: 1), as `raylc plan --budget-tokens` "
+        "writes it."))
+    stride_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description=(
+        "`take_every`: the stride is at least floor(stride_fraction x C); `take_ip_rate`: it is that (> 0)."))
+    rate: float = Field(default=1.0, gt=0.0, description=(
+        "`sample_rate`: each start kept with this probability; `sample_ip_rate`: with min(1, rate / C)."))
+    min_length: int = Field(default=0, ge=0, description="Keep partial lengths >= this (C = 0 and L always kept).")
+    max_length: Optional[int] = Field(default=None, ge=0, description=(
+        "Keep partial lengths <= this; null: no bound."))
 
     @field_validator("every", mode="before")
     @classmethod

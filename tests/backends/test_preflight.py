@@ -375,54 +375,19 @@ def test_config_sources_in_order(tmp_path, monkeypatch):
     )
 
 
-class _Hub(http.server.BaseHTTPRequestHandler):
-    """A Hub stand-in on 127.0.0.1 serving one repo's config.json."""
-
-    body = json.dumps(QWEN).encode()
-
-    def _head(self) -> bool:
-        ok = self.path.split("?")[0] == "/org/served/resolve/main/config.json"
-        self.send_response(200 if ok else 404)
-        if ok:
-            self.send_header("X-Repo-Commit", "0" * 40)
-            self.send_header("ETag", '"cafe"')
-        self.send_header("Content-Length", str(len(self.body)) if ok else "0")
-        self.end_headers()
-        return ok
-
-    def do_HEAD(self):
-        self._head()
-
-    def do_GET(self):
-        if self._head():
-            self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_hub_download_and_a_missing_model_through_the_cli(tmp_path):
     """`raylc check` asks the Hub (HF_ENDPOINT, read when huggingface_hub is imported, so in a
     process of its own; both jobs in one process) for a served model and a missing one."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    script = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nfrom cli_runner import raylc\n"
-              "print(json.dumps([[p.returncode, p.stdout, p.stderr] "
-              "for p in (raylc('check', j) for j in sys.argv[2:])]))")
-    try:
-        env = _env(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HUB_CACHE=str(tmp_path / "cache"))
-        env.pop("HF_HUB_OFFLINE")
-        models = ("org/served", "org/missing")
-        jobs = [str(_write(tmp_path / f"{model.split('/')[1]}.yaml", {
-            "name": "h", "suite": {"problems_per_task": 2, "max_units": 60},
-            "probe": {"backend": "vllm", "model": model, "max_model_len": 4096, "tokenizer": "default"}}))
-            for model in models]
-        proc = subprocess.run([sys.executable, "-c", script, str(ROOT / "tests"), *jobs],
-                              capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
-    finally:
-        server.shutdown()
-    assert proc.returncode == 0, proc.stderr
-    (code, out, _), (code_missing, _, err) = json.loads(proc.stdout.strip().splitlines()[-1])
+    from doubles.hub import HubStandIn, raylc_with_hub
+
+    models = ("org/served", "org/missing")
+    jobs = [_write(tmp_path / f"{model.split('/')[1]}.yaml", {
+        "name": "h", "suite": {"problems_per_task": 2, "max_units": 60},
+        "probe": {"backend": "vllm", "model": model, "max_model_len": 4096, "tokenizer": "default"}})
+        for model in models]
+    with HubStandIn({"org/served": QWEN}) as hub:
+        (code, out, _), (code_missing, _, err) = raylc_with_hub(hub, [("check", j) for j in jobs], tmp_path / "cache",
+                                                                tmp_path, env=_env())
     assert code == 0 and "config: the Hugging Face Hub" in out and "derived max length (vLLM 0.33.0): 32768" in out
     assert code_missing == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "cannot find the config.json of probe.model 'org/missing'" in err

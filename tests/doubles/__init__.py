@@ -1,5 +1,6 @@
 """Test doubles. ``doubles.openai_server`` is a fault-injecting OpenAI-compatible HTTP server
-(:class:`~doubles.openai_server.SimulatedOpenAIServer`), ``doubles.jobs_api`` a fake Ray Jobs API
+(:class:`~doubles.openai_server.SimulatedOpenAIServer`), ``doubles.hub`` a Hugging Face Hub
+stand-in (:class:`~doubles.hub.HubStandIn`), ``doubles.jobs_api`` a fake Ray Jobs API
 (:class:`~doubles.jobs_api.FakeJobsAPI`). ``tests/doubles/vllm`` is a timed
 stand-in for vLLM 0.33.0, importable as ``vllm`` once ``DOUBLES_DIR`` is on ``sys.path`` / ``PYTHONPATH`` (Ray workers:
 ``runtime_env={"env_vars": {"PYTHONPATH": DOUBLES_DIR}}``).

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from raylc.evaluate import evaluate, evaluation_for, load_report
 from raylc.spec import JobSpecError, parse_job
-from raylc.suites.registry import SUITES, DolceSuite, SweepSuite, register_suite
+from raylc.suites.registry import SUITES, DolceSuite, SuiteInfo, SweepSuite, Task, register_suite
 from raylc.text.tokenize import get_tokenizer
 
 # ------------------------------------------------------------------ a toy length sweep
@@ -30,7 +30,10 @@ class ColourSuite(SweepSuite):
         return self.base_lengths
 
 
-@register_suite(ColourSuite)
+COLOUR = SuiteInfo("Colours", (Task("colour", "subem", 8, "none"),), "256, 512, 1024", "nothing", "none", "none")
+
+
+@register_suite(ColourSuite, COLOUR)
 def build_colour(suite: ColourSuite, seed: int) -> pl.DataFrame:
     tok = get_tokenizer(None)
     colours = ["red", "blue", "green", "amber", "violet", "teal"]
@@ -59,7 +62,8 @@ class CountingSuite(DolceSuite):
     problems: int = Field(default=12, ge=1)
 
 
-@register_suite(CountingSuite)
+@register_suite(CountingSuite, SuiteInfo("Counting", (Task("counting", "exact_match", 16, "none"),), "spans", "nothing",
+                                        "none", "none"))
 def build_counting(suite: CountingSuite, seed: int) -> pl.DataFrame:
     rows = []
     for i in range(suite.problems):
@@ -95,11 +99,27 @@ def test_a_registered_suite_is_validated_like_the_others(suite, message):
 
 def test_a_config_without_a_family_or_kind_is_refused():
     with pytest.raises(TypeError, match=r"NoFamily: a suite config derives from DolceSuite or SweepSuite"):
-        register_suite(type("NoFamily", (ColourSuite.__mro__[-3],), {}))(build_colour)  # SuiteConfig itself
+        register_suite(type("NoFamily", (ColourSuite.__mro__[-3],), {}), COLOUR)(build_colour)  # SuiteConfig itself
     with pytest.raises(TypeError, match=r"suite 'toy_late': its builder is not callable"):
         SUITES.register("toy_late", (type("Late", (SweepSuite,), {"__annotations__": {"kind": Literal["toy_late"]}}),
-                                     None))
+                                     None, COLOUR))
     assert "toy_late" not in SUITES
+
+
+def test_a_suite_registers_with_the_tasks_its_config_allows():
+    """Its SuiteInfo (what docs/reference/suites.md says of it) names the tasks of a fixed task list."""
+
+    class Shapes(SweepSuite):
+        kind: Literal["toy_shapes"] = "toy_shapes"
+        tasks: list[Literal["circle", "square"]] = ["circle", "square"]
+
+    with pytest.raises(TypeError, match=r"suite 'toy_shapes': register it with a SuiteInfo naming its tasks"):
+        register_suite(Shapes, None)(build_colour)
+    circle = SuiteInfo("Shapes", (Task("circle", "subem", 8, "none"),), "", "", "", "")
+    with pytest.raises(TypeError, match=r"its SuiteInfo's tasks \(circle\) are not the tasks its config allows "
+                                        r"\(circle, square\)"):
+        register_suite(Shapes, circle)(build_colour)
+    assert "toy_shapes" not in SUITES
 
 
 def test_registering_a_suite_kind_twice_is_refused():
@@ -110,9 +130,9 @@ def test_registering_a_suite_kind_twice_is_refused():
         kind: Literal["toy_colour"] = "toy_colour"
 
     with pytest.raises(ValueError, match=r"^suite kind 'toy_colour' is registered already \(by "):
-        register_suite(OtherColour)(build_colour)
-    register_suite(ColourSuite)(build_colour)
-    assert SUITES.get("toy_colour") == (ColourSuite, build_colour)
+        register_suite(OtherColour, COLOUR)(build_colour)
+    register_suite(ColourSuite, COLOUR)(build_colour)
+    assert SUITES.get("toy_colour") == (ColourSuite, build_colour, COLOUR)
     with pytest.raises(ValueError, match=r"^suite kind 'helmet_recall' is registered already \(by "
                                          r"raylc\.suites\.helmet_recall\)$"):
         SUITES.register("helmet_recall", lazy="somewhere.else")
