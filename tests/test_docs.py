@@ -1,8 +1,8 @@
 """The documents against the tree (issue 30 item 4): every ``raylc/``, ``tests/``, ``jobs/`` and
 ``cluster/`` path written in backticks in README.md, ARCHITECTURE.md, CONTRIBUTING.md and
 docs/ (the generated reference included) exists; ARCHITECTURE.md names every module of the
-package; README.md stays within 400 lines with a table of contents whose anchors are its headings; every relative link points to a
-file that exists (and to a heading of it, when it names one).
+package; README.md stays within 400 lines with a table of contents whose anchors are its headings;
+every relative link points to a file that exists (and to a heading of it, when it names one).
 
 The user pages (README.md, docs/) against raylc (issue 39): they hold no issue number or commit
 hash (CHANGELOG.md holds the history); every ``raylc ...`` command they show names options raylc
