@@ -74,11 +74,15 @@ class Scoring(_Strict):
 
 
 class Inference(_Strict):
-    """Checkpointing and failure policy of the infer stage (row-level resume)."""
+    """Checkpointing, failure policy and prompt-token cap of the infer stage (row-level resume).
+    ``max_prompt_tokens``: the run's prompt tokens, over all its attempts, stay at or under it
+    (:mod:`raylc.run.budget`); None: no cap. Operational, like the whole section: a run stopped at
+    its cap resumes with a higher one."""
 
     shard_rows: int = Field(default=5000, ge=1)
     shard_seconds: float = Field(default=30.0, gt=0.0)
     max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    max_prompt_tokens: Optional[int] = Field(default=None, ge=1, strict=True)
 
 
 class StoreConfig(_Strict):

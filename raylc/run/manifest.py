@@ -4,7 +4,8 @@ time; the infer stage's progress while it runs), as one typed, versioned model.
 
 Like inspect_ai's ``EvalLog``, it carries the version of its format: a manifest without one was
 written before the model existed (raylc up to 14bd8b5: version 1, the same keys as a plain
-dict) and opens as it is; one of a later version than this raylc reads is refused in one line.
+dict) and opens as it is, as does version 2 (no ``stopped`` stage, no budget record); one of a
+later version than this raylc reads is refused in one line.
 The run folder reads and writes it (:meth:`raylc.run.folder.RunFolder.manifest`); ``raylc
 status``, ``raylc runs``, ``raylc report``, ``raylc compare`` and a resumed run read it.
 """
@@ -15,9 +16,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-VERSION = 2  #: this raylc's manifest format; 1: the untyped manifest of 14bd8b5 and before (no version key)
+VERSION = 3  #: this raylc's manifest format; 1: the untyped manifest of 14bd8b5 and before (no version key);
+#: 2: before the ``stopped`` status and the budget record
 
-Status = Literal["running", "done", "failed", "interrupted"]
+Status = Literal["running", "done", "failed", "interrupted", "stopped"]
 
 
 class Progress(BaseModel):
@@ -39,9 +41,22 @@ class Progress(BaseModel):
     first_done: Optional[int] = None
 
 
+class Budget(BaseModel):
+    """Where a stage ``stopped`` at the run's prompt-token cap (:mod:`raylc.run.budget`): the cap,
+    the prompt tokens its stored requests were sent with (``sent``, the backend's count), the
+    requests stored and those left unsent, and raylc's count of the tokens these would take."""
+
+    max_prompt_tokens: int
+    sent: int
+    stored: int
+    left: int
+    left_tokens: int
+
+
 class StageRecord(BaseModel):
     """A stage's record: its status, its counts (``rows``, None where unknown) and wall time once
-    it ended, and its progress while it runs (kept when it fails or is interrupted)."""
+    it ended, its progress while it runs (kept when it fails, is interrupted or stops), and the
+    budget it stopped at (status ``stopped``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -49,6 +64,7 @@ class StageRecord(BaseModel):
     rows: Optional[dict[str, Optional[int]]] = None
     seconds: Optional[float] = None
     progress: Optional[Progress] = None
+    budget: Optional[Budget] = None
 
 
 class Manifest(BaseModel):
@@ -73,7 +89,7 @@ class Manifest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
-        """Version 1 (no version key) has this model's keys: it opens as the current version."""
+        """Versions 1 (no version key) and 2 have this model's keys: they open as the current version."""
         if isinstance(data, dict):
             version = data.get("version", 1)
             if not isinstance(version, int) or version > VERSION:
@@ -95,6 +111,10 @@ class Manifest(BaseModel):
     def finished(self) -> bool:
         """Whether the run ended with every stage done."""
         return bool(self.finished_at) and all(s.status == "done" for s in self.stages.values())
+
+    def stopped(self) -> Optional[tuple[str, Budget]]:
+        """The stage that stopped at the run's prompt-token cap, and its budget (None: none did)."""
+        return next(((n, s.budget) for n, s in self.stages.items() if s.status == "stopped" and s.budget), None)
 
     def first_unfinished(self) -> Optional[str]:
         """The first stage, in the run's order, that started and is not done (None: none is)."""
