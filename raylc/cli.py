@@ -96,6 +96,17 @@ def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Calla
     return decorate
 
 
+def _tokens(value: Optional[str], option: str) -> Optional[int]:
+    """A token count given on the command line (``2000000`` or ``2_000_000``), at least 1; else one
+    ``error:`` line naming the option (exit 2). Read here, not by click, whose error is a usage box."""
+    if value is None:
+        return None
+    digits = value.strip().replace("_", "")
+    if not digits.isdigit() or not digits.isascii() or int(digits) < 1:
+        _fail(f"{option} {value!r}: expected a whole number of tokens >= 1 (e.g. 2000000)")
+    return int(digits)
+
+
 def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
     """Refuse (:class:`raylc.backends.preflight.PreflightError`, a JobSpecError) a vLLM job that vLLM would
     refuse at start-up; warnings go to stderr. Without ``hub`` only local configs are read, and a
@@ -123,20 +134,27 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
+    max_prompt_tokens: Optional[str] = typer.Option(None, "--max-prompt-tokens", metavar="N",
+                                                    help="Stop sending requests before the run's prompt tokens would "
+                                                         "pass N (exit 3; the same run with a higher N resumes); "
+                                                         "overrides inference.max_prompt_tokens."),
 ) -> None:
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report;
     length-controlled suites: build, infer, score, report)."""
     from raylc.evaluate import evaluate
     from raylc.io.names import UnsafeName, path_segment
-    from raylc.run.errors import NothingWritten, RunInterrupted
+    from raylc.run.errors import BudgetReached, NothingWritten, RunInterrupted
     from raylc.run.runner import default_run_id
 
+    cap = _tokens(max_prompt_tokens, "--max-prompt-tokens")
     try:
         overrides = parse_overrides(settings)
         if store is not None:
             overrides["store.path"] = store
         if seed is not None:
             overrides["seed"] = seed
+        if cap is not None:
+            overrides["inference.max_prompt_tokens"] = cap
         job = load_job(job_file, overrides)
         if run_id is not None:  # the run's folder name (raylc/io/names.py)
             try:
@@ -146,7 +164,7 @@ def run(
         _preflight(job, job_file)  # before Ray starts and anything is written
         run_id = run_id or default_run_id(job)
         evaluate(job, run_id, log=lambda m: typer.echo(m, err=True), overrides=overrides)
-    except RunInterrupted as exc:  # SIGINT / SIGTERM: one line, exit 130 / 143
+    except (RunInterrupted, BudgetReached) as exc:  # SIGINT / SIGTERM: exit 130 / 143; the prompt-token cap: 3
         typer.echo(str(exc), err=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:  # before the run started (loading, checking the job)
@@ -182,21 +200,9 @@ def status(run_dir: str = typer.Argument(...,
     st = run_status(RunFolder.at(run_dir))
     rows = []
     for stage, state in st["stages"].items():
-        counts = st["rows"].get(stage) or {}
-        detail = ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in counts.items())
-        if stage == "infer" and st["infer"] and state != "done" and st["infer"].get("planned") is not None:
-            p = st["infer"]
-            share = p["stored"] / p["planned"] if p["planned"] else 1.0
-            detail = (f"stored {p['stored']:,} of {p['planned']:,} requests ({share:.1%}), errors "
-                      f"{p.get('errors', 0):,}; "
-                      f"{p.get('requests_per_s', 0):,.1f} req/s, {p.get('prompt_tokens_per_s', 0):,.0f} prompt tok/s, "
-                      f"{p.get('generated_tokens_per_s', 0):,.0f} generated tok/s"
-                      + (f"; ETA {duration(p['eta_s'])}" if "eta_s" in p else "")
-                      + (f"; last shard {duration(p['last_update_s'])} ago" if "last_update_s" in p else "")
-                      + (f"; no shard stored yet (started {duration(p['waiting_s'])} ago)" if "waiting_s" in p else ""))
         seconds = st["seconds"].get(stage)
         rows.append({"stage": stage, "state": state, "seconds": "" if seconds is None else f"{seconds:.1f}",
-                     "detail": detail})
+                     "detail": _stage_detail(stage, state, st)})
     screen = console()  # the first line wraps between words on a narrow terminal: the run id stays whole
     screen.print(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, "
                  f"updated {duration(st['age_s'])} ago", highlight=False, markup=False)
@@ -204,6 +210,30 @@ def status(run_dir: str = typer.Argument(...,
     if st["state"] in ("interrupted", "failed"):
         typer.echo(f"re-run the job with --run-id {st['run_id']} (and the same --store) to resume: finished "
                    "stages and stored requests are kept")
+    elif st["state"] == "stopped":
+        typer.echo(f"re-run the job with --run-id {st['run_id']} (and the same --store) and a higher "
+                   "--max-prompt-tokens, or none, to resume: stored requests are kept")
+
+
+def _stage_detail(stage: str, state: str, st: dict[str, Any]) -> str:
+    """A stage's detail in ``raylc status``: its counts; for inference under way the requests stored
+    against planned, rates and an ETA; for a stage stopped at the prompt-token cap, the budget."""
+    from raylc.run.budget import budget_line
+    from raylc.run.progress import duration
+
+    if state == "stopped" and st["budget"] is not None and st["budget"][0] == stage:
+        return f"stopped at its budget: {budget_line(st['budget'][1])}"
+    p = st["infer"]
+    if stage != "infer" or not p or state == "done" or p.get("planned") is None:
+        counts = st["rows"].get(stage) or {}
+        return ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in counts.items())
+    share = p["stored"] / p["planned"] if p["planned"] else 1.0
+    return (f"stored {p['stored']:,} of {p['planned']:,} requests ({share:.1%}), errors {p.get('errors', 0):,}; "
+            f"{p.get('requests_per_s', 0):,.1f} req/s, {p.get('prompt_tokens_per_s', 0):,.0f} prompt tok/s, "
+            f"{p.get('generated_tokens_per_s', 0):,.0f} generated tok/s"
+            + (f"; ETA {duration(p['eta_s'])}" if "eta_s" in p else "")
+            + (f"; last shard {duration(p['last_update_s'])} ago" if "last_update_s" in p else "")
+            + (f"; no shard stored yet (started {duration(p['waiting_s'])} ago)" if "waiting_s" in p else ""))
 
 
 @app.command()
@@ -496,9 +526,10 @@ def units(
          exit2=(ValueError, StoreError))  # JobSpecError, PlanError, a suite's data errors: bad input
 def plan(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/quickstart.yaml)."),
-    budget_tokens: Optional[int] = typer.Option(None, "--budget-tokens",
-                                                help="Prompt-token budget: pick the smallest take-every strides (per "
-                                                     "length) that fit."),
+    budget_tokens: Optional[str] = typer.Option(None, "--budget-tokens", metavar="N",
+                                                help="Prompt-token budget: DOLCE, the smallest take-every strides (per "
+                                                     "length) that fit; a length sweep, the most samples per length "
+                                                     "that fit. The planned job gets it as its run-time cap."),
     price_per_mtok: Optional[float] = typer.Option(None, "--price-per-mtok",
                                                    help="Price in dollars per million (prompt + generated) tokens."),
     tokens_per_s_per_gpu: Optional[float] = typer.Option(None, "--tokens-per-s-per-gpu",
@@ -519,9 +550,10 @@ def plan(
     from raylc.evaluate import evaluation_for
     from raylc.io.tables import console, rich_table
 
+    budget = _tokens(budget_tokens, "--budget-tokens")
     job = load_job(job_file, parse_overrides(settings))
     _preflight(job, job_file)
-    planned = evaluation_for(job).plan(job, budget_tokens, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
+    planned = evaluation_for(job).plan(job, budget, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
                                        tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
     if write is not None:
         try:

@@ -53,6 +53,12 @@ def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], Manifest, Evalua
     tables = {name: folder.read(f"report/{name}.parquet")
               for name in evaluation.report_tables(job) if folder.exists(f"report/{name}.parquet")}
     if not tables:
+        stopped = manifest.stopped()
+        if stopped is not None:
+            from raylc.run.budget import budget_line
+
+            raise StoreError(f"{run_dir}: the run stopped at its budget during {stopped[0]}, so it has no report: "
+                             f"{budget_line(stopped[1])}; re-run it with a higher --max-prompt-tokens to finish it")
         raise StoreError(f"{run_dir}: the run has no report yet (run it to completion with `raylc run`)")
     return tables, manifest, evaluation
 

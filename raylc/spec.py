@@ -78,7 +78,10 @@ class Scoring(_Strict):
 
 
 class Inference(_Strict):
-    """Checkpointing and failure policy of the infer stage (row-level resume)."""
+    """Checkpointing, failure policy and prompt-token cap of the infer stage (row-level resume).
+    ``max_prompt_tokens``: the run's prompt tokens, over all its attempts, stay at or under it
+    (:mod:`raylc.run.budget`); None: no cap. Operational, like the whole section: a run stopped at
+    its cap resumes with a higher one."""
 
     shard_rows: int = Field(default=5000, ge=1, description="A checkpoint shard is written every this many "
                                                              "completions...")
@@ -86,6 +89,9 @@ class Inference(_Strict):
     max_error_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description=(
         "The share of failed requests the infer stage tolerates; above it the stage fails (failed requests are "
         "retried on resume)."))
+    max_prompt_tokens: Optional[int] = Field(default=None, ge=1, strict=True, description=(
+        "The run-time cap on prompt tokens (`--max-prompt-tokens`): the infer stage stops sending once the next "
+        "request would pass it, and the same command with a higher cap resumes; null: no cap."))
 
 
 class StoreConfig(_Strict):

@@ -9,6 +9,7 @@ fit's per-(task, subset) work as Ray tasks started by the driver (:meth:`Run.map
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -16,7 +17,8 @@ import polars as pl
 
 from raylc.backends.stages import PROBLEM_ROW_GROUP
 from raylc.dolce import stages
-from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens
+from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens, span_tokens
+from raylc.io.plans import plan_tokenizer
 
 if TYPE_CHECKING:
     from raylc.run.runner import Rows, Run, Stage
@@ -45,6 +47,13 @@ def sample_stage(run: Run) -> Rows:
     return {"spans": run.folder.write_parts(chunks, SPANS, stages.sample(problems.clear(), run.job))}
 
 
+def _span_counter(job: Job, problems: pl.DataFrame) -> Callable[[pl.DataFrame], np.ndarray]:
+    """Prompt tokens of span rows as the plan counts them (:func:`raylc.dolce.plan.span_tokens`),
+    for the run's prompt-token cap; the problems are tokenized when first asked."""
+    counter = functools.cache(lambda: span_tokens(job, prompt_pieces(problems, plan_tokenizer(job.count_tokenizer()))))
+    return lambda spans: counter()(spans)
+
+
 def infer_stage(run: Run) -> Rows:
     """Every span without a stored completion through the probe, spans sharing a prefix (same
     problem and start) back to back for vLLM's prefix cache."""
@@ -61,7 +70,7 @@ def infer_stage(run: Run) -> Rows:
     run.log(f"[infer] {reused} completions kept from earlier attempts, {total - reused} to run")
     if total > reused:
         run.infer((prefix_order(c.filter(~done.among(c["request_id"]))) for c in span_chunks()),
-                  table=PROBLEMS, reused=reused)
+                  _span_counter(run.job, problems), table=PROBLEMS, reused=reused)
     del done
     return run.inference_rows(reused, total)
 

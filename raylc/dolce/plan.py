@@ -61,7 +61,7 @@ import polars as pl
 import yaml
 
 from raylc.backends.config import BLOCK_SIZE
-from raylc.io.plans import PlanError, plan_tokenizer, write_whole
+from raylc.io.plans import PlanError, capped, plan_tokenizer, write_whole
 from raylc.text.prompts import DOCUMENT_COLUMNS, render_prompts
 from raylc.text.sampling import Sampling, sample_spans, stride_expr
 from raylc.text.tokenize import Tokenizer, count_texts, get_tokenizer
@@ -173,6 +173,19 @@ def prompt_tokens(spans: pl.DataFrame, pieces: PromptPieces, overhead_tokens: in
     n = np.where(C == 0, pieces.empty[p], pieces.head[p] + pieces.tail[p] + _context(pieces, p, C, start))
     n = n + overhead_tokens
     return np.minimum(n, window) if window is not None else n
+
+
+def span_tokens(job: Job, pieces: PromptPieces, overhead_tokens: int = 0) -> Callable[[pl.DataFrame], np.ndarray]:
+    """:func:`prompt_tokens` of span rows for ``job``'s probe: capped at its truncation window
+    (``max_model_len - max_tokens``) when it has one. What the plan counts, and what the run's
+    prompt-token cap counts a pending request as."""
+    max_len = job.window()
+    window = max(max_len - job.max_tokens(), 1) if max_len else None
+
+    def tokens(spans: pl.DataFrame) -> np.ndarray:
+        return prompt_tokens(spans, pieces, overhead_tokens, window)
+
+    return tokens
 
 
 def prefix_order(spans: pl.DataFrame) -> pl.DataFrame:
@@ -402,14 +415,10 @@ def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[s
     spec = tokenizer or job.count_tokenizer()
     pieces = prompt_pieces(problems, plan_tokenizer(spec)) if pieces is None else pieces
     max_tokens = job.max_tokens()
-    max_len = job.window()
-    window = max(max_len - max_tokens, 1) if max_len else None
-
-    def tokens(spans: pl.DataFrame) -> np.ndarray:
-        return prompt_tokens(spans, pieces, overhead_tokens, window)
-
+    tokens = span_tokens(job, pieces, overhead_tokens)
     if budget_tokens is not None and problems.height:
-        job = job.model_copy(update={"sampling": _budget_sampling(job.sampling, problems, budget_tokens, tokens)})
+        job = capped(job.model_copy(update={"sampling": _budget_sampling(job.sampling, problems, budget_tokens,
+                                                                         tokens)}), budget_tokens)
     spans = prefix_order(stages.sample(problems, job))
     spans = spans.with_columns(prompt_tokens=pl.Series(tokens(spans), dtype=pl.Int64))
     n = spans["prompt_tokens"].to_numpy()

@@ -1,9 +1,10 @@
-"""What every plan shares: its error, the cost lines of its summary, and writing the planned job."""
+"""What every plan shares: its error, the cost lines of its summary, the planned job's cap, and
+writing the planned job."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 if TYPE_CHECKING:
     from raylc.text.tokenize import Tokenizer
@@ -24,6 +25,15 @@ def cost_rows(tokens: int, price_per_mtok: Optional[float],
     if price_per_mtok is not None:
         rows.append(("cost", f"${price_per_mtok * tokens / 1e6:,.2f} at ${price_per_mtok:g} per million tokens"))
     return rows
+
+
+def capped(job: Any, budget_tokens: int) -> Any:
+    """``job`` with its run-time prompt-token cap (``inference.max_prompt_tokens``) at the plan's
+    budget, unless its own cap is lower: a run of the planned job stops rather than send more."""
+    cap = job.inference.max_prompt_tokens
+    if cap is not None and cap <= budget_tokens:
+        return job
+    return job.model_copy(update={"inference": job.inference.model_copy(update={"max_prompt_tokens": budget_tokens})})
 
 
 def write_whole(text: str, path: Union[str, Path]) -> None:

@@ -28,3 +28,15 @@ class RunInterrupted(Exception):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class BudgetReached(Exception):
+    """The run stopped at its prompt-token cap (``inference.max_prompt_tokens``): a one-line
+    message; the stage is ``stopped`` in the manifest, with its :class:`~raylc.run.manifest.Budget`.
+    Not an error: ``exit_code`` 3 says "stopped, resumable with a higher cap"."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, budget: object) -> None:
+        super().__init__(message)
+        self.budget = budget

@@ -4,7 +4,8 @@ time; the infer stage's progress while it runs), as one typed, versioned model.
 
 Like inspect_ai's ``EvalLog``, it carries the version of its format: a manifest without one was
 written before the model existed (raylc up to 14bd8b5: version 1, the same keys as a plain
-dict) and opens as it is; one of a later version than this raylc reads is refused in one line.
+dict) and opens as it is, as does version 2 (no ``stopped`` stage, no budget record); one of a
+later version than this raylc reads is refused in one line.
 The run folder reads and writes it (:meth:`raylc.run.folder.RunFolder.manifest`); ``raylc
 status``, ``raylc runs``, ``raylc report``, ``raylc compare`` and a resumed run read it.
 """
@@ -15,9 +16,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-VERSION = 2  #: this raylc's manifest format; 1: the untyped manifest of 14bd8b5 and before (no version key)
+VERSION = 3  #: this raylc's manifest format; 1: the untyped manifest of 14bd8b5 and before (no version key);
+#: 2: before the ``stopped`` status and the budget record
 
-Status = Literal["running", "done", "failed", "interrupted"]
+Status = Literal["running", "done", "failed", "interrupted", "stopped"]
 
 
 class Progress(BaseModel):
@@ -40,17 +42,31 @@ class Progress(BaseModel):
         default=None, description="(time, requests stored) at up to 64 recent shards: the time-left estimate's rate.")
 
 
+class Budget(BaseModel):
+    """Where a stage ``stopped`` at the run's prompt-token cap (:mod:`raylc.run.budget`): the cap,
+    the prompt tokens its stored requests were sent with (``sent``, the backend's count), the
+    requests stored and those left unsent, and raylc's count of the tokens these would take."""
+
+    max_prompt_tokens: int = Field(description="The cap (`inference.max_prompt_tokens`).")
+    sent: int = Field(description="Prompt tokens the stored requests were sent with (the backend's count).")
+    stored: int = Field(description="Requests stored.")
+    left: int = Field(description="Requests left unsent.")
+    left_tokens: int = Field(description="raylc's count of the prompt tokens those would take.")
+
+
 class StageRecord(BaseModel):
     """A stage's record: its status, its counts (``rows``, None where unknown) and wall time once
-    it ended, and its progress while it runs (kept when it fails or is interrupted)."""
+    it ended, its progress while it runs (kept when it fails, is interrupted or stops), and the
+    budget it stopped at (status ``stopped``)."""
 
     model_config = ConfigDict(extra="allow")
 
-    status: Status = Field(description="`running`, `done`, `failed` or `interrupted`.")
+    status: Status = Field(description="`running`, `done`, `failed`, `interrupted` or `stopped` (at its cap).")
     rows: Optional[dict[str, Optional[int]]] = Field(default=None, description=(
         "What the stage counted (e.g. `problems`, `spans`, `requests`, tokens), null where unknown."))
     seconds: Optional[float] = Field(default=None, description="Wall time, once it ended.")
     progress: Optional[Progress] = Field(default=None, description="The infer stage's progress while it runs.")
+    budget: Optional[Budget] = Field(default=None, description="Where a `stopped` stage stopped at its cap.")
 
 
 class Manifest(BaseModel):
@@ -77,7 +93,7 @@ class Manifest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
-        """Version 1 (no version key) has this model's keys: it opens as the current version."""
+        """Versions 1 (no version key) and 2 have this model's keys: they open as the current version."""
         if isinstance(data, dict):
             version = data.get("version", 1)
             if not isinstance(version, int) or version > VERSION:
@@ -99,6 +115,10 @@ class Manifest(BaseModel):
     def finished(self) -> bool:
         """Whether the run ended with every stage done."""
         return bool(self.finished_at) and all(s.status == "done" for s in self.stages.values())
+
+    def stopped(self) -> Optional[tuple[str, Budget]]:
+        """The stage that stopped at the run's prompt-token cap, and its budget (None: none did)."""
+        return next(((n, s.budget) for n, s in self.stages.items() if s.status == "stopped" and s.budget), None)
 
     def first_unfinished(self) -> Optional[str]:
         """The first stage, in the run's order, that started and is not done (None: none is)."""

@@ -29,8 +29,9 @@ from raylc import __version__
 from raylc.io.errors import StoreUnavailable
 from raylc.io.names import UnsafeName, path_segment
 from raylc.run import pipeline, session
+from raylc.run.budget import Count, TokenBudget
 from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids
-from raylc.run.errors import InferenceFailed, NothingWritten, RunError, RunInterrupted
+from raylc.run.errors import BudgetReached, InferenceFailed, NothingWritten, RunError, RunInterrupted
 from raylc.run.folder import JUDGE_SHARDS, RunFolder
 from raylc.run.manifest import Manifest, StageRecord
 from raylc.run.progress import InferProgress
@@ -185,13 +186,33 @@ class Run:
         state = self.manifest.stages.get(stage.name)
         return state is not None and state.status == "done" and all(self.folder.has(rel) for rel in stage.outputs)
 
-    def infer(self, pending: Iterable[pl.DataFrame], table: str = "", reused: int = 0) -> None:
+    def infer(self, pending: Iterable[pl.DataFrame], count: Count, table: str = "", reused: int = 0) -> None:
         """Send ``pending`` request rows through the probe (:func:`raylc.run.pipeline.infer`);
-        ``table``: the run-relative suite table (DOLCE problems that span references are rendered
-        from, a sweep's samples); ``reused``: the stage's requests already stored (for the
-        progress ``raylc status`` shows)."""
+        ``count``: their prompt tokens as the plan counts them, for the job's prompt-token cap
+        (:mod:`raylc.run.budget`; :class:`BudgetReached` once the rows that fit are stored, when
+        some do not); ``table``: the run-relative suite table (DOLCE problems that span references
+        are rendered from, a sweep's samples); ``reused``: the stage's requests already stored
+        (for the progress ``raylc status`` shows)."""
+        cap = self.job.inference.max_prompt_tokens
+        budget = None if cap is None else TokenBudget(cap, self._sent()[0])
+        if budget is not None:
+            pending = self._within(budget, pending, count)
         progress = InferProgress(self.manifest, reused, self.save, log=self.log)
         pipeline.infer(self.folder, self.job, pending, progress, self.log, table=table)
+        if budget is not None and budget.left_out:
+            raise budget.reached(*self._sent(), self.current or "infer", self.run_id)
+
+    def _within(self, budget: TokenBudget, pending: Iterable[pl.DataFrame], count: Count) -> Iterator[pl.DataFrame]:
+        """The pending rows that fit the cap, and a line when some do not (before any is sent)."""
+        yield from budget.select(pending, count)
+        if budget.left_out:
+            self.log(f"[{self.current or 'infer'}] prompt-token cap {budget.max_prompt_tokens:,}: {budget.kept:,} "
+                     f"requests fit, {budget.left_out:,} wait for a higher cap")
+
+    def _sent(self) -> tuple[int, int]:
+        """Prompt tokens (the backend's count) and requests of the stage's stored successes."""
+        rows, _ = self.folder.accounting(0)
+        return int(rows["prompt_tokens"] or 0), int(rows["requests"] or 0) - int(rows["errors"] or 0)
 
     def inference_rows(self, reused: int, total: int) -> Rows:
         """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of
@@ -256,10 +277,12 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return Run(folder, job, manifest)
 
 
-def _record(run: Run, name: str, status: str, seconds: float) -> StageRecord:
-    """The stage's record when it fails or is interrupted: its progress kept (``raylc status``)."""
+def _record(run: Run, name: str, status: str, seconds: float, budget: Any = None) -> StageRecord:
+    """The stage's record when it fails, is interrupted or stops at its budget: its progress kept
+    (``raylc status``)."""
     progress = run.manifest.stages[name].progress if name in run.manifest.stages else None
-    return StageRecord(status=status, seconds=round(seconds, 3), progress=progress)  # type: ignore[arg-type]
+    return StageRecord(status=status, seconds=round(seconds, 3), progress=progress,  # type: ignore[arg-type]
+                       budget=budget)
 
 
 def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
@@ -279,6 +302,11 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
         with suppress(Exception):
             run.save()
         raise RunError(str(exc)) from exc
+    except BudgetReached as exc:  # the prompt-token cap: recorded; the same run with a higher cap resumes
+        run.manifest.stages[name] = _record(run, name, "stopped", time.perf_counter() - t0, exc.budget)
+        with suppress(Exception):
+            run.save()
+        raise
     except KeyboardInterrupt:  # SIGINT or SIGTERM (run_job): recorded, and redone on resume
         run.interrupted = name
         run.manifest.stages[name] = _record(run, name, "interrupted", time.perf_counter() - t0)

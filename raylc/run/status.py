@@ -46,10 +46,11 @@ def stage_states(manifest: Manifest, alive: bool) -> dict[str, str]:
 
 
 def run_state(states: dict[str, str], alive: bool) -> str:
-    """One word for the run: ``failed`` or ``interrupted`` if a stage is; ``done`` when every
-    stage is; else ``running`` while its process lives, ``interrupted`` when it is gone."""
+    """One word for the run: ``failed``, ``interrupted`` or ``stopped`` (at its prompt-token cap)
+    if a stage is; ``done`` when every stage is; else ``running`` while its process lives,
+    ``interrupted`` when it is gone."""
     values = set(states.values())
-    for word in ("failed", "interrupted"):
+    for word in ("failed", "interrupted", "stopped"):
         if word in values:
             return word
     if values and values == {"done"}:
@@ -59,7 +60,9 @@ def run_state(states: dict[str, str], alive: bool) -> str:
 
 def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]:
     """The status of the run in ``folder``: run id, job, model, state, per-stage states, the
-    inference progress and the times; a :class:`StoreError` when there is no run there."""
+    inference progress, the budget a stage stopped at (``budget``: stage and
+    :class:`~raylc.run.manifest.Budget`, or None) and the times; a :class:`StoreError` when there
+    is no run there."""
     manifest = folder.manifest()
     if manifest is None:
         raise StoreError(f"{folder.uri()}: no raylc run here (no manifest.json; a run submitted with "
@@ -74,6 +77,7 @@ def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]
         "seconds": {k: v.seconds for k, v in manifest.stages.items()},
         "rows": {k: v.rows for k, v in manifest.stages.items()},
         "infer": infer_progress(manifest.stages.get(INFER), states[INFER], now) if INFER in states else None,
+        "budget": manifest.stopped(),
         "created_at": manifest.created_at, "updated_at": manifest.updated_at,
         "age_s": now - (_when(manifest.updated_at) or now),
     }

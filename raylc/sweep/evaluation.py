@@ -10,15 +10,16 @@ The work is in the plain Polars functions of :mod:`raylc.sweep.stages`.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 import polars as pl
 
-from raylc.io.plans import PlanError
+from raylc.io.plans import plan_tokenizer
 from raylc.scoring.judge import judge_sample_scores
 from raylc.sweep import stages
-from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens
+from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens, sent_tokens
 from raylc.sweep.report import REPORT_TABLES, print_length_report
 from raylc.sweep.tables import SCORES as SCORE_TABLE
 
@@ -39,15 +40,16 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     return reqs.join(stored.select(cols), on="request_id", how="left")
 
 
-def _run_round(run: Run, reqs: pl.DataFrame) -> int:
-    """Run the requests without a stored success; returns how many were reused."""
+def _run_round(run: Run, reqs: pl.DataFrame, count: Callable[[pl.DataFrame], np.ndarray]) -> int:
+    """Run the requests without a stored success (``count``: their prompt tokens, for the run's
+    cap); returns how many were reused."""
     done = run.folder.completed()
     pending = reqs.select(stages.REQUEST_COLUMNS).filter(~done.among(reqs["request_id"]))
     reused = reqs.height - pending.height
     run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
             f"attempts, {pending.height} to run")
     if pending.height:
-        run.infer([pending], table=SAMPLES, reused=reused)
+        run.infer([pending], count, table=SAMPLES, reused=reused)
     return reused
 
 
@@ -69,11 +71,16 @@ def build_stage(run: Run) -> Rows:
 
 def infer_stage(run: Run) -> Rows:
     samples = run.folder.read(SAMPLES)
+    tokenizer = functools.cache(lambda: plan_tokenizer(run.job.suite.tokenizer_spec()))
+
+    def count(reqs: pl.DataFrame) -> np.ndarray:  # the plan's count, for the run's prompt-token cap
+        return sent_tokens(reqs, samples, tokenizer(), run.job)
+
     first = stages.requests(samples, run.job)
-    reused = _run_round(run, first)
+    reused = _run_round(run, first, count)
     second = _rounds(run, samples, first)[1]
     if second.height:
-        reused += _run_round(run, second)
+        reused += _run_round(run, second, count)
     return run.inference_rows(reused, first.height + second.height)
 
 
@@ -124,12 +131,9 @@ class SweepEvaluation:
         return (*REPORT_TABLES, *(section.name for section in job.suite.sections))
 
     def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> SweepPlan:
-        """:func:`raylc.sweep.plan.plan_sweep` (a sweep has no spans to thin: no token budget)."""
-        if budget_tokens is not None:
-            raise PlanError(f"suite kind {job.suite.kind!r} is a length sweep: --budget-tokens picks DOLCE strides; "
-                            "lower suite.lengths or samples_per_length instead")
+        """:func:`raylc.sweep.plan.plan_sweep`: with ``budget_tokens``, the samples per length that fit."""
         options.pop("block_size", None)
-        return plan_sweep(job, **options)
+        return plan_sweep(job, budget_tokens, **options)
 
     def request_lengths(self, job: Job, tokenizer: Tokenizer, samples_cap: int) -> tuple[np.ndarray, np.ndarray, float]:
         """Prompt tokens and ``max_tokens`` of every request (both calls of two-call samples),

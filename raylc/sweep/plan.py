@@ -1,16 +1,22 @@
-"""``raylc plan`` for a length sweep: what a run would send, counted without inference."""
+"""``raylc plan`` for a length sweep: what a run would send, counted without inference.
+
+With a budget (``--budget-tokens N``) the plan takes the most samples per axis point (the
+suite's ``samples_per_length`` or ``samples_per_setting``, at most the job's own) whose planned
+prompt tokens are at most N: one more sample at every point would go over N (the search builds
+the suite at each count it tries, as contexts and depths may depend on the count).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 import numpy as np
 import polars as pl
 import yaml
 
-from raylc.io.plans import cost_rows, plan_tokenizer, write_whole
+from raylc.io.plans import PlanError, capped, cost_rows, plan_tokenizer, write_whole
 from raylc.sweep.stages import build_samples
 from raylc.text.tokenize import Tokenizer, count_texts
 
@@ -30,6 +36,8 @@ class SweepPlan:
     tokenizer: str
     price_per_mtok: Optional[float] = None
     tokens_per_s_per_gpu: Optional[float] = None
+    budget_tokens: Optional[int] = None
+    samples_asked: Optional[int] = None  # the job's samples per axis point, when a budget chose fewer or as many
 
     @property
     def requests(self) -> int:
@@ -63,6 +71,12 @@ class SweepPlan:
             ("generated tokens (<= max_tokens each)", f"{self.generated_tokens:,}"),
             ("tokenizer", self.tokenizer),
         ]
+        if self.budget_tokens is not None:
+            field = self.job.suite.samples_field
+            rows.insert(3, ("budget (prompt tokens)",
+                            f"{self.budget_tokens:,} ({self.prompt_tokens / self.budget_tokens:.1%} used)"))
+            rows.insert(1, (f"suite.{field} (budget)",
+                            f"{self.job.suite.samples_per_point():,} of the job's {self.samples_asked:,}"))
         rows += cost_rows(self.prompt_tokens + self.generated_tokens, self.price_per_mtok, self.tokens_per_s_per_gpu)
         return pl.DataFrame(rows, schema=["item", "value"], orient="row")
 
@@ -72,6 +86,8 @@ class SweepPlan:
 
     def to_yaml(self) -> str:
         head = f"# Planned by `raylc plan`: {self.requests:,} requests, {self.prompt_tokens:,} prompt tokens"
+        if self.budget_tokens is not None:
+            head += f" (budget {self.budget_tokens:,})"
         return head + "\n" + yaml.safe_dump(self.job.resolved(), sort_keys=False, allow_unicode=True)
 
 
@@ -93,19 +109,73 @@ def request_tokens(samples: pl.DataFrame, tok: Tokenizer, default_max: int, over
     return first, second, first_max, np.where(two, second_max, 0)
 
 
-def plan_sweep(job: Job, *, tokenizer: Optional[str] = None, price_per_mtok: Optional[float] = None,
-               tokens_per_s_per_gpu: Optional[float] = None, overhead_tokens: int = 0) -> SweepPlan:
+def fitted(prompt: np.ndarray, max_tokens: np.ndarray, window: Optional[int]) -> np.ndarray:
+    """Prompt tokens as sent into a probe ``window`` (None: no limit): the backend cuts a prompt
+    to ``window - max_tokens``."""
+    return np.minimum(prompt, np.maximum(window - max_tokens, 1)) if window else prompt
+
+
+def sent_tokens(requests: pl.DataFrame, samples: pl.DataFrame, tok: Tokenizer, job: Job) -> np.ndarray:
+    """Prompt tokens of request rows (:func:`raylc.sweep.stages.requests`, either round) as the
+    plan counts them: head and tail counted with ``tok``, a first call's context as the build
+    counted it (a second call has none), fitted into the probe's window; what the run's
+    prompt-token cap counts a pending request as."""
+    keys = ["task", "sample_id", "length"]
+    context = requests.select(keys).join(samples.select(*keys, "context_tokens"), on=keys, how="left",
+                                         maintain_order="left")["context_tokens"].fill_null(0).to_numpy()
+    first = requests["round"].to_numpy() == 1
+    n = count_texts(requests["head"], tok) + np.where(first, context, 0) + count_texts(requests["tail"], tok)
+    return fitted(n, requests["max_tokens"].fill_null(job.max_tokens()).to_numpy(), job.window())
+
+
+def within_budget(job: Job, budget_tokens: int, plan_of: Callable[[Job], SweepPlan]) -> SweepPlan:
+    """The plan (``plan_of``) with the most samples per axis point, at most the job's, whose
+    prompt tokens are at most ``budget_tokens``; its job carries the budget as its run-time cap."""
+    suite = job.suite
+    most = suite.samples_per_point()
+    if budget_tokens < 1:
+        raise PlanError(f"--budget-tokens must be >= 1, got {budget_tokens}")
+    if most is None:
+        raise PlanError(f"suite kind {suite.kind!r} runs every record of its data: --budget-tokens chooses samples "
+                        "per length, which it has none of; narrow its data, or cap the run with --max-prompt-tokens")
+    plans: dict[int, SweepPlan] = {}
+
+    def at(n: int) -> SweepPlan:
+        if n not in plans:
+            plans[n] = plan_of(job.model_copy(update={"suite": suite.with_samples(n)}))
+        return plans[n]
+
+    if at(1).prompt_tokens > budget_tokens:
+        raise PlanError(f"budget of {budget_tokens:,} prompt tokens is below the cheapest plan "
+                        f"({at(1).prompt_tokens:,} tokens: one sample per task and length); raise --budget-tokens "
+                        "or plan fewer lengths or tasks")
+    fits, over = 1, most  # at(fits) fits, at(over) does not (more than the job asks counts as not fitting)
+    if at(most).prompt_tokens <= budget_tokens:
+        fits, over = most, most + 1
+    while over - fits > 1:
+        mid = (fits + over) // 2
+        fits, over = (mid, over) if at(mid).prompt_tokens <= budget_tokens else (fits, mid)
+    chosen = at(fits)
+    return replace(chosen, job=capped(chosen.job, budget_tokens), budget_tokens=budget_tokens, samples_asked=most)
+
+
+def plan_sweep(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[str] = None,
+               price_per_mtok: Optional[float] = None, tokens_per_s_per_gpu: Optional[float] = None,
+               overhead_tokens: int = 0) -> SweepPlan:
     """Plan a length-controlled job without inference: build its samples and count the tokens of
-    every request (:func:`request_tokens`; ``tokenizer`` overrides the suite's and recounts)."""
+    every request (:func:`request_tokens`; ``tokenizer`` overrides the suite's and recounts);
+    with ``budget_tokens``, the samples per axis point that fit (:func:`within_budget`)."""
+    if budget_tokens is not None:
+        return within_budget(job, budget_tokens, lambda j: plan_sweep(
+            j, tokenizer=tokenizer, price_per_mtok=price_per_mtok, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+            overhead_tokens=overhead_tokens))
     samples = build_samples(job)
     spec = tokenizer or job.suite.tokenizer_spec()
     first, second, first_max, second_max = request_tokens(samples, plan_tokenizer(spec), job.max_tokens(),
                                                           overhead_tokens, recount=tokenizer is not None)
     max_len = job.window()
-    cut = np.zeros(first.size, dtype=bool)
-    if max_len:  # the backend cuts the context to fit prompt + max_tokens into the window
-        cut = first + first_max > max_len
-        first = np.minimum(first, np.maximum(max_len - first_max, 1))
+    cut = first + first_max > max_len if max_len else np.zeros(first.size, dtype=bool)
+    first = fitted(first, first_max, max_len)  # the backend cuts the context to fit prompt + max_tokens
     table = samples.select("task", "length").with_columns(
         truncated=pl.Series(cut.astype(np.int64)),
         requests=pl.Series(1 + (second > 0).astype(np.int64)),

@@ -53,7 +53,7 @@ def test_every_stage_written_and_manifest_complete(quickstart_runs):
         for rel in outputs:
             assert Path(store, "first", rel).exists(), rel
     manifest = first.manifest.record()
-    assert manifest["version"] == 2 and manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
+    assert manifest["version"] == 3 and manifest["seed"] == job.seed and manifest["job"]["name"] == "quickstart"
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(OUTPUTS, "done")
     observations = _read(store, "first", "score/observations.parquet")
     assert manifest["stages"]["score"]["rows"]["observations"] == observations.height

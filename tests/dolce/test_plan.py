@@ -143,7 +143,8 @@ def test_budget_below_cheapest_plan_is_a_clear_error(quick, tmp_path):
 
 
 def test_written_plan_runs_exactly_the_planned_spans(quick, tmp_path):
-    """The --write file loads as a job whose sample stage gives the planned spans and tokens."""
+    """The --write file loads as a job whose sample stage gives the planned spans and tokens, and
+    whose run-time cap is the budget (the job's own cap when lower)."""
     job, built, _, full = quick
     p = _plan(job, int(0.3 * full), built)
     assert isinstance(p.job.sampling.every, dict)  # per-length strides
@@ -151,6 +152,9 @@ def test_written_plan_runs_exactly_the_planned_spans(quick, tmp_path):
     p.write(out)
     loaded = load_job(out)
     assert loaded.fingerprint() == p.job.fingerprint()
+    assert loaded.inference.max_prompt_tokens == int(0.3 * full) >= p.prompt_tokens
+    lower = job.model_copy(update={"inference": job.inference.model_copy(update={"max_prompt_tokens": 1000})})
+    assert _plan(lower, int(0.3 * full), built).job.inference.max_prompt_tokens == 1000
     rebuilt = stages.build(loaded)
     assert rebuilt.equals(built[0])
     spans = stages.sample(rebuilt, loaded)
@@ -288,8 +292,10 @@ def test_length_sweep_plan_counts_every_request_without_inference():
     assert sent <= planned.prompt_tokens <= sent + samples.height  # pieces may split one merge per boundary
     assert planned.requests == samples.height == int(planned.lengths["samples"].sum())
     assert planned.summary().filter(pl.col("item") == "cost")["value"][0].startswith("$")
-    with pytest.raises(PlanError, match="length sweep"):
-        sweep.plan(job, budget_tokens=10**6)
+    whole = sweep.plan(job, budget_tokens=10**6)  # above the whole job: the whole job, with the budget as its cap
+    assert whole.requests == planned.requests and whole.job.inference.max_prompt_tokens == 10**6
+    with pytest.raises(PlanError, match="runs every record of its data"):
+        sweep.plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"), budget_tokens=10**6)
     cot = sweep.plan(load_job(ROOT / "jobs" / "longbench-v2.yaml"))
     assert cot.requests == 2 * int(cot.lengths["samples"].sum())  # reasoning call + answer call
 

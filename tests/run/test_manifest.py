@@ -96,7 +96,7 @@ def test_a_manifest_this_raylc_cannot_read_is_one_line(store):
         out = raylc(command, store / RUNS[0])
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert out.stderr.strip() == (f"error: {path}: not a raylc manifest (manifest version 99 is newer than this "
-                                      "raylc reads (up to 2): update raylc)"), out.stderr
+                                      "raylc reads (up to 3): update raylc)"), out.stderr
     path.write_text(json.dumps({"stages": "none"}))
     out = raylc("status", store / RUNS[0])
     assert out.returncode == 2 and out.stderr.startswith(f"error: {path}: not a raylc manifest (run_id: ")
@@ -105,15 +105,26 @@ def test_a_manifest_this_raylc_cannot_read_is_one_line(store):
 
 
 def test_a_manifest_written_now_has_the_current_version_and_the_old_keys(tmp_path):
-    """What 14bd8b5 wrote, opened and written again: the same keys, plus ``version`` 2."""
+    """What 14bd8b5 wrote, opened and written again: the same keys, plus ``version`` 3."""
     from raylc.run.folder import RunFolder
 
     shutil.copytree(FIXTURES / RUNS[2], tmp_path / RUNS[2])
     folder = RunFolder(str(tmp_path), RUNS[2])
     before = json.loads((tmp_path / RUNS[2] / "manifest.json").read_text())
     manifest = folder.manifest()
-    assert manifest.version == 2 and manifest.stages["infer"].progress.to_run == 220428
+    assert manifest.version == 3 and manifest.stages["infer"].progress.to_run == 220428
     folder.save(manifest)
     after = json.loads((tmp_path / RUNS[2] / "manifest.json").read_text())
-    assert after.pop("version") == 2 and after.pop("updated_at") != before.pop("updated_at")
+    assert after.pop("version") == 3 and after.pop("updated_at") != before.pop("updated_at")
     assert after == before
+
+
+def test_a_version_2_manifest_opens_as_the_current_version(tmp_path):
+    """Version 3 only added the ``stopped`` status and its budget record: a version 2 manifest opens as it is."""
+    from raylc.run.folder import RunFolder
+
+    shutil.copytree(FIXTURES / RUNS[2], tmp_path / RUNS[2])
+    path = tmp_path / RUNS[2] / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "version": 2}))
+    manifest = RunFolder(str(tmp_path), RUNS[2]).manifest()
+    assert manifest.version == 3 and manifest.stopped() is None and manifest.stages["infer"].budget is None

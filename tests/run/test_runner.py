@@ -63,7 +63,7 @@ def test_stages_run_in_order_and_the_manifest_records_them(job, tmp_path):
     assert pl.read_parquet(tmp_path / "r" / "last" / "t.parquet")["x"].to_list() == [3, 4, 5]
     manifest = _manifest(tmp_path)
     assert manifest == run.manifest.record() | {"updated_at": manifest["updated_at"]}
-    assert manifest["version"] == 2
+    assert manifest["version"] == 3
     assert {s: v["status"] for s, v in manifest["stages"].items()} == dict.fromkeys(["build", "middle", "last"], "done")
     assert manifest["stages"]["middle"]["rows"] == {"rows": 3}
     assert manifest["fingerprint"] == job.fingerprint() and "finished_at" in manifest

@@ -1,0 +1,156 @@
+"""The run-time cap on prompt tokens (:mod:`raylc.run.budget`): the arithmetic of which requests
+go, in the scheduler's order; then the quickstart stopped part-way by a cap, reported as
+stopped, resumed with a higher cap, its tables equal to an uncapped run's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from cli_runner import raylc
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raylc.run.budget import TokenBudget, first_fit
+from raylc.run.folder import RunFolder
+from raylc.run.status import run_status
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+from table_hashes import hashes  # noqa: E402
+
+counts = st.lists(st.integers(0, 5_000), max_size=60)
+
+
+@given(counts, st.integers(-1_000, 100_000))
+def test_the_requests_sent_fit_the_cap_and_none_left_out_would(tokens, room):
+    """In the scheduler's order: the kept requests sum to at most the room; each one left out
+    did not fit what the requests before it left, so adding it to the kept ones would pass the
+    room; what is left is the room less the kept tokens."""
+    tokens = np.array(tokens, dtype=np.int64)
+    take, left = first_fit(tokens, room)
+    kept = int(tokens[take].sum())
+    assert kept <= max(room, 0) and left == room - kept
+    for i in np.flatnonzero(~take):
+        assert int(tokens[:i][take[:i]].sum()) + tokens[i] > room
+        assert kept + tokens[i] > room
+    if tokens.sum() <= room:
+        assert take.all()
+
+
+@given(counts, st.lists(st.integers(0, 60), max_size=4), st.integers(0, 60_000), st.integers(0, 30_000))
+def test_chunk_by_chunk_is_the_same_as_all_at_once(tokens, cuts, cap, sent):
+    """The infer stage streams its pending requests in chunks: the budget keeps the same rows as
+    one pass over them all, and counts what it left out."""
+    frame = pl.DataFrame({"i": np.arange(len(tokens)), "n": pl.Series(tokens, dtype=pl.Int64)})
+    bounds = sorted({0, len(tokens), *(min(c, len(tokens)) for c in cuts)})
+    chunks = [frame.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
+    budget = TokenBudget(cap, sent)
+    kept = pl.concat([c for c in budget.select(chunks, lambda c: c["n"].to_numpy())] or [frame.clear()])
+    take, left = first_fit(np.array(tokens, dtype=np.int64), cap - sent)
+    assert kept["i"].to_list() == np.flatnonzero(take).tolist() and budget.left == left
+    assert budget.kept == kept.height and budget.left_out == len(tokens) - kept.height
+    assert budget.left_out_tokens == sum(tokens) - int(kept["n"].sum())
+    stop = budget.reached(sent + int(kept["n"].sum()), 7, "infer", "r")
+    assert stop.exit_code == 3 and stop.budget.left == budget.left_out and "\n" not in str(stop)
+    assert str(stop).startswith(f"stopped at its budget during infer: {sent + int(kept['n'].sum()):,} of {cap:,} ")
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "1.5", "1e6", "lots", "", "٣"])
+def test_a_bad_cap_is_one_line_and_exit_2(tmp_path, value):
+    out = raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", tmp_path, f"--max-prompt-tokens={value}")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"error: --max-prompt-tokens {value!r}: expected a whole number of tokens >= 1 "
+                                  "(e.g. 2000000)")
+    assert not list(tmp_path.iterdir())
+    bad = raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", tmp_path, "--set",
+                f"inference.max_prompt_tokens={value}")  # the job key takes an integer >= 1 (or null: no cap)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "key 'inference.max_prompt_tokens'" in bad.stderr and not list(tmp_path.iterdir())
+
+
+#: the quickstart, small: 3 problems per task of 50 to 60 units (1,390 requests, 217,187 prompt tokens)
+SMALL = ("--set", "suite.problems_per_task=3", "--set", "suite.max_units=60", "--set", "ray.actor_num_cpus=0.25",
+         "--set", "ray.no_progress_timeout_s=300")
+PLANNED = 217_187
+
+
+def _run(store: Path, *args: str):
+    return raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", store, "--run-id", "r", *SMALL, *args)
+
+
+def _sent(run_dir: Path) -> tuple[int, int]:
+    shards = pl.read_parquet(run_dir / "infer" / "**" / "*.parquet", hive_partitioning=True)
+    return int(shards["prompt_tokens"].sum()), shards["request_id"].n_unique()
+
+
+@pytest.mark.ray
+def test_a_capped_run_stops_at_its_cap_says_so_and_resumes_to_the_uncapped_tables(tmp_path, ray_session):
+    capped, uncapped = tmp_path / "capped", tmp_path / "uncapped"
+    plan = raylc("plan", ROOT / "jobs" / "quickstart.yaml", *SMALL[:4])
+    assert plan.returncode == 0 and f"{PLANNED:,}" in plan.stdout
+
+    first = _run(capped, "--max-prompt-tokens", "80000")
+    assert first.returncode == 3, first.stderr
+    sent, stored = _sent(capped / "r")
+    assert 0 < sent <= 80_000 and stored < 1_390
+    line = first.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"stopped at its budget during infer: {sent:,} of 80,000 prompt tokens sent") and (
+        f"{stored:,} requests stored, {1_390 - stored:,} not sent (about {PLANNED - sent:,} prompt tokens more)"
+        in line and "--run-id r" in line)
+    assert "Traceback" not in first.stderr
+
+    manifest = json.loads((capped / "r" / "manifest.json").read_text())
+    infer = manifest["stages"]["infer"]
+    assert manifest["version"] == 3 and infer["status"] == "stopped" and "score" not in manifest["stages"]
+    assert infer["budget"] == {"max_prompt_tokens": 80_000, "sent": sent, "stored": stored, "left": 1_390 - stored,
+                               "left_tokens": PLANNED - sent}
+    st_ = run_status(RunFolder(str(capped), "r"))
+    assert st_["state"] == "stopped" and st_["stages"]["infer"] == "stopped"
+    status = raylc("status", capped / "r", env={"COLUMNS": "250"})
+    assert status.returncode == 0 and "stopped" in status.stdout.splitlines()[0]
+    assert f"stopped at its budget: {sent:,} of 80,000 prompt tokens sent" in status.stdout
+    assert "a higher --max-prompt-tokens" in status.stdout
+    report = raylc("report", capped / "r")
+    assert report.returncode == 2 and "stopped at its budget during infer" in report.stderr
+
+    again = _run(capped, "--set", "inference.max_prompt_tokens=150000")  # the job key, through --set
+    assert again.returncode == 3, again.stderr
+    sent_2, stored_2 = _sent(capped / "r")
+    assert sent < sent_2 <= 150_000 and stored < stored_2 < 1_390
+    assert f"{stored} completions kept from earlier attempts" in again.stderr
+
+    last = _run(capped, "--max-prompt-tokens", str(PLANNED))  # exactly enough
+    assert last.returncode == 0, last.stderr
+    assert f"{stored_2} completions kept from earlier attempts" in last.stderr
+    assert _sent(capped / "r") == (PLANNED, 1_390)  # no request sent twice
+    shards = pl.read_parquet(capped / "r" / "infer" / "**" / "*.parquet", hive_partitioning=True)
+    assert shards.height == 1_390
+
+    plain = _run(uncapped)
+    assert plain.returncode == 0, plain.stderr
+    assert hashes(capped / "r") == hashes(uncapped / "r")
+    status = raylc("status", capped / "r", env={"COLUMNS": "250"})
+    assert status.returncode == 0 and ": done;" in status.stdout.splitlines()[0]
+
+
+@pytest.mark.ray
+def test_a_sweep_planned_within_a_budget_sends_at_most_it(tmp_path, ray_session):
+    """`raylc plan --budget-tokens N --write` on a length sweep, then `raylc run` of the planned
+    job: the prompt tokens sent are at most N (the planned job carries N as its cap)."""
+    budget = 60_000
+    sets = ("--set", "suite.tasks=[json_kv, mk_needle_number]", "--set", "suite.lengths=[2048, 4096]",
+            "--set", "suite.base_lengths=[2048]", "--set", "suite.samples_per_length=6", "--set", "suite.depths=3",
+            "--set", "ray.actor_num_cpus=0.25")
+    planned = tmp_path / "planned.yaml"
+    plan = raylc("plan", ROOT / "jobs" / "helmet-recall.yaml", *sets, "--budget-tokens", budget, "--write", planned)
+    assert plan.returncode == 0, plan.stderr
+    assert "suite.samples_per_length (budget)" in plan.stdout
+    run = raylc("run", planned, "--store", tmp_path / "store", "--run-id", "s")
+    assert run.returncode == 0, run.stderr
+    sent, _ = _sent(tmp_path / "store" / "s")
+    assert 0 < sent <= budget
