@@ -7,7 +7,8 @@ every relative link points to a file that exists (and to a heading of it, when i
 The user pages (README.md, docs/) against raylc (issue 39): they hold no issue number or commit
 hash (CHANGELOG.md holds the history); every ``raylc ...`` command they show names options raylc
 has, parses, and runs in a scratch folder (those needing a cluster, S3 or a real model: their job
-validates); every figure names its script and flags. Only ``test_documented_runs_run`` starts Ray."""
+validates). Only ``test_documented_runs_run`` starts Ray. The figures of docs/figures.md against
+their commands: tests/test_figures_commands.py."""
 
 from __future__ import annotations
 
@@ -515,38 +516,3 @@ def test_documented_runs_run(ray_session, tmp_path, small):
         out = _run_documented(_argv(command), scratch, small)
         assert out.returncode == 0, f"{command}: exit {out.returncode}\n{out.stderr[-2000:]}"
         assert "Traceback" not in out.stderr, command
-
-
-def figure_rows(text: str) -> list[tuple[int, str, str]]:
-    """``(line, what, command)`` of each row of the figures table (``| what | figure | command |
-    measured |``); a command cell that says ``same`` is the row above's."""
-    rows, inside, last = [], False, ""
-    for number, line in enumerate(text.splitlines(), 1):
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if line.startswith("| what | figure | command |"):
-            inside = True
-        elif inside and not line.startswith("|"):
-            break
-        elif inside and not set(line) <= set("|- "):
-            spans = [m.group(2) for m in _SPAN.finditer(cells[2])]
-            last = last if cells[2] in ("same", "the same") else (spans[0] if spans else "")
-            rows.append((number, cells[0], last))
-    return rows
-
-
-def test_every_figure_row_names_its_script_and_flags():
-    """Each figure of docs/figures.md's table names the command that produced it: a script of
-    tests/ (or ``python -c``, or pytest on a test file) with flags the script has."""
-    rows = figure_rows((ROOT / "docs" / "figures.md").read_text(encoding="utf-8"))
-    assert len(rows) >= 20
-    bad = []
-    for line, what, command in rows:
-        script = re.search(r"\btests/[\w/]+\.py", command)
-        if not (script or re.search(r"\bpython -c\b", command)):
-            bad.append(f"docs/figures.md:{line}: {what[:40]}: no script in {command!r}")
-            continue
-        if script and "pytest" not in command:
-            source = (ROOT / script.group(0)).read_text(encoding="utf-8")
-            bad += [f"docs/figures.md:{line}: {flag} is not a flag of {script.group(0)}"
-                    for flag in re.findall(r"(?<!\S)--[\w-]+", command) if f'"{flag}"' not in source]
-    assert not bad, "\n".join(bad)

@@ -17,6 +17,7 @@ Run: .venv/bin/python tests/benchmarks/bench_context_builder.py [n_contexts]
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -83,4 +84,6 @@ def main(n: int = 100) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n_contexts", type=int, nargs="?", default=100, help="contexts per target length (default 100)")
+    main(ap.parse_args().n_contexts)

@@ -12,6 +12,7 @@ Run it before and after a change and diff the two outputs::
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import subprocess
@@ -42,6 +43,7 @@ def hashes(run_dir: Path) -> dict[str, str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options; --help
     out: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in JOBS:
