@@ -537,8 +537,10 @@ def plan(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer to count with ('default' or hf:<name-or-path>); default: "
                                                  "the job's."),
-    overhead_tokens: int = typer.Option(0, "--overhead-tokens", min=0,
-                                        help="Tokens a chat template adds to each request."),
+    overhead_tokens: Optional[int] = typer.Option(None, "--overhead-tokens", min=0,
+                                                  help="Tokens a chat template adds to each request; default: what "
+                                                       "the run's prompt-token cap adds (the probe's backend, "
+                                                       "measured with its tokenizer; 0 if it cannot be loaded)."),
     write: Optional[Path] = typer.Option(None, "--write",
                                          help="Write the planned job (chosen strides) as YAML that "
                                               "`raylc run` accepts."),

@@ -77,6 +77,14 @@ class VLLM(BackendPlugin):
                           label="vLLM engine"),
         ]
 
+    def added_tokens(self, probe: Any, raw: bool = False) -> int:
+        """The prepare stage's tokenizer measured (:func:`raylc.backends.stages.added_tokens`): its
+        chat template (unless ``raw`` or ``chat_template: false``) or its special tokens."""
+        from raylc.backends.stages import added_tokens
+        from raylc.backends.vllm_engine import tokenizer_spec
+
+        return added_tokens(tokenizer_spec(probe), probe.chat_template and not raw)
+
     def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
         """Engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu`` engines
         need none). A local Ray started here can never gain GPUs, so that is an error; a cluster
@@ -111,6 +119,20 @@ class OpenAI(BackendPlugin):
 
     def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
         return text_pipeline(job, openai_backend)
+
+    def added_tokens(self, probe: Any, raw: bool = False) -> int:
+        """In chat mode the server applies the model's chat template: measured with the template of
+        ``probe.tokenizer`` (``hf:``, through ``transformers``) when it has one; else not known here (0)."""
+        from raylc.backends.base import BackendUnavailable
+        from raylc.backends.stages import added_tokens
+
+        spec = probe.tokenizer or ""
+        if raw or probe.mode != "chat" or not spec.startswith("hf:"):
+            return 0
+        try:
+            return added_tokens(spec[3:], True)
+        except (BackendUnavailable, OSError, ValueError):  # no transformers, no template, not loadable here
+            return 0
 
     def check_endpoint(self, job: Job) -> None:
         with openai_backend(job) as backend:

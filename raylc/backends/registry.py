@@ -9,7 +9,9 @@
 - its checks: :meth:`~BackendPlugin.preflight` (``raylc run``'s refusal and ``raylc check``),
   :meth:`~BackendPlugin.check_endpoint` (before Ray starts), :meth:`~BackendPlugin.check_cluster`
   (once Ray is up);
-- what it asks of Ray beyond its stages: ``block_factor`` and ``no_progress_guard``.
+- what it asks of Ray beyond its stages: ``block_factor`` and ``no_progress_guard``;
+- :meth:`~BackendPlugin.added_tokens`: the prompt tokens it adds to a request's text (a chat
+  template), for the run's prompt-token cap and ``raylc plan``.
 
 A plug-in is registered with :func:`register_backend` (the built-in ones in
 :mod:`raylc.backends.builtin`, loaded on first use). Nothing outside ``raylc/backends`` branches
@@ -48,6 +50,12 @@ class BackendPlugin:
     def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
         """Fail (RuntimeError) or warn once Ray is up, e.g. when the cluster lacks GPUs."""
 
+    def added_tokens(self, probe: ProbeConfig, raw: bool = False) -> int:
+        """At most the prompt tokens this backend adds to a request's text when it sends it (a chat
+        template, special tokens; ``raw``: a ``raw_prompt`` request, sent without a template), which
+        the run's prompt-token cap adds to each pending request's count. Here: none."""
+        return 0
+
     def preflight(self, job: Job, section: str, **options: Any) -> Optional[Any]:
         """A report for the ``section`` (``probe`` or ``judge``) of :func:`raylc.backends.preflight.preflight`,
         or None when there is nothing to check."""
@@ -82,6 +90,22 @@ def register_backend(plugin: type[BackendPlugin]) -> type[BackendPlugin]:
 def backend_of(probe: ProbeConfig) -> BackendPlugin:
     """The registered backend of a probe config."""
     return BACKENDS.get(probe.backend)  # type: ignore[attr-defined]
+
+
+def added_tokens(probe: ProbeConfig, raw: bool = False) -> int:
+    """:meth:`BackendPlugin.added_tokens` of the probe's backend."""
+    return backend_of(probe).added_tokens(probe, raw)
+
+
+def plan_overhead(probe: ProbeConfig, raw: bool = False) -> int:
+    """``raylc plan``'s default ``--overhead-tokens``: :func:`added_tokens`, or 0 when the probe's
+    tokenizer cannot be loaded here (e.g. a Hub model without ``transformers``)."""
+    from raylc.backends.base import BackendUnavailable
+
+    try:
+        return added_tokens(probe, raw)
+    except (BackendUnavailable, ImportError, OSError, ValueError):
+        return 0
 
 
 def parse_probe(value: Any) -> ProbeConfig:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import polars as pl
@@ -190,6 +191,24 @@ class PromptTokenizer(HFTokenizer):
 
     def count(self, text: str) -> int:
         return len(self.prompt_ids(text))
+
+
+#: texts :func:`added_tokens` measures over: empty, short, spaced, multi-line, digits, non-ASCII
+_MEASURED = ("", "a", "Hello, world.", " spaced out ", "two\nlines\n", "12345 67890", "naïve café, 文字")
+#: tokens added to a chat template's measured count: where template and text meet, a tokenizer
+#: may merge or split a token or two differently for another text
+TEMPLATE_MARGIN = 2
+
+
+@lru_cache(maxsize=8)
+def added_tokens(spec: str, chat_template: bool) -> int:
+    """An upper bound of the tokens :class:`PromptTokenizer` ``load(spec, chat_template)`` adds to a
+    text: the most ``len(prompt_ids(t)) - len(encode(t))`` over a few texts (:data:`_MEASURED`),
+    plus :data:`TEMPLATE_MARGIN` with a chat template, as the tokens where template and text meet
+    may differ by a token or two (without one: only the special tokens, e.g. BOS, exactly)."""
+    tok = PromptTokenizer.load(spec, chat_template)
+    most = max(len(tok.prompt_ids(t)) - len(tok.encode(t)) for t in _MEASURED)
+    return max(most + (TEMPLATE_MARGIN if chat_template else 0), 0)
 
 
 def tokenize(rendered: pl.DataFrame, tokenizer: PromptTokenizer, max_model_len: int, default_max_tokens: int,

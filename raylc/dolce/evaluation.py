@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import polars as pl
 
+from raylc.backends.registry import added_tokens
 from raylc.backends.stages import PROBLEM_ROW_GROUP
 from raylc.dolce import stages
 from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens, span_tokens
@@ -48,9 +49,11 @@ def sample_stage(run: Run) -> Rows:
 
 
 def _span_counter(job: Job, problems: pl.DataFrame) -> Callable[[pl.DataFrame], np.ndarray]:
-    """Prompt tokens of span rows as the plan counts them (:func:`raylc.dolce.plan.span_tokens`),
-    for the run's prompt-token cap; the problems are tokenized when first asked."""
-    counter = functools.cache(lambda: span_tokens(job, prompt_pieces(problems, plan_tokenizer(job.count_tokenizer()))))
+    """Prompt tokens of span rows as the plan counts them (:func:`raylc.dolce.plan.span_tokens`)
+    plus what the backend adds to each (its chat template: :func:`added_tokens`), for the run's
+    prompt-token cap; the problems are tokenized when first asked."""
+    counter = functools.cache(lambda: span_tokens(job, prompt_pieces(problems, plan_tokenizer(job.count_tokenizer())),
+                                                  added_tokens(job.probe)))
     return lambda spans: counter()(spans)
 
 

@@ -15,8 +15,9 @@ suite. For a Hugging Face tokenizer it is an estimate, as BPE merges rarely cros
 unit`` boundary. ``tests/dolce/test_plan.py`` compares it with every rendered prompt of a small job:
 exact for the default tokenizer and a byte-level BPE, +1 token per prompt for a Metaspace BPE.
 Requests to a probe with ``max_model_len`` are capped at ``max_model_len - max_tokens`` (the
-truncation window); ``overhead_tokens`` adds the tokens of a chat template (vLLM
-``chat_template: true``), which the estimate does not see.
+truncation window); ``overhead_tokens`` adds the tokens the backend adds to each prompt (a chat
+template: vLLM ``chat_template: true``), which the estimate does not see; by default what the run's
+prompt-token cap adds (:func:`raylc.backends.registry.plan_overhead`).
 
 **Budget search** (``budget_tokens``): the plan switches to ``take_every`` with per-length strides
 (``sampling.every`` as a mapping ``{C: stride}``, ``stride_fraction`` 0) and never exceeds the
@@ -61,6 +62,7 @@ import polars as pl
 import yaml
 
 from raylc.backends.config import BLOCK_SIZE
+from raylc.backends.registry import plan_overhead
 from raylc.io.plans import PlanError, capped, plan_tokenizer, write_whole
 from raylc.text.prompts import DOCUMENT_COLUMNS, render_prompts
 from raylc.text.sampling import Sampling, sample_spans, stride_expr
@@ -392,7 +394,7 @@ def _length_table(spans: pl.DataFrame, sampling: Sampling) -> pl.DataFrame:
 
 def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[str] = None,
          price_per_mtok: Optional[float] = None, tokens_per_s_per_gpu: Optional[float] = None,
-         overhead_tokens: int = 0, block_size: int = BLOCK_SIZE, problems: Optional[pl.DataFrame] = None,
+         overhead_tokens: Optional[int] = None, block_size: int = BLOCK_SIZE, problems: Optional[pl.DataFrame] = None,
          pieces: Optional[PromptPieces] = None) -> Plan:
     """Plan ``job`` without inference: build + sample, count tokens, prefix reuse and cost.
 
@@ -409,6 +411,7 @@ def plan(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[s
         raise PlanError(f"--price-per-mtok must be a number >= 0, got {price_per_mtok}")
     if tokens_per_s_per_gpu is not None and not (math.isfinite(tokens_per_s_per_gpu) and tokens_per_s_per_gpu > 0):
         raise PlanError(f"--tokens-per-s-per-gpu must be a number > 0, got {tokens_per_s_per_gpu}")
+    overhead_tokens = plan_overhead(job.probe) if overhead_tokens is None else overhead_tokens
     if block_size < 1 or overhead_tokens < 0:
         raise PlanError("block_size must be >= 1 and overhead_tokens >= 0")
     problems = stages.build(job) if problems is None else problems

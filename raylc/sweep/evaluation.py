@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 import polars as pl
 
+from raylc.backends.registry import added_tokens
 from raylc.io.plans import plan_tokenizer
 from raylc.scoring.judge import judge_sample_scores
 from raylc.sweep import stages
@@ -72,9 +73,10 @@ def build_stage(run: Run) -> Rows:
 def infer_stage(run: Run) -> Rows:
     samples = run.folder.read(SAMPLES)
     tokenizer = functools.cache(lambda: plan_tokenizer(run.job.suite.tokenizer_spec()))
+    added = functools.cache(lambda: (added_tokens(run.job.probe), added_tokens(run.job.probe, raw=True)))
 
-    def count(reqs: pl.DataFrame) -> np.ndarray:  # the plan's count, for the run's prompt-token cap
-        return sent_tokens(reqs, samples, tokenizer(), run.job)
+    def count(reqs: pl.DataFrame) -> np.ndarray:  # the plan's count and the backend's additions, for the cap
+        return sent_tokens(reqs, samples, tokenizer(), run.job, *added())
 
     first = stages.requests(samples, run.job)
     reused = _run_round(run, first, count)

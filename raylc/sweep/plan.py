@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import yaml
 
+from raylc.backends.registry import plan_overhead
 from raylc.io.plans import PlanError, capped, cost_rows, plan_tokenizer, write_whole
 from raylc.sweep.stages import build_samples
 from raylc.text.tokenize import Tokenizer, count_texts
@@ -91,21 +92,28 @@ class SweepPlan:
         return head + "\n" + yaml.safe_dump(self.job.resolved(), sort_keys=False, allow_unicode=True)
 
 
+def _added(frame: pl.DataFrame, overhead_tokens: int, raw_overhead: int) -> np.ndarray:
+    """Tokens the backend adds to each request row: ``raw_overhead`` to a ``raw_prompt`` one (sent
+    without the chat template), ``overhead_tokens`` to the others."""
+    raw = frame["raw_prompt"].fill_null(False).to_numpy() if "raw_prompt" in frame.columns else False
+    return np.where(raw, raw_overhead, overhead_tokens)
+
+
 def request_tokens(samples: pl.DataFrame, tok: Tokenizer, default_max: int, overhead_tokens: int = 0,
-                   recount: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   recount: bool = False,
+                   raw_overhead: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per sample: (first call's prompt tokens, second call's (0 for one-call samples), their
     ``max_tokens``). Instruction and question pieces are tokenized once per distinct text; the
     context's count is the build's, recounted with ``tok`` when ``recount``. A second call's
-    prompt holds a completion of at most the first call's ``max_tokens``; ``overhead_tokens`` (the
-    chat template's) are not added to a ``raw_prompt`` request."""
+    prompt holds a completion of at most the first call's ``max_tokens``. Each call adds
+    ``overhead_tokens`` (a chat template's), or ``raw_overhead`` for a ``raw_prompt`` sample."""
     first_max = samples["max_tokens"].fill_null(default_max).to_numpy()
     second_max = samples["followup_max_tokens"].fill_null(default_max).to_numpy()
     context = count_texts(samples["context"], tok) if recount else samples["context_tokens"].to_numpy()
-    raw = samples["raw_prompt"].fill_null(False).to_numpy() if "raw_prompt" in samples.columns else False
-    first = count_texts(samples["head"], tok) + context + count_texts(samples["tail"], tok) + np.where(
-        raw, 0, overhead_tokens)
+    added = _added(samples, overhead_tokens, raw_overhead)
+    first = count_texts(samples["head"], tok) + context + count_texts(samples["tail"], tok) + added
     two = samples["followup"].is_not_null().to_numpy()
-    second = np.where(two, count_texts(samples["followup"].fill_null(""), tok) + first_max + overhead_tokens, 0)
+    second = np.where(two, count_texts(samples["followup"].fill_null(""), tok) + first_max + added, 0)
     return first, second, first_max, np.where(two, second_max, 0)
 
 
@@ -115,16 +123,19 @@ def fitted(prompt: np.ndarray, max_tokens: np.ndarray, window: Optional[int]) ->
     return np.minimum(prompt, np.maximum(window - max_tokens, 1)) if window else prompt
 
 
-def sent_tokens(requests: pl.DataFrame, samples: pl.DataFrame, tok: Tokenizer, job: Job) -> np.ndarray:
+def sent_tokens(requests: pl.DataFrame, samples: pl.DataFrame, tok: Tokenizer, job: Job, overhead_tokens: int = 0,
+                raw_overhead: int = 0) -> np.ndarray:
     """Prompt tokens of request rows (:func:`raylc.sweep.stages.requests`, either round) as the
     plan counts them: head and tail counted with ``tok``, a first call's context as the build
-    counted it (a second call has none), fitted into the probe's window; what the run's
+    counted it (a second call has none), plus what the backend adds (``overhead_tokens``, or
+    ``raw_overhead`` for a ``raw_prompt`` row), fitted into the probe's window; what the run's
     prompt-token cap counts a pending request as."""
     keys = ["task", "sample_id", "length"]
     context = requests.select(keys).join(samples.select(*keys, "context_tokens"), on=keys, how="left",
                                          maintain_order="left")["context_tokens"].fill_null(0).to_numpy()
     first = requests["round"].to_numpy() == 1
     n = count_texts(requests["head"], tok) + np.where(first, context, 0) + count_texts(requests["tail"], tok)
+    n = n + _added(requests, overhead_tokens, raw_overhead)
     return fitted(n, requests["max_tokens"].fill_null(job.max_tokens()).to_numpy(), job.window())
 
 
@@ -161,18 +172,22 @@ def within_budget(job: Job, budget_tokens: int, plan_of: Callable[[Job], SweepPl
 
 def plan_sweep(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Optional[str] = None,
                price_per_mtok: Optional[float] = None, tokens_per_s_per_gpu: Optional[float] = None,
-               overhead_tokens: int = 0) -> SweepPlan:
+               overhead_tokens: Optional[int] = None) -> SweepPlan:
     """Plan a length-controlled job without inference: build its samples and count the tokens of
     every request (:func:`request_tokens`; ``tokenizer`` overrides the suite's and recounts);
-    with ``budget_tokens``, the samples per axis point that fit (:func:`within_budget`)."""
+    with ``budget_tokens``, the samples per axis point that fit (:func:`within_budget`).
+    ``overhead_tokens``: a chat template's tokens per request (None: what the run's cap adds,
+    :func:`raylc.backends.registry.plan_overhead`, ``raw_prompt`` requests included)."""
     if budget_tokens is not None:
         return within_budget(job, budget_tokens, lambda j: plan_sweep(
             j, tokenizer=tokenizer, price_per_mtok=price_per_mtok, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
             overhead_tokens=overhead_tokens))
     samples = build_samples(job)
     spec = tokenizer or job.suite.tokenizer_spec()
-    first, second, first_max, second_max = request_tokens(samples, plan_tokenizer(spec), job.max_tokens(),
-                                                          overhead_tokens, recount=tokenizer is not None)
+    chat, raw = ((plan_overhead(job.probe), plan_overhead(job.probe, raw=True)) if overhead_tokens is None
+                 else (overhead_tokens, 0))
+    first, second, first_max, second_max = request_tokens(samples, plan_tokenizer(spec), job.max_tokens(), chat,
+                                                          recount=tokenizer is not None, raw_overhead=raw)
     max_len = job.window()
     cut = first + first_max > max_len if max_len else np.zeros(first.size, dtype=bool)
     first = fitted(first, first_max, max_len)  # the backend cuts the context to fit prompt + max_tokens

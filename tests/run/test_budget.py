@@ -154,3 +154,100 @@ def test_a_sweep_planned_within_a_budget_sends_at_most_it(tmp_path, ray_session)
     assert run.returncode == 0, run.stderr
     sent, _ = _sent(tmp_path / "store" / "s")
     assert 0 < sent <= budget
+
+
+def _transformers_stand_in(monkeypatch, vllm) -> None:
+    """``transformers.AutoTokenizer`` as the vLLM double's tokenizer (a model folder's
+    ``tokenizer.json`` and its chat template, rendered with Jinja2): nothing is downloaded."""
+    from vllm._double.model import DoubleTokenizer
+
+    module = type(sys)("transformers")
+    module.AutoTokenizer = type("AutoTokenizer", (), {"from_pretrained": staticmethod(DoubleTokenizer)})
+    monkeypatch.setitem(sys.modules, "transformers", module)
+
+
+def _in_process(monkeypatch) -> None:
+    """The run's inference path without Ray: each request file through the backend's stages in
+    this process (prepare with the engine's tokenizer, then the engine double), into the shards."""
+    import pyarrow as pa
+    from in_process import infer_frame
+
+    from raylc.run import pipeline
+
+    def stream(source, job, ledger=None):
+        problems = source.folder.read(source.table)
+        for f in source.files:
+            yield infer_frame(source.rows(pa.table({pipeline.FILE: [f]})), problems, job)
+
+    monkeypatch.setattr(pipeline, "stream", stream)
+    monkeypatch.setattr(pipeline, "ensure_ray", lambda job: None)
+
+
+def test_a_chat_template_is_counted_so_a_capped_run_stays_at_or_under_its_cap(tmp_path, monkeypatch):
+    """A vLLM probe whose engine renders each prompt through a chat template (the engine double,
+    ChatML): the capped DOLCE run's prompt tokens sent (the backend's count, as `raylc status`
+    shows it) stay at or under the cap, as the count adds the template's tokens; counted without
+    them (the backend's ``added_tokens`` as 0) the same run passes the cap."""
+    from doubles import vllm_double
+    from doubles.model_dir import make_model_dir
+
+    from raylc.backends.builtin import VLLM
+    from raylc.dolce.plan import plan
+    from raylc.evaluate import evaluate
+    from raylc.run.errors import BudgetReached
+    from raylc.spec import Job
+
+    model = make_model_dir(tmp_path / "m", chat_template=True, double={"prefill_tokens_per_s": 1e7,
+                                                                        "decode_step_s": 0.0001})
+    job = Job(name="chat", suite={"kind": "planted", "problems_per_task": 2, "min_units": 20, "max_units": 30},
+              sampling={"lengths": [0, 1, 5, "L"]},
+              probe={"backend": "vllm", "model": str(model), "max_model_len": 8192, "device": "cpu",
+                     "sampling": {"max_tokens": 4}},
+              store={"path": str(tmp_path / "s")}, ray={"batch_size": 4096})
+    with vllm_double() as vllm:
+        _transformers_stand_in(monkeypatch, vllm)
+        _in_process(monkeypatch)
+        added = VLLM().added_tokens(job.probe)
+        assert added >= 12 and VLLM().added_tokens(job.probe, raw=True) == 0  # ChatML's tokens; no BOS
+        planned = plan(job)
+        assert plan(job, overhead_tokens=0).prompt_tokens + added * planned.requests == planned.prompt_tokens
+        cap = planned.prompt_tokens // 2
+
+        def capped_run(run_id: str) -> tuple[int, int]:
+            with pytest.raises(BudgetReached) as stop:
+                evaluate(job.model_copy(update={"inference": job.inference.model_copy(
+                    update={"max_prompt_tokens": cap})}), run_id, log=lambda m: None)
+            sent = _sent(tmp_path / "s" / run_id)
+            assert stop.value.budget.sent == sent[0] == run_status(RunFolder(str(tmp_path / "s"), run_id))[
+                "budget"][1].sent
+            return sent
+
+        sent, stored = capped_run("counted")
+        assert 0.95 * cap < sent <= cap and 0 < stored < planned.requests  # the margin: 2 tokens a request
+        monkeypatch.setattr(VLLM, "added_tokens", lambda self, probe, raw=False: 0)
+        blind, blind_stored = capped_run("blind")
+        assert blind > cap and blind_stored > stored
+
+
+def test_an_openai_chat_endpoint_adds_its_tokenizers_template_when_it_has_one(tmp_path, monkeypatch):
+    """The server applies the template: counted with ``probe.tokenizer``'s (``hf:``) when it has
+    one; a `/completions` request, a raw one, or a probe without such a tokenizer adds none."""
+    from doubles import vllm_double
+    from doubles.model_dir import make_model_dir
+
+    from raylc.backends.builtin import VLLM, OpenAI
+    from raylc.backends.config import OpenAIProbe, VLLMProbe
+
+    chat, base = make_model_dir(tmp_path / "chat", chat_template=True), make_model_dir(tmp_path / "base")
+
+    def probe(**kw):
+        return OpenAIProbe(backend="openai", base_url="http://127.0.0.1:9/v1", model="m", **kw)
+
+    with vllm_double() as vllm:
+        _transformers_stand_in(monkeypatch, vllm)
+        added = VLLM().added_tokens(VLLMProbe(backend="vllm", model=str(chat)))
+        assert OpenAI().added_tokens(probe(tokenizer=f"hf:{chat}")) == added > 0
+        assert OpenAI().added_tokens(probe(tokenizer=f"hf:{chat}"), raw=True) == 0
+        assert OpenAI().added_tokens(probe(tokenizer=f"hf:{chat}", mode="completions")) == 0
+        assert OpenAI().added_tokens(probe(tokenizer=f"hf:{base}")) == 0  # no template: not known here
+        assert OpenAI().added_tokens(probe()) == 0

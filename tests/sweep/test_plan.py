@@ -4,6 +4,7 @@ fit; the run's cap counts a request as the plan does."""
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from cli_runner import raylc
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from raylc.io.plans import PlanError
 from raylc.spec import load_job
-from raylc.sweep.plan import plan_sweep, sent_tokens
+from raylc.sweep.plan import plan_sweep, request_tokens, sent_tokens
 from raylc.sweep.stages import build_samples, requests
 from raylc.text.tokenize import get_tokenizer
 
@@ -85,4 +86,17 @@ def test_a_pending_request_is_counted_as_the_plan_counts_it():
     job = load_job(JOB, {**SMALL, "probe.max_model_len": 4096})
     samples = build_samples(job)
     tokens = sent_tokens(requests(samples, job), samples, get_tokenizer(None), job)
-    assert int(tokens.sum()) == plan_sweep(job).prompt_tokens
+    assert int(tokens.sum()) == plan_sweep(job, overhead_tokens=0).prompt_tokens
+
+
+def test_the_cap_adds_what_the_backend_adds_to_each_request():
+    """A chat template's tokens on every request, a raw one's (no template: special tokens) on a
+    ``raw_prompt`` request, in the plan and in the run's count alike."""
+    job = load_job(JOB, {**SMALL, "probe.max_model_len": 131072})
+    samples = build_samples(job)
+    samples = samples.with_columns(raw_prompt=pl.int_range(pl.len()) % 2 == 0)
+    reqs, tok = requests(samples, job), get_tokenizer(None)
+    added = sent_tokens(reqs, samples, tok, job, 7, 1) - sent_tokens(reqs, samples, tok, job)
+    assert added.tolist() == [1 if raw else 7 for raw in reqs["raw_prompt"]]
+    first, *_ = request_tokens(samples, tok, job.max_tokens(), 7, raw_overhead=1)
+    assert (first - request_tokens(samples, tok, job.max_tokens())[0]).tolist() == added.tolist()
