@@ -20,7 +20,7 @@ from raylc.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "raylc-test"
-SMALL = {"suite.problems_per_task": 40, "suite.max_units": 200}  # the quickstart, smaller
+SMALL = {"suite.problems_per_task": 20, "suite.max_units": 200}  # the quickstart, smaller
 TABLES = ["build/problems.parquet", "sample/spans.parquet", "score/observations.parquet", "fits/problems.parquet",
           "fits/tasks.parquet", "report/categories.parquet", "report/recovery.parquet", "report/problems.parquet"]
 

@@ -24,7 +24,7 @@ COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/proble
 def small_job():
     """A smaller quickstart inside the working directory that `ray job submit` uploads."""
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
-    spec["suite"].update(problems_per_task=40, max_units=200)
+    spec["suite"].update(problems_per_task=15, max_units=200)
     path = ROOT / "jobs" / ".submit-test.yaml"
     path.write_text(yaml.safe_dump(spec))
     yield path.relative_to(ROOT).as_posix()
@@ -43,8 +43,16 @@ def _tiny_job(folder: Path, extra: str = "") -> Path:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    cluster = LocalHead(tmp_path_factory.mktemp("head") / "ray")
+    """A new head, shared by the module. As soon as its dashboard answers (its job agent may
+    still be starting), a tiny job is submitted: ``cluster.early`` holds that ``raylc submit``
+    and its store (:func:`test_submit_right_after_the_head_starts`)."""
+    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray")  # short: Ray's socket paths live there
     try:
+        cluster.wait_dashboard()
+        job, store = _tiny_job(tmp_path_factory.mktemp("wd")), tmp_path_factory.mktemp("early-store")
+        cluster.early = (subprocess.run(
+            [sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address, "--store", str(store),
+             "--run-id", "early"], cwd=job.parent, capture_output=True, text=True, timeout=900), store)
         cluster.wait_ready()
         yield cluster
     finally:
@@ -311,21 +319,14 @@ def test_cli_submit_waits_for_the_agent_and_follows_the_job(tmp_path):
 
 
 @pytest.mark.ray
-def test_submit_right_after_the_head_starts(tmp_path, tmp_path_factory):
+def test_submit_right_after_the_head_starts(head):
     """A job submitted as soon as a new head's dashboard answers, before its job agent is
-    registered, is taken and runs to the end: raylc submit waits for the agent."""
-    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray")  # short: Ray's socket paths live there
-    try:
-        cluster.wait_dashboard()
-        job = _tiny_job(tmp_path / "wd")
-        proc = subprocess.run([sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address,
-                               "--store", str(tmp_path / "store"), "--run-id", "early"],
-                              cwd=job.parent, capture_output=True, text=True, timeout=900)
-    finally:
-        cluster.stop()
+    registered, is taken and runs to the end: raylc submit waits for the agent (the module's
+    head, submitted to by its fixture before any test ran on it)."""
+    proc, store = head.early
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1].endswith("SUCCEEDED")
-    assert '"status": "done"' in (tmp_path / "store" / "early" / "manifest.json").read_text()
+    assert '"status": "done"' in (store / "early" / "manifest.json").read_text()
 
 
 @pytest.mark.ray
