@@ -148,11 +148,11 @@ def test_killed_engine_core_is_restarted_and_the_run_completes(tmp_path):
             p.send_signal(signal.SIGKILL)
 
     proc = _disrupted(HELMET_JOB, tmp_path, "core", sets(
-        f"suite.tokenizer=hf:{MODEL}", "suite.lengths=[1024, 2048]", "suite.samples_per_length=3",
+        f"suite.tokenizer=hf:{MODEL}", "suite.lengths=[1024, 2048]", "suite.samples_per_length=6",
         "inference.shard_rows=4", "inference.shard_seconds=1", "ray.batch_size=4"), kill_the_core)
     assert proc.returncode == 0, proc.stderr[-3000:]
     infer = infer_table(run)
-    assert infer.height == 12 and infer["error"].null_count() == 12 and infer["completion"].null_count() == 0
+    assert infer.height == 24 and infer["error"].null_count() == 24 and infer["completion"].null_count() == 0
 
 
 def test_startup_failure_is_one_line_with_vllms_reason(tmp_path):
