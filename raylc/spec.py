@@ -91,7 +91,8 @@ class Inference(_Strict):
         "retried on resume)."))
     max_prompt_tokens: Optional[int] = Field(default=None, ge=1, strict=True, description=(
         "The run-time cap on prompt tokens (`--max-prompt-tokens`): the infer stage stops sending once the next "
-        "request would pass it (counted as `raylc plan` counts it, the backend's chat template included), and the "
+        "request would pass it (counted by the backend's own tokenizer where it can, as vLLM does; else as `raylc "
+        "plan` counts it, the backend's chat template included), and the "
         "same command with a higher cap resumes; null: no cap."))
 
 

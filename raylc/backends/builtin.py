@@ -5,14 +5,22 @@ its implementation only when it is used."""
 from __future__ import annotations
 
 import os
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import polars as pl
 
 from raylc.backends.config import OpenAIProbe, SimulatedProbe, VLLMProbe
 from raylc.backends.registry import BackendPlugin, register_backend
-from raylc.backends.stages import EngineStage, PipelineStage, PrepareStage, text_pipeline
+from raylc.backends.stages import (
+    EngineStage,
+    PipelineStage,
+    PrepareStage,
+    ProblemSource,
+    PromptTokenizer,
+    prepare,
+    text_pipeline,
+)
 
 if TYPE_CHECKING:
     from raylc.backends.base import Backend
@@ -76,6 +84,16 @@ class VLLM(BackendPlugin):
                           max_restarts=probe.max_engine_restarts, restarts_key="probe.max_engine_restarts",
                           label="vLLM engine"),
         ]
+
+    def prompt_counter(self, job: Job, problems: Callable[[], Any]) -> Callable[[Any], Any]:
+        """The prepare stage itself (render, fit into the window, tokenize with the engine's
+        tokenizer and chat template), run in the driver: the count the engine will report. The
+        tokenizer and problems load when first asked."""
+        from raylc.backends.vllm_engine import tokenizer_spec
+
+        tok = cache(lambda: PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template))
+        source = cache(lambda: ProblemSource(problems=problems()))
+        return lambda rows: prepare(rows, source(), job, tok())["prompt_tokens"].to_numpy()
 
     def added_tokens(self, probe: Any, raw: bool = False) -> int:
         """The prepare stage's tokenizer measured (:func:`raylc.backends.stages.added_tokens`): its

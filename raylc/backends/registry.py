@@ -50,6 +50,13 @@ class BackendPlugin:
     def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
         """Fail (RuntimeError) or warn once Ray is up, e.g. when the cluster lacks GPUs."""
 
+    def prompt_counter(self, job: Any, problems: Callable[[], Any]) -> Optional[Callable[[Any], Any]]:
+        """The prompt tokens this backend will send for each request row, exactly (its own
+        rendering and tokenizer; ``problems()``: the table spans are rendered from), for the run's
+        prompt-token cap; None when it cannot know them here (the cap then counts as the plan
+        does, plus :meth:`added_tokens`)."""
+        return None
+
     def added_tokens(self, probe: ProbeConfig, raw: bool = False) -> int:
         """At most the prompt tokens this backend adds to a request's text when it sends it (a chat
         template, special tokens; ``raw``: a ``raw_prompt`` request, sent without a template), which

@@ -5,11 +5,13 @@ scheduler sends them (each chunk's rows in order, chunk after chunk) and keeps e
 whose prompt tokens fit in what is left of the cap (:func:`first_fit`): a request that does not
 fit is not sent, and those after it are still offered what is left. What is left at the start
 is the cap less the prompt tokens the stage's stored requests were sent with (the backend's
-count, the one ``raylc status`` shows); a pending request is counted as ``raylc plan`` counts
-it (the family's ``count``), plus what the backend adds to its text, at most (its chat template:
-:meth:`~raylc.backends.registry.BackendPlugin.added_tokens`). When a request was left out, the
-stage stops once the kept ones are stored (:class:`~raylc.run.errors.BudgetReached`); the same
-run with a higher cap sends the rest, and nothing twice.
+count, the one ``raylc status`` shows); a pending request is counted by the backend, exactly,
+when it can (:meth:`~raylc.backends.registry.BackendPlugin.prompt_counter`: vLLM's prepare
+stage), else as ``raylc plan`` counts it (the family's ``count``), plus what the backend adds to
+its text, at most (its chat template: :meth:`~raylc.backends.registry.BackendPlugin.added_tokens`).
+When a request was left out, the stage stops once the kept ones are stored
+(:class:`~raylc.run.errors.BudgetReached`); the same run with a higher cap sends the rest, and
+nothing twice.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Prot
 import polars as pl
 
 from raylc import __version__
+from raylc.backends.registry import backend_of
 from raylc.io.errors import StoreUnavailable
 from raylc.io.names import UnsafeName, path_segment
 from raylc.run import pipeline, session
@@ -196,7 +197,8 @@ class Run:
         cap = self.job.inference.max_prompt_tokens
         budget = None if cap is None else TokenBudget(cap, self._sent()[0])
         if budget is not None:
-            pending = self._within(budget, pending, count)
+            exact = backend_of(self.job.probe).prompt_counter(self.job, lambda: self.folder.read(table))
+            pending = self._within(budget, pending, exact or count)
         progress = InferProgress(self.manifest, reused, self.save, log=self.log)
         pipeline.infer(self.folder, self.job, pending, progress, self.log, table=table)
         if budget is not None and budget.left_out:
