@@ -17,8 +17,8 @@ from raylc.backends.stages import (
     PipelineStage,
     PrepareStage,
     ProblemSource,
-    PromptTokenizer,
-    prepare,
+    StageInputs,
+    added_tokens,
     text_pipeline,
 )
 
@@ -58,6 +58,14 @@ class Simulated(BackendPlugin):
         return text_pipeline(job, simulated_backend)
 
 
+def _engine_tokenizer(probe: Any) -> tuple[str, bool]:
+    """What :class:`PrepareStage` loads for a vLLM probe: the engine's tokenizer and whether to
+    apply its chat template."""
+    from raylc.backends.vllm_engine import tokenizer_spec
+
+    return tokenizer_spec(probe), probe.chat_template
+
+
 @register_backend
 class VLLM(BackendPlugin):
     """vLLM engines (:mod:`raylc.backends.vllm_engine`) behind prepare actors that tokenize with
@@ -71,12 +79,12 @@ class VLLM(BackendPlugin):
     def stages(self, job: Job, verbose: bool) -> list[PipelineStage]:
         """``prepare_actors`` CPU actors render, fit and tokenize; ``replicas`` engine actors (GPUs,
         or CPUs with ``probe.device: cpu``) each keep ``max_concurrent_batches`` batches in flight."""
-        from raylc.backends.vllm_engine import actor_options, concurrent_batches, tokenizer_spec
+        from raylc.backends.vllm_engine import actor_options, concurrent_batches
 
         probe: Any = job.probe
         options = actor_options(probe, verbose)
         return [
-            PipelineStage("prepare", partial(PrepareStage, tokenizer=(tokenizer_spec(probe), probe.chat_template)),
+            PipelineStage("prepare", partial(PrepareStage, tokenizer=_engine_tokenizer(probe)),
                           actors=probe.prepare_actors, num_cpus=job.ray.actor_num_cpus),
             PipelineStage("engine", partial(EngineStage, engine=vllm_engine), actors=probe.replicas,
                           num_cpus=options.pop("num_cpus", job.ray.actor_num_cpus), batch_size=job.ray.batch_size,
@@ -86,22 +94,18 @@ class VLLM(BackendPlugin):
         ]
 
     def prompt_counter(self, job: Job, problems: Callable[[], Any]) -> Callable[[Any], Any]:
-        """The prepare stage itself (render, fit into the window, tokenize with the engine's
-        tokenizer and chat template), run in the driver: the count the engine will report. The
-        tokenizer and problems load when first asked."""
-        from raylc.backends.vllm_engine import tokenizer_spec
-
-        tok = cache(lambda: PromptTokenizer.load(tokenizer_spec(job.probe), job.probe.chat_template))
-        source = cache(lambda: ProblemSource(problems=problems()))
-        return lambda rows: prepare(rows, source(), job, tok())["prompt_tokens"].to_numpy()
+        """The pipeline's own :class:`PrepareStage` (render, fit into the window, tokenize with the
+        engine's tokenizer and chat template), run in the driver: the count the engine will
+        report. It is built, and the problems read, when first asked."""
+        stage = cache(lambda: PrepareStage(job, StageInputs(ProblemSource(problems=problems())),
+                                           _engine_tokenizer(job.probe)))
+        return lambda rows: stage()(rows)["prompt_tokens"].to_numpy()
 
     def added_tokens(self, probe: Any, raw: bool = False) -> int:
         """The prepare stage's tokenizer measured (:func:`raylc.backends.stages.added_tokens`): its
         chat template (unless ``raw`` or ``chat_template: false``) or its special tokens."""
-        from raylc.backends.stages import added_tokens
-        from raylc.backends.vllm_engine import tokenizer_spec
-
-        return added_tokens(tokenizer_spec(probe), probe.chat_template and not raw)
+        spec, chat_template = _engine_tokenizer(probe)
+        return added_tokens(spec, chat_template and not raw)
 
     def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
         """Engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu`` engines
@@ -142,7 +146,6 @@ class OpenAI(BackendPlugin):
         """In chat mode the server applies the model's chat template: measured with the template of
         ``probe.tokenizer`` (``hf:``, through ``transformers``) when it has one; else not known here (0)."""
         from raylc.backends.base import BackendUnavailable
-        from raylc.backends.stages import added_tokens
 
         spec = probe.tokenizer or ""
         if raw or probe.mode != "chat" or not spec.startswith("hf:"):
