@@ -85,6 +85,8 @@ def reference_cow_em(observations, n_steps: int = 10, not_covered: str = "fitted
     at the top of every step after the first (with the noise M-step) from the previous E-step:
     q(x) proportional to sum over observations with C_ij >= lambda_i* (the previous step's
     pair) and x_ij = x of q_ij(O | x), for x in {0, IDK}; unchanged when that mass is 0.
+    With q fitted the oracle never answers the closed-book observation (C = 0) right under
+    lambda >= 1: P_nonpar leaves out the right answers at C = 0, and P(1|O) = 0 there.
 
     ``observations``: iterable of (problem, L, C, x) with x in {1, 0, None (IDK)}. Typo
     resolutions (same as COWFit): priors P_i(z) = sum_j q_ij(z|x_ij) / |J_i|; the duplicated
@@ -107,6 +109,9 @@ def reference_cow_em(observations, n_steps: int = 10, not_covered: str = "fitted
         K[i] = Lam[i]
 
     pi_cache: dict = {}
+
+    def nonpar_takes(C, x, lam):  # what P_nonpar is estimated from (with q fitted: no right answer at C = 0)
+        return C < lam and not (not_covered == "fitted" and C == 0 and x == 1)
 
     def pi(lam, k, L_i, C):
         key = (lam, k, L_i, C)
@@ -146,14 +151,15 @@ def reference_cow_em(observations, n_steps: int = 10, not_covered: str = "fitted
             for lam in Lam[i]:
                 # M-step: P_nonpar,i(x | z = O; lambda)
                 den = sum(
-                    q[i][j]["O"][x2] * (J[i][j][1] == x2 and J[i][j][0] < lam)
+                    q[i][j]["O"][x2] * (J[i][j][1] == x2 and nonpar_takes(J[i][j][0], x2, lam))
                     for j in range(len(J[i]))
                     for x2 in X_VALUES
                 )
                 nonpar = {}
                 for x in X_VALUES:
                     num = sum(
-                        q[i][j]["O"][x] * (J[i][j][1] == x and J[i][j][0] < lam) for j in range(len(J[i]))
+                        q[i][j]["O"][x] * (J[i][j][1] == x and nonpar_takes(J[i][j][0], x, lam))
+                        for j in range(len(J[i]))
                     )
                     nonpar[x] = num / den if den > 0 else 0.0
                 for k in K[i]:
@@ -166,7 +172,8 @@ def reference_cow_em(observations, n_steps: int = 10, not_covered: str = "fitted
                                IDK: ((1.0 - p) * q_nc[IDK]) ** (x_ij is IDK)}  # Eq. 3 with q
                         P_ij.append(
                             {
-                                x: nonpar[x] ** (x_ij == x and C_ij < lam) * par[x] ** (x_ij == x and C_ij >= lam)
+                                x: (0.0 if x == 1 and not nonpar_takes(C_ij, x, lam) else nonpar[x])
+                                ** (x_ij == x and C_ij < lam) * par[x] ** (x_ij == x and C_ij >= lam)
                                 for x in X_VALUES
                             }
                         )  # Eq. 4

@@ -208,7 +208,7 @@ class COWFit(CellFit):
                      xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]])
                     for i in live]
         out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
-        for i, v in zip(live, _placement_pairs(problems, noise, q)):
+        for i, v in zip(live, _placement_pairs(problems, noise, q, closed_wrong=self.not_covered == "fitted")):
             out[:, rows[i]:rows[i + 1]] = v
         return [pairs, *(pairs | {"placement_ll": v} for v in out)]
 
@@ -231,6 +231,13 @@ class COWFit(CellFit):
         b_order, b_rank, b_ends = _jagged_layout(n_below.reshape(-1))
         b_cell = _by_entry(b_order // M * Mc, b_ends, plus_row=True)
         b_p = b_order[: b_ends[0] if b_ends.size else 0] // M  # problems of the ranks with cells below
+        # with q fitted, the closed-book cell C = 0 holds no unit, so none of the evidence: under
+        # lambda >= 1 the oracle cannot answer it right (Assumption 1), and P_nonpar keeps only its
+        # answers 0 and IDK. Its right answers leave the terms below lambda (``below_cnt``) and are
+        # the noise's in each lambda >= 1 pair (``c0_cnt``, ``c0_pair``).
+        closed = (cellmask & (Cpad == 0)) if fit_q else np.zeros_like(cellmask)
+        below_cnt = cell_cnt.copy()
+        below_cnt[0] *= ~closed.reshape(-1)
 
         # valid pairs v = (p, lambda, k) in (p, lambda, k) order. When every cell at or above
         # lambda has C = L or lambda = 0, pi = 1 there for every k: all k tie exactly and only
@@ -284,7 +291,9 @@ class COWFit(CellFit):
             totals=cntpad.sum(axis=(1, 2)), n_below=n_below, has_n0=cntpad[:, :, 1].sum(axis=1) > 0,
             cell_cnt=cell_cnt,
             # below lambda, (problem, lambda) ranked by n_below: rows of cell counts
-            b_rank=b_rank, b_order=b_order, b_p=b_p, b_ends=b_ends, b_cnt=[c.take(b_cell) for c in cell_cnt],
+            b_rank=b_rank, b_order=b_order, b_p=b_p, b_ends=b_ends, b_cnt=[c.take(b_cell) for c in below_cnt],
+            closed=closed, c0_cnt=(cell_cnt[0] * closed.reshape(-1)).reshape(P, Mc).sum(axis=1),
+            c0_pair=closed.any(axis=1)[vp] & (lam_v >= 1),
             # kept pairs in (p, lambda, k) order, their partial cells at or above lambda, pi (flat)
             l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, pair_reps=n_pairs, nb_v=nb_v, n_part=n_part,
             start_part=start_part, pi=pi, has_full=n_cells > n_partial, last_cell=np.arange(P) * Mc + n_cells - 1,
@@ -301,7 +310,7 @@ class COWFit(CellFit):
     def _objective(d: dict, noise: np.ndarray, nonpar: np.ndarray, prior_N, prior_O, not_covered) -> np.ndarray:
         """sum_j log[P_ij(x_ij|O; lambda, k) P_i(O) + P(x_ij|N) P_i(N)] for every kept pair (V,),
         with P(0|O) = (1 - pi) q(0), P(IDK|O) = (1 - pi) q(IDK) at C >= lambda (``not_covered`` =
-        q; Eq. 3 is q = (0, 1)).
+        q; Eq. 3 is q = (0, 1)), and with q fitted P(1|O) = 0 at C = 0 for lambda >= 1.
 
         A pair's per-cell terms are added one at a time in C order, as a per-observation loop
         would (so exact ties stay exact), row by row of jagged layouts (:func:`_jagged_layout`):
@@ -372,6 +381,10 @@ class COWFit(CellFit):
             gen_n0 = d["gen_n0"]
             last = np.where(gen_n0 > 0, gen_n0 * np.repeat(log_a0, reps), 0.0)
             last += np.repeat(np.where(d["has_full"], log_one[d["last_cell"]], 0.0), reps)
+            if d["c0_pair"].any():  # right at C = 0 under lambda >= 1: n_1 log(P(1|N) P_i(N))
+                c0 = d["c0_cnt"]
+                term = np.where(c0 > 0, c0 * np.log(a_noise[:, 0]), 0.0)
+                last += np.where(d["c0_pair"], np.repeat(term, reps), 0.0)
         ll = acc.take(d["t_rank"])
         ll += last
         return ll
@@ -387,8 +400,11 @@ class COWFit(CellFit):
         below_idx = (ar[:, None] * (Mc + 1) + d["n_below"]).reshape(-1)[d["b_order"]]  # prefix ends by rank
 
         vp = np.repeat(ar, d["pair_reps"])
+        open_cells = ~d["closed"]  # where P_nonpar may answer right (all but C = 0 when q is fitted)
+        cnt_below = cnt.copy()
+        cnt_below[0] *= open_cells
         # only the posterior's runs (_marginal_argmax) need the terms below lambda: their pairs_ feed it
-        below = self._below_setup(d, cnt, vp) if self._marginal_argmax else None
+        below = self._below_setup(d, cnt, vp, cnt_below) if self._marginal_argmax else None
         if self._marginal_argmax:  # per pair: log prior; DirMult(counts below lambda; a), a from the last step
             log_prior = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P)
             alpha = None  # the task's Dirichlet below lambda (module uncertainty), refitted every step
@@ -420,8 +436,10 @@ class COWFit(CellFit):
                 miss = (wO[1:] * above_star).sum(axis=(1, 2))
                 if miss.sum() > 0:
                     not_covered = miss / miss.sum()
+            w_open = wO.copy()
+            w_open[0] *= open_cells
             for c in range(Mc):  # cum[..., c + 1] = wO[..., 0] + ... + wO[..., c], in order
-                np.add(cum[:, :, c], wO[:, :, c], out=cum[:, :, c + 1])
+                np.add(cum[:, :, c], w_open[:, :, c], out=cum[:, :, c + 1])
             num = cum.reshape(3, -1).take(below_idx, axis=1)  # (3, P * M), by rank
             nden = num[0] + num[1] + num[2]
             nonpar = num / np.where(nden > 0, nden, 1.0)  # 0 / 0 -> 0
@@ -452,6 +470,7 @@ class COWFit(CellFit):
             par = np.stack([pi_star, (1.0 - pi_star) * not_covered[0], (1.0 - pi_star) * not_covered[1]])
             below_star = nonpar.take(d["b_rank"][ar * d["M"] + l_star], axis=1)  # (3, P)
             p_oracle = np.where(above_star, par, below_star[:, :, None])  # (3, P, Mc)
+            p_oracle[0] *= ~(d["closed"] & (d["cand"][ar, l_star] >= 1)[:, None])  # never right at C = 0
 
             # (c) M-step: priors P_i(z) = mean responsibility over the problem's observations
             prior_N = wN.sum(axis=(0, 2)) / d["totals"]
@@ -481,17 +500,17 @@ class COWFit(CellFit):
         return miss / miss.sum() if miss.sum() > 0 else np.array([0.5, 0.5])
 
     @staticmethod
-    def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
+    def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray, cnt_below: np.ndarray) -> dict:
         """What the marginal below lambda needs, once per fit, per distinct (problem, lambda) of the
         kept pairs (``group``: each pair's; pairs are sorted by problem, lambda): the counts n_x of
-        outcomes 1, 0, IDK below lambda ``n`` (G, 3), the rank of the P_nonpar column, and at
-        lambda = 0 the problem's counts (``tot``)."""
+        outcomes 1, 0, IDK below lambda ``n`` (G, 3; of ``cnt_below``, the cells P_nonpar takes),
+        the rank of the P_nonpar column, and at lambda = 0 the problem's counts (``tot``)."""
         P, Mc, M = d["P"], d["Mc"], d["M"]
         pl_v = vp * M + d["l_v"]
         first = np.flatnonzero(np.r_[True, pl_v[1:] != pl_v[:-1]])
         group = np.cumsum(np.r_[True, pl_v[1:] != pl_v[:-1]]) - 1
         pl_g, p_g = pl_v[first], vp[first]
-        cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(cnt, axis=2)], axis=2)  # (3, P, Mc + 1)
+        cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(cnt_below, axis=2)], axis=2)  # (3, P, Mc + 1)
         n = cum.reshape(3, -1)[:, p_g * (Mc + 1) + d["n_below"].reshape(-1)[pl_g]].T  # (G, 3)
         lam0 = d["cand"].reshape(-1)[pl_g] == 0
         return dict(group=group, p=p_g, n=n, rank=d["b_rank"][pl_g], lam0=lam0, tot=cnt.sum(axis=2).T[p_g[lam0]])
@@ -520,11 +539,13 @@ class COWFit(CellFit):
         return dict(below_ll=part[g], below_n=n[g], profile_ll=profile[g])
 
 
-def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray) -> list[np.ndarray]:
+def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wrong: bool = False
+                     ) -> list[np.ndarray]:
     """placement_ll of :meth:`COWFit.posterior_pairs`, per problem (L, max C, its spans' C, start and
     outcome codes x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k) a (V, pairs) array, one row per
     noise distribution of ``noise`` (V, 3); P_i(O) integrated out on Gauss-Legendre nodes
-    (uniform prior)."""
+    (uniform prior). ``closed_wrong`` (q fitted): under lambda >= 1 a right answer at C = 0 is
+    the noise's (P(1|N) (1 - P_i(O))), not one of the terms below lambda."""
     V = noise.shape[0]
     nodes, weights = np.polynomial.legendre.leggauss(GRID)
     pO, lw = np.tile((nodes + 1.0) / 2.0, V), np.tile(np.log(weights / 2.0), V)  # (V G,), variant-major
@@ -546,12 +567,17 @@ def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray) -> list[n
         lg1 = logs[i][0]
         above = np.empty((lam.size, pO.size))
         below = np.empty((lam.size, 3))
+        missed = (C == 0) & (x == 0) & closed_wrong  # right closed-book answers
+        with np.errstate(divide="ignore"):
+            lgc = missed.sum() * np.maximum(np.log((1.0 - pO) * nx_all[0]), -1e5)
         for r, (a, b) in enumerate(zip(lam.tolist(), k.tolist())):
             if (i, a) in by_lam:
                 above[r] = by_lam[(i, a)][:, b - 1]
             else:  # lambda = 0 covers every span; beyond max C only the whole context does
                 above[r] = lg1[C >= (0 if a == 0 else L)].sum(axis=0)
-            below[r] = np.bincount(x[C < a], minlength=3)
+            if a >= 1:
+                above[r] += lgc
+            below[r] = np.bincount(x[(C < a) & ~missed], minlength=3)
         out.append((log_sum_exp((above + lw).reshape(lam.size, V, GRID), axis=2).T, below, lam))
     return _below_prior_of_placement(out, V)
 
