@@ -123,12 +123,15 @@ def test_sigkill_mid_infer_then_resume_equals_the_uninterrupted_run(dolce_run, t
     stored, and its completions, observations and fits equal the reference's."""
     reference, _ = dolce_run
     run = tmp_path / "killed"
-    _disrupted(DOLCE_JOB, tmp_path, "killed", sets(*SUBSET, "inference.shard_rows=16", "inference.shard_seconds=1",
-                                                    "ray.batch_size=16"),
+    # the engine takes 4 requests at a time, so they finish in waves and the shards come one by one
+    # (with all 105 in flight at once they all finish together, and the kill comes after the run)
+    waves = (*SUBSET, "probe.max_num_seqs=4")  # part of the job's fingerprint: the re-run repeats it
+    _disrupted(DOLCE_JOB, tmp_path, "killed", sets(*waves, "inference.shard_rows=8", "inference.shard_seconds=1",
+                                                    "ray.batch_size=8"),
                lambda proc: proc.send_signal(signal.SIGKILL))
     kept = infer_table(run).height
     assert 0 < kept < _by_span(reference).height
-    again = raylc("run", DOLCE_JOB, "--store", tmp_path, "--run-id", "killed", *sets(*SUBSET))
+    again = raylc("run", DOLCE_JOB, "--store", tmp_path, "--run-id", "killed", *sets(*waves))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{kept} completions kept" in again.stdout + again.stderr
     left, right = _by_span(run, SAME), _by_span(reference, SAME)
