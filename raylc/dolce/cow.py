@@ -102,6 +102,10 @@ class COWFit(CellFit):
     prior P_i(O): for C_ij < lambda the non-parametric P_nonpar,i(x|O; lambda) (shared by the
     problem's observations with C < lambda, Section 4), for C_ij >= lambda the parametric
     Eq. 3: P(1|O) = pi(lambda, k; L_i, C_ij), P(0|O) = 0, P(IDK|O) = 1 - pi (Appendix A.1).
+    With ``not_covered="fitted"`` (the default) P(0|O) = (1 - pi) q(0), P(IDK|O) = (1 - pi) q(IDK)
+    with q fitted per task, and the closed-book span C = 0 is never right under lambda >= 1
+    (P(1|O) = 0 there; P_nonpar leaves out its right answers): docs/dolce.md, "Probes that do
+    not follow the IDK instruction".
 
     Candidates (Section 4): Lambda_i = K_i = {C_ij}_j U {0, maxC_i + 1, L_i}, maxC_i the
     largest partial length C_ij < L_i (0 if the problem has none); pairs with k < 1 or
