@@ -296,7 +296,7 @@ class COWFit(CellFit):
             cell_cnt=cell_cnt,
             # below lambda, (problem, lambda) ranked by n_below: rows of cell counts
             b_rank=b_rank, b_order=b_order, b_p=b_p, b_ends=b_ends, b_cnt=[c.take(b_cell) for c in below_cnt],
-            closed=closed, c0_cnt=(cell_cnt[0] * closed.reshape(-1)).reshape(P, Mc).sum(axis=1),
+            below_cnt=below_cnt, closed=closed, c0_cnt=(cell_cnt[0] * closed.reshape(-1)).reshape(P, Mc).sum(axis=1),
             c0_pair=closed.any(axis=1)[vp] & (lam_v >= 1),
             # kept pairs in (p, lambda, k) order, their partial cells at or above lambda, pi (flat)
             l_v=vl, k_v=valid_idx % M, pair_pad=pair_pad, pair_reps=n_pairs, nb_v=nb_v, n_part=n_part,
@@ -405,10 +405,8 @@ class COWFit(CellFit):
 
         vp = np.repeat(ar, d["pair_reps"])
         open_cells = ~d["closed"]  # where P_nonpar may answer right (all but C = 0 when q is fitted)
-        cnt_below = cnt.copy()
-        cnt_below[0] *= open_cells
         # only the posterior's runs (_marginal_argmax) need the terms below lambda: their pairs_ feed it
-        below = self._below_setup(d, cnt, vp, cnt_below) if self._marginal_argmax else None
+        below = self._below_setup(d, cnt, vp) if self._marginal_argmax else None
         if self._marginal_argmax:  # per pair: log prior; DirMult(counts below lambda; a), a from the last step
             log_prior = log_pair_prior(vp, d["cand"][vp, d["l_v"]], P)
             alpha = None  # the task's Dirichlet below lambda (module uncertainty), refitted every step
@@ -504,17 +502,17 @@ class COWFit(CellFit):
         return miss / miss.sum() if miss.sum() > 0 else np.array([0.5, 0.5])
 
     @staticmethod
-    def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray, cnt_below: np.ndarray) -> dict:
+    def _below_setup(d: dict, cnt: np.ndarray, vp: np.ndarray) -> dict:
         """What the marginal below lambda needs, once per fit, per distinct (problem, lambda) of the
         kept pairs (``group``: each pair's; pairs are sorted by problem, lambda): the counts n_x of
-        outcomes 1, 0, IDK below lambda ``n`` (G, 3; of ``cnt_below``, the cells P_nonpar takes),
+        outcomes 1, 0, IDK below lambda ``n`` (G, 3; of ``below_cnt``, the counts P_nonpar takes),
         the rank of the P_nonpar column, and at lambda = 0 the problem's counts (``tot``)."""
         P, Mc, M = d["P"], d["Mc"], d["M"]
         pl_v = vp * M + d["l_v"]
         first = np.flatnonzero(np.r_[True, pl_v[1:] != pl_v[:-1]])
         group = np.cumsum(np.r_[True, pl_v[1:] != pl_v[:-1]]) - 1
         pl_g, p_g = pl_v[first], vp[first]
-        cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(cnt_below, axis=2)], axis=2)  # (3, P, Mc + 1)
+        cum = np.concatenate([np.zeros((3, P, 1)), np.cumsum(d["below_cnt"].reshape(3, P, Mc), axis=2)], axis=2)
         n = cum.reshape(3, -1)[:, p_g * (Mc + 1) + d["n_below"].reshape(-1)[pl_g]].T  # (G, 3)
         lam0 = d["cand"].reshape(-1)[pl_g] == 0
         return dict(group=group, p=p_g, n=n, rank=d["b_rank"][pl_g], lam0=lam0, tot=cnt.sum(axis=2).T[p_g[lam0]])
