@@ -17,7 +17,17 @@ from raylc.dolce.cells import (
     segment_positions,
 )
 from raylc.dolce.cover import cover_prob_partial
-from raylc.dolce.placement import BUDGET, GRID, log_sum_exp, placement_logliks, placement_work
+from raylc.dolce.placement import (
+    BUDGET,
+    FEW_BUDGET,
+    FEW_COPIES,
+    GRID,
+    few_copies_loglik,
+    few_copies_work,
+    log_sum_exp,
+    placement_logliks,
+    placement_work,
+)
 from raylc.dolce.scenario import binarization_cut
 from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior, marginal_from_parts
 
@@ -188,13 +198,16 @@ class COWFit(CellFit):
         :data:`NOISE_GRID`, the same pairs with ``placement_ll``: the marginal likelihood of each
         problem's spans under evidence that stays put (:mod:`raylc.dolce.placement`; P_i(O)
         integrated out, P(0|N) : P(IDK|N) and q the run's, the terms below lambda the
-        Dirichlet-multinomial of the problem's own counts under the run's prior; NaN, so Eq. 3,
-        for problems past :data:`~raylc.dolce.placement.BUDGET`). The posterior weighs them all
-        by their evidence over the task: a document's copies stay put, so its spans take the
-        second law, and the grid integrates the task's P(1|N) out (Eq. 3's EM can explain the
-        hits as noise when the probe never abstains)."""
+        Dirichlet-multinomial of the problem's own counts under the run's prior; past
+        :data:`~raylc.dolce.placement.BUDGET` by the chain over the copies, and past
+        :data:`~raylc.dolce.placement.FEW_BUDGET` NaN, so Eq. 3).
+        The posterior weighs them all by their evidence over the task: a document's copies stay
+        put, so its spans take the second law, and the grid integrates the task's P(1|N) out
+        (Eq. 3's EM can explain the hits as noise when the probe never abstains)."""
         pairs = run.pairs_
-        live = np.flatnonzero(_placement_cost(pairs, self.L_, self.lam_q_) <= BUDGET)
+        exact, few = _placement_cost(pairs, self.L_, self.lam_q_)
+        exact = exact <= BUDGET
+        live = np.flatnonzero(exact | (few <= FEW_BUDGET))
         if live.size == 0:  # long documents: nothing read
             return [pairs]
         ids = self.problems_.astype(str)
@@ -209,8 +222,8 @@ class COWFit(CellFit):
         q = np.r_[0.0, run.not_covered_]  # q of outcome 1 is never used (a right answer is covered)
         rows = np.searchsorted(pairs["problem"], np.arange(self.problems_.size + 1))
         problems = [(int(self.L_[i]), int(self.lam_q_[i]), C[cuts[i]:cuts[i + 1]], start[cuts[i]:cuts[i + 1]],
-                     xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]])
-                    for i in live]
+                     xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]],
+                     bool(exact[i])) for i in live]
         out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
         for i, v in zip(live, _placement_pairs(problems, noise, q, closed_wrong=self.not_covered == "fitted")):
             out[:, rows[i]:rows[i + 1]] = v
@@ -544,16 +557,20 @@ class COWFit(CellFit):
 def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wrong: bool = False
                      ) -> list[np.ndarray]:
     """placement_ll of :meth:`COWFit.posterior_pairs`, per problem (L, max C, its spans' C, start and
-    outcome codes x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k) a (V, pairs) array, one row per
-    noise distribution of ``noise`` (V, 3); P_i(O) integrated out on Gauss-Legendre nodes
-    (uniform prior). ``closed_wrong`` (q fitted): under lambda >= 1 a right answer at C = 0 is
-    the noise's (P(1|N) (1 - P_i(O))), not one of the terms below lambda."""
+    outcome codes x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k, whether the forward pass is
+    affordable) a (V, pairs) array, one row per noise distribution of ``noise`` (V, 3); P_i(O)
+    integrated out on Gauss-Legendre nodes (uniform prior). Without the forward pass, the chain
+    :func:`~raylc.dolce.placement.few_copies_loglik` up to :data:`~raylc.dolce.placement.FEW_COPIES`
+    copies; pairs with more are left out (-inf).
+    ``closed_wrong`` (q fitted): under lambda >= 1 a right answer at C = 0 is the noise's
+    (P(1|N) (1 - P_i(O))), not one of the terms below lambda."""
     V = noise.shape[0]
     nodes, weights = np.polynomial.legendre.leggauss(GRID)
     pO, lw = np.tile((nodes + 1.0) / 2.0, V), np.tile(np.log(weights / 2.0), V)  # (V G,), variant-major
     nx_all = np.repeat(noise, GRID, axis=0).T  # (3, V G): P(x|N)
     items, owners, logs = [], [], []
-    for i, (L, max_c, C, start, x, lam, k) in enumerate(problems):
+    few: dict = {}
+    for i, (L, max_c, C, start, x, lam, k, exact) in enumerate(problems):
         lams = np.unique(lam[(lam >= 1) & (lam <= max_c)])
         k_max = {int(a): int(k[lam == a].max()) for a in lams}
         with np.errstate(divide="ignore"):
@@ -561,12 +578,15 @@ def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
             lg0 = np.maximum(np.log(pO * q[x][:, None] + (1.0 - pO) * nx_all[x]), -1e5)  # not covered
         logs.append((lg1, lg0))
         for a in k_max:
-            items.append((L, a, k_max[a], start, C, lg1, lg0))
-            owners.append((i, a))
+            if exact:
+                items.append((L, a, k_max[a], start, C, lg1, lg0))
+                owners.append((i, a))
+            else:
+                few[(i, a)] = few_copies_loglik(L, a, min(k_max[a], FEW_COPIES), start, C, lg1, lg0)
     by_lam = dict(zip(owners, placement_logliks(items)))
     out = []
-    for i, (L, _, C, _, x, lam, k) in enumerate(problems):
-        lg1 = logs[i][0]
+    for i, (L, _, C, _, x, lam, k, _) in enumerate(problems):
+        lg1, lg0 = logs[i]
         above = np.empty((lam.size, pO.size))
         below = np.empty((lam.size, 3))
         missed = (C == 0) & (x == 0) & closed_wrong  # right closed-book answers
@@ -575,6 +595,8 @@ def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
         for r, (a, b) in enumerate(zip(lam.tolist(), k.tolist())):
             if (i, a) in by_lam:
                 above[r] = by_lam[(i, a)][:, b - 1]
+            elif (i, a) in few:  # more copies than the chain places: left out
+                above[r] = few[(i, a)][:, b - 1] if b <= FEW_COPIES else -np.inf
             else:  # lambda = 0 covers every span; beyond max C only the whole context does
                 above[r] = lg1[C >= (0 if a == 0 else L)].sum(axis=0)
             if a >= 1:
@@ -618,10 +640,12 @@ def _below_prior_of_placement(parts: list, V: int) -> list[np.ndarray]:
     return [marg[:, lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> np.ndarray:
+def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per problem, the work of its forward passes (:func:`~raylc.dolce.placement.placement_work`
-    summed over its lambdas 1 .. max C, each with the largest k it scores) on the grid of
-    P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET`."""
+    summed over its lambdas 1 .. max C, each with the largest k it scores) and of its sums over
+    one or two copies (:func:`~raylc.dolce.placement.few_copies_work`, as many lengths as
+    lambdas) on the grid of P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET` and
+    :data:`~raylc.dolce.placement.FEW_BUDGET`."""
     p, lam, k = pairs["problem"], pairs["lam"], pairs["k"]
     use = (lam >= 1) & (lam <= max_c[p])
     key = p[use] * (int(lam.max(initial=0)) + 1) + lam[use]
@@ -630,7 +654,10 @@ def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> np.ndarray
     np.maximum.at(k_max, inv.reshape(-1), k[use])
     kp, kl = np.divmod(keys, int(lam.max(initial=0)) + 1)
     work = placement_work(L[kp], kl, k_max, max_c[kp], GRID * len(NOISE_GRID))
-    return np.bincount(kp, weights=work.astype(np.float64), minlength=L.size)
+    n_lams = np.bincount(kp, minlength=L.size)
+    few = few_copies_work(L[kp], kl, k_max, n_lams[kp], GRID * len(NOISE_GRID))
+    return (np.bincount(kp, weights=work.astype(np.float64), minlength=L.size),
+            np.bincount(kp, weights=few.astype(np.float64), minlength=L.size))
 
 
 def fit_cow_task(obs: pl.DataFrame, n_steps: int = 10, threshold: float = 0.5) -> tuple[pl.DataFrame, dict]:

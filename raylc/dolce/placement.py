@@ -19,10 +19,23 @@ covered iff j >= 1 and d <= C - lambda (the nearest copy to its left starts insi
 may start at distance d + 1 >= lambda from the last. Cost per (problem, lambda): (L - lambda + 1)
 x (k + 1) x (max C - lambda + 2) per value of P_i(O).
 
-The fit uses it where it is affordable (:data:`BUDGET`), in the posterior only
-(:func:`placement_marginals`): P_i(O) is integrated out on a Gauss-Legendre grid (uniform prior),
-the task-level P(x|N) and q are the posterior EM's, and the terms below lambda are the
-Dirichlet-multinomial of :mod:`raylc.dolce.uncertainty` on the problem's own counts.
+Past that budget the same likelihood is summed by a chain over the copies
+(:func:`few_copies_loglik`), whose work does not grow with the spans' lengths. A span covers
+a copy iff its start window [s, s + C - lambda] holds the copy's start; attribute each covered
+span to the last copy in its window. For consecutive copies a < b at distance D >= lambda, the
+spans attributed to a are those whose window holds a and ends before b: R(a, b) = S(a) - O(a, b),
+S(a) the spans whose window holds a, O(a, b) those holding both, which needs C - lambda >= D and
+b - (C - lambda) <= s <= a. Within one band of D between consecutive values of C - lambda, O
+splits into a part of a and a part of b (prefix sums over starts per length), so each step of
+the chain (one copy more) sums over a in a sliding window per band (van Herk / Gil-Werman, in
+log space). Cost per (problem, lambda): (L - lambda + 1) x k x (bands) per value of P_i(O); the
+chain places at most :data:`FEW_COPIES` copies, and pairs with more are left out there.
+
+The fit uses them where affordable (:data:`BUDGET`, :data:`FEW_BUDGET`), in the posterior only
+(:meth:`raylc.dolce.cow.COWFit.posterior_pairs`): P_i(O) is integrated out on a Gauss-Legendre
+grid (uniform prior), the task-level P(x|N) and q are the posterior EM's, and the terms below
+lambda are the Dirichlet-multinomial of :mod:`raylc.dolce.uncertainty` on the problem's own
+counts.
 """
 
 from __future__ import annotations
@@ -30,11 +43,17 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-__all__ = ["BUDGET", "GRID", "log_sum_exp", "placement_loglik", "placement_logliks", "placement_work"]
+__all__ = ["BUDGET", "FEW_BUDGET", "FEW_COPIES", "GRID", "few_copies_loglik", "few_copies_work", "log_sum_exp",
+           "placement_loglik", "placement_logliks", "placement_work"]
 
 #: Work of one problem's forward passes (sum over its lambdas of positions x (k + 1) x distance
 #: states x grid points) above which the fit keeps Eq. 3 alone for it.
 BUDGET = 3_000_000
+#: Work of one problem's chains over the copies (:func:`few_copies_work`) above which it keeps
+#: Eq. 3 alone.
+FEW_BUDGET = 5_000_000
+#: The most copies the chain places (past the forward pass's budget); pairs with more are left out.
+FEW_COPIES = 10
 #: Gauss-Legendre nodes of the integral over P_i(O).
 GRID = 12
 
@@ -123,3 +142,76 @@ def _forward(M: int, items: list) -> list[np.ndarray]:
     total = log_sum_exp(F[:, :, 1:, :], axis=3) + const[:, :, None]  # (B, G, K)
     return [total[b, :, : it[2]] - _log_placements(it[0], it[1], np.arange(1, it[2] + 1))[None, :]
             for b, it in enumerate(items)]
+
+
+def few_copies_work(L, lam, k_max, n_lengths, grid: int = GRID):
+    """The work of :func:`few_copies_loglik` for one problem and lambda with ``n_lengths``
+    distinct partial span lengths (for :data:`FEW_BUDGET`); arrays broadcast."""
+    return (L - lam + 1) * np.minimum(k_max, FEW_COPIES) * (n_lengths + 2) * grid
+
+
+def few_copies_loglik(L: int, lam: int, k_max: int, start: np.ndarray, C: np.ndarray, lg1: np.ndarray,
+                      lg0: np.ndarray) -> np.ndarray:
+    """:func:`placement_loglik` (G, k_max) by the chain over the copies' starts (module
+    docstring), in work linear in k and L whatever the spans' lengths."""
+    start, C = np.asarray(start, dtype=np.int64), np.asarray(C, dtype=np.int64)
+    G, M = lg1.shape[1], L - lam + 1
+    out = np.full((G, k_max), -np.inf)
+    part = (C >= lam) & (C < L)
+    delta = lg1[part] - lg0[part]
+    base = lg0[part].sum(axis=0) + lg1[C >= L].sum(axis=0)  # a span of the whole context covers every copy
+    T, j = np.unique(C[part] - lam, return_inverse=True)  # tau = C - lambda: covers a iff s <= a <= s + tau
+    n = T.size
+    pre = np.zeros((n, M + 1, G))
+    np.add.at(pre, (j.reshape(-1), start[part] + 1), delta)
+    pre = np.cumsum(pre, axis=1)  # pre[j, a]: delta summed over the spans of tau_j starting before a
+    a = np.arange(M)
+    low = pre[np.arange(n)[:, None], np.maximum(a[None, :] - T[:, None], 0)]  # (n, M, G): before a - tau_j
+    S = (pre[:, 1:] - low).sum(axis=0)  # (M, G): the spans covering a copy at a
+    # consecutive copies a < b at D = b - a in band t (T[t-1] < D <= T[t]): the spans of tau_j >= D
+    # (j >= t) with b - tau_j <= s <= a hold both; R(a, b) = S(a) - left[t](a) + right[t](b)
+    zero = np.zeros((1, M, G))
+    left = np.concatenate([np.flip(np.cumsum(np.flip(pre[:, 1:], 0), 0), 0), zero])  # sum_{j >= t} pre[j, a + 1]
+    right = np.concatenate([np.flip(np.cumsum(np.flip(low, 0), 0), 0), zero])  # sum_{j >= t} pre[j, b - tau_j]
+    edges = np.r_[-1, T, M - 1]
+    bands = [(t, lo, hi) for t in range(n + 1)
+             for lo, hi in [(max(int(edges[t]) + 1, lam), min(int(edges[t + 1]), M - 1))] if lo <= hi]
+    last = np.zeros((M, G))  # log sum over the placements of j copies whose last starts at a
+    for k in range(1, k_max + 1):
+        if k > 1:
+            if not bands:
+                break
+            last = log_sum_exp(np.array([right[t] + _window_lse(last + S - left[t], lo, hi) for t, lo, hi in bands]),
+                               axis=0)
+        out[:, k - 1] = base + log_sum_exp(last + S, axis=0) - _log_placements(L, lam, np.array([k]))[0]
+    return out
+
+
+def _window_lse(u: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """out[y] = log sum exp u[y - hi .. y - lo] (indices below 0 left out) for y = 0 .. M - 1,
+    ``u`` (M, G): van Herk / Gil-Werman runs forward and back within blocks of the window's
+    width, summed in exp space below each block's largest term (in log space where a block
+    spans more than 700 nats, which exp would lose)."""
+    M, G = u.shape
+    w, n = hi - lo + 1, M - lo
+    out = np.full((M, G), -np.inf)
+    if n <= 0:
+        return out
+    nb = -(-(n + 2 * w - 1) // w)
+    blocks = np.full((nb * w, G), -np.inf)
+    blocks[w - 1:w - 1 + n] = u[:n]  # the window ending at x = y - lo is blocks[x .. x + w - 1]
+    blocks = blocks.reshape(nb, w, G)
+    top = blocks.max(axis=1)
+    live = np.isfinite(top)
+    top[~live] = 0.0
+    x = np.arange(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if np.any(top - np.where(np.isfinite(blocks), blocks, np.inf).min(axis=1) > 700.0):
+            run = np.logaddexp.accumulate(blocks, axis=1).reshape(-1, G)
+            back = np.logaddexp.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].reshape(-1, G)
+        else:
+            e = np.exp(blocks - top[:, None, :])
+            run = (np.log(np.cumsum(e, axis=1)) + top[:, None, :]).reshape(-1, G)
+            back = (np.log(np.cumsum(e[:, ::-1], axis=1)[:, ::-1]) + top[:, None, :]).reshape(-1, G)
+        out[lo:] = np.where((x % w == 0)[:, None], back[x], np.logaddexp(back[x], run[x + w - 1]))
+    return out
