@@ -29,7 +29,13 @@ from raylc.dolce.placement import (
     placement_work,
 )
 from raylc.dolce.scenario import binarization_cut
-from raylc.dolce.uncertainty import dirichlet_mle, log_dirichlet_multinomial, log_pair_prior, marginal_from_parts
+from raylc.dolce.uncertainty import (
+    dirichlet_mle,
+    log_dirichlet_multinomial,
+    log_pair_prior,
+    marginal_from_parts,
+    marginal_loglik,
+)
 
 __all__ = ["COWFit", "fit_cow_task", "NOT_COVERED", "OUTCOMES"]
 
@@ -38,6 +44,11 @@ OUTCOMES = ("1", "0", "IDK")
 #: The task's P(1|N) values the posterior integrates over under evidence that stays put
 #: (:meth:`COWFit.posterior_pairs`).
 NOISE_GRID = (0.01, 0.05, 0.15, 0.3, 0.5)
+#: Problems (the cheapest) on which the chain over the copies is tried first; when Eq. 3's pairs
+#: beat every placement variant there by :data:`PROBE_MARGIN` nats of evidence, the task keeps
+#: Eq. 3 alone (its spans are not a document's: the chain would cost time and change nothing).
+PROBE_PROBLEMS = 8
+PROBE_MARGIN = 10.0
 #: ``COWFit.not_covered``: the oracle's outcome on a span without its evidence, fitted per task
 #: (q(0), q(IDK) by EM) or always IDK (Eq. 3 as printed).
 NOT_COVERED = ("fitted", "idk")
@@ -224,8 +235,15 @@ class COWFit(CellFit):
         problems = [(int(self.L_[i]), int(self.lam_q_[i]), C[cuts[i]:cuts[i + 1]], start[cuts[i]:cuts[i + 1]],
                      xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]],
                      bool(exact[i])) for i in live]
+        closed_wrong = self.not_covered == "fitted"
+        chained = np.flatnonzero(~exact[live])
+        if chained.size > PROBE_PROBLEMS:  # try the chain on a few problems first (PROBE_PROBLEMS)
+            probe = chained[np.argsort(few[live][chained], kind="stable")[:PROBE_PROBLEMS]]
+            placed = _placement_pairs([problems[j] for j in probe], noise, q, closed_wrong=closed_wrong)
+            if _eq3_wins(pairs, rows, live[probe], placed):
+                return [pairs]
         out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
-        for i, v in zip(live, _placement_pairs(problems, noise, q, closed_wrong=self.not_covered == "fitted")):
+        for i, v in zip(live, _placement_pairs(problems, noise, q, closed_wrong=closed_wrong)):
             out[:, rows[i]:rows[i + 1]] = v
         return [pairs, *(pairs | {"placement_ll": v} for v in out)]
 
@@ -638,6 +656,17 @@ def _below_prior_of_placement(parts: list, V: int) -> list[np.ndarray]:
             alpha = fitted
         marg[v] = ab + log_dirichlet_multinomial(below, alpha)
     return [marg[:, lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def _eq3_wins(pairs: dict, rows: np.ndarray, members: np.ndarray, placed: list) -> bool:
+    """Whether the evidence of ``members`` (problem indices; ``rows`` bounds each problem's pairs)
+    under Eq. 3's pairs exceeds that under every placement variant (``placed``, a (V, pairs) array
+    per member) by :data:`PROBE_MARGIN` nats, the pairs weighed by the posterior's prior."""
+    prior = log_pair_prior(pairs["problem"], pairs["lam"], int(pairs["problem"].max(initial=0)) + 1)
+    eq3 = marginal_loglik(pairs) + prior
+    own = sum(float(log_sum_exp(eq3[rows[i]:rows[i + 1]], axis=0)) for i in members)
+    other = sum(log_sum_exp(v + prior[rows[i]:rows[i + 1]], axis=1) for i, v in zip(members, placed))
+    return bool(np.max(other) < own - PROBE_MARGIN)
 
 
 def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

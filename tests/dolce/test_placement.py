@@ -176,3 +176,23 @@ def test_long_documents_keep_eq3_alone():
     exact, few = cow._placement_cost(runs[0].pairs_, fit.L_, fit.lam_q_)
     assert exact[0] > BUDGET and few[0] > cow.FEW_BUDGET
     assert all(len(fit.posterior_pairs(task, r)) == 1 for r in runs)
+
+
+@pytest.mark.parametrize("replant", [True, False])
+def test_spans_drawn_independently_skip_the_chain(replant):
+    """The chain is tried on a few problems first: where Eq. 3's pairs win there by a wide margin
+    (copies re-placed for every span, as Eq. 3 draws them) the task keeps Eq. 3 alone; copies that
+    stay put take the placement variants. The frames equal those of a fit that runs the chain on
+    every problem (checked on the calibration generators, seeds 0-1)."""
+    from dolce_reference import simulate_cow_task
+
+    from raylc.dolce import cow
+
+    task, _, _ = simulate_cow_task(24, 1, L_range=(60, 120), replant_each_observation=replant)
+    fit = COWFit(n_steps=5, uncertainty_steps=30)
+    fit.fit(task)
+    runs = fit._posterior_fits(fit.cell_stats(task))
+    exact, few = cow._placement_cost(runs[0].pairs_, fit.L_, fit.lam_q_)
+    assert ((exact > BUDGET) & (few <= cow.FEW_BUDGET)).sum() > cow.PROBE_PROBLEMS
+    sizes = {len(fit.posterior_pairs(task, r)) for r in runs}
+    assert sizes == ({1} if replant else {1 + len(cow.NOISE_GRID)})
