@@ -47,7 +47,7 @@ NOISE_GRID = (0.01, 0.05, 0.15, 0.3, 0.5)
 #: Problems (the cheapest) on which the chain over the copies is tried first; when Eq. 3's pairs
 #: beat every placement variant there by :data:`PROBE_MARGIN` nats of evidence, the task keeps
 #: Eq. 3 alone (its spans are not a document's: the chain would cost time and change nothing).
-PROBE_PROBLEMS = 8
+PROBE_PROBLEMS = 16
 PROBE_MARGIN = 10.0
 #: ``COWFit.not_covered``: the oracle's outcome on a span without its evidence, fitted per task
 #: (q(0), q(IDK) by EM) or always IDK (Eq. 3 as printed).
