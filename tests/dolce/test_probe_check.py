@@ -32,11 +32,12 @@ def test_the_check_counts_closed_book_spans_and_spans_without_the_evidence():
 ])
 def test_the_fit_learns_what_the_probe_says_without_its_evidence(generator, fitted_wrong, says):
     """A probe that says IDK on a span missing its copies (the quickstart's oracle) and one that
-    answers wrongly there: COW fits q(0) near 0 and near 1, and the task's note says which."""
+    answers wrongly there: COW fits q(0) near 0 and near 1, and the task's note says which (the
+    point fit: q is the EM's; tests/dolce/test_uncertainty.py covers the posterior)."""
     obs, _, _ = simulate_cow_task(60, 1, **COW_GENERATORS[generator])
-    fit = COWFit(uncertainty_steps=20).fit(obs)
+    fit = COWFit().fit(obs)
     assert fitted_wrong[0] <= fit.not_covered_[0] <= fitted_wrong[1]
-    _, tasks = fit_observations(obs, FitOptions(uncertainty_steps=20))
+    _, tasks = fit_observations(obs, FitOptions(uncertainty="none"))
     note = probe_check_notes(tasks)[0]
     assert says in note
     if "ignores" in says:
