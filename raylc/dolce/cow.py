@@ -236,14 +236,20 @@ class COWFit(CellFit):
                      xo[cuts[i]:cuts[i + 1]], pairs["lam"][rows[i]:rows[i + 1]], pairs["k"][rows[i]:rows[i + 1]],
                      bool(exact[i])) for i in live]
         closed_wrong = self.not_covered == "fitted"
+        parts: list = [None] * live.size
         chained = np.flatnonzero(~exact[live])
         if chained.size > PROBE_PROBLEMS:  # try the chain on a few problems first (PROBE_PROBLEMS)
             probe = chained[np.argsort(few[live][chained], kind="stable")[:PROBE_PROBLEMS]]
-            placed = _placement_pairs([problems[j] for j in probe], noise, q, closed_wrong=closed_wrong)
+            for j, part in zip(probe, _placement_parts([problems[j] for j in probe], noise, q, closed_wrong)):
+                parts[j] = part
+            placed = _below_prior_of_placement([parts[j] for j in probe], len(NOISE_GRID))
             if _eq3_wins(pairs, rows, live[probe], placed):
                 return [pairs]
+        rest = [j for j, part in enumerate(parts) if part is None]  # the probe's parts are kept
+        for j, part in zip(rest, _placement_parts([problems[j] for j in rest], noise, q, closed_wrong)):
+            parts[j] = part
         out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
-        for i, v in zip(live, _placement_pairs(problems, noise, q, closed_wrong=closed_wrong)):
+        for i, v in zip(live, _below_prior_of_placement(parts, len(NOISE_GRID))):
             out[:, rows[i]:rows[i + 1]] = v
         return [pairs, *(pairs | {"placement_ll": v} for v in out)]
 
@@ -572,12 +578,13 @@ class COWFit(CellFit):
         return dict(below_ll=part[g], below_n=n[g], profile_ll=profile[g])
 
 
-def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wrong: bool = False
-                     ) -> list[np.ndarray]:
-    """placement_ll of :meth:`COWFit.posterior_pairs`, per problem (L, max C, its spans' C, start and
-    outcome codes x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k, whether the forward pass is
-    affordable) a (V, pairs) array, one row per noise distribution of ``noise`` (V, 3); P_i(O)
-    integrated out on Gauss-Legendre nodes (uniform prior). Without the forward pass, the chain
+def _placement_parts(problems: list, noise: np.ndarray, q: np.ndarray, closed_wrong: bool = False) -> list:
+    """The parts of placement_ll (:meth:`COWFit.posterior_pairs`; :func:`_below_prior_of_placement`
+    makes them the (V, pairs) arrays) per problem (L, max C, its spans' C, start and outcome codes
+    x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k, whether the forward pass is affordable): the
+    marginal above lambda, one row per noise distribution of ``noise`` (V, 3), P_i(O) integrated
+    out on Gauss-Legendre nodes (uniform prior); the counts below lambda; the pairs' lambdas.
+    Each problem's parts are its own. Without the forward pass, the chain
     :func:`~raylc.dolce.placement.few_copies_loglik` up to :data:`~raylc.dolce.placement.FEW_COPIES`
     copies; pairs with more are left out (-inf).
     ``closed_wrong`` (q fitted): under lambda >= 1 a right answer at C = 0 is the noise's
@@ -621,7 +628,7 @@ def _placement_pairs(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
                 above[r] += lgc
             below[r] = np.bincount(x[(C < a) & ~missed], minlength=3)
         out.append((log_sum_exp((above + lw).reshape(lam.size, V, GRID), axis=2).T, below, lam))
-    return _below_prior_of_placement(out, V)
+    return out
 
 
 #: Rounds of the empirical-Bayes fit of the Dirichlet below lambda under evidence that stays put.
@@ -671,9 +678,9 @@ def _eq3_wins(pairs: dict, rows: np.ndarray, members: np.ndarray, placed: list) 
 
 def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per problem, the work of its forward passes (:func:`~raylc.dolce.placement.placement_work`
-    summed over its lambdas 1 .. max C, each with the largest k it scores) and of its sums over
-    one or two copies (:func:`~raylc.dolce.placement.few_copies_work`, as many lengths as
-    lambdas) on the grid of P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET` and
+    summed over its lambdas 1 .. max C, each with the largest k it scores) and of its chains over
+    the copies (:func:`~raylc.dolce.placement.few_copies_work`, as many lengths as lambdas) on
+    the grid of P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET` and
     :data:`~raylc.dolce.placement.FEW_BUDGET`."""
     p, lam, k = pairs["problem"], pairs["lam"], pairs["k"]
     use = (lam >= 1) & (lam <= max_c[p])
