@@ -27,8 +27,9 @@ spans attributed to a are those whose window holds a and ends before b: R(a, b) 
 S(a) the spans whose window holds a, O(a, b) those holding both, which needs C - lambda >= D and
 b - (C - lambda) <= s <= a. Within one band of D between consecutive values of C - lambda, O
 splits into a part of a and a part of b (prefix sums over starts per length), so each step of
-the chain (one copy more) sums over a in a sliding window per band (van Herk / Gil-Werman, in
-log space). Cost per (problem, lambda): (L - lambda + 1) x k x (bands) per value of P_i(O); the
+the chain (one copy more) sums over a in a sliding window per band: in exp space by doubling
+where the band's terms (per value of P_i(O)) spread by at most :data:`EXP_RANGE` nats, else in
+log space (van Herk / Gil-Werman). Cost per (problem, lambda): (L - lambda + 1) x k x (bands) per value of P_i(O); the
 chain places at most :data:`FEW_COPIES` copies, and pairs with more are left out there.
 
 The fit uses them where affordable (:data:`BUDGET`, :data:`FEW_BUDGET`), in the posterior only
@@ -181,10 +182,63 @@ def few_copies_loglik(L: int, lam: int, k_max: int, start: np.ndarray, C: np.nda
         if k > 1:
             if not bands:
                 break
-            last = log_sum_exp(np.array([right[t] + _window_lse(last + S - left[t], lo, hi) for t, lo, hi in bands]),
-                               axis=0)
+            last = _chain_step(last + S, left, right, bands)
         out[:, k - 1] = base + log_sum_exp(last + S, axis=0) - _log_placements(L, lam, np.array([k]))[0]
     return out
+
+
+#: The widest spread (nats) of one band's terms that :func:`_chain_step` sums in exp space.
+EXP_RANGE = 700.0
+
+
+def _chain_step(v: np.ndarray, left: np.ndarray, right: np.ndarray, bands: list) -> np.ndarray:
+    """One more copy: out[b] = log sum_t exp(right[t](b)) sum_{a = b - hi_t .. b - lo_t}
+    exp(v(a) - left[t](a)) over the ``bands`` (t, lo_t, hi_t); ``v`` (M, G). Per band and column,
+    terms that spread by at most :data:`EXP_RANGE` nats are summed in exp space below their
+    largest (:func:`_window_sum`), wider ones in log space (:func:`_window_lse`)."""
+    M = v.shape[0]
+    parts = []  # per band: sums in exp space (1 where exact) and their log scale
+    for t, lo, hi in bands:
+        u = v[:M - lo] - left[t][:M - lo]
+        top = u.max(axis=0)
+        wide = top - np.where(np.isfinite(u), u, np.inf).min(axis=0) > EXP_RANGE
+        top = np.where(np.isfinite(top), top, 0.0)
+        e = np.zeros_like(v)
+        np.exp(u - top, out=e[:M - lo])
+        s = _window_sum(e, lo, hi)  # every finite term is >= exp(-EXP_RANGE): s > 0 iff a term is finite
+        scale = np.where(s > 0, right[t] + top, -np.inf)
+        if wide.any():
+            s[:, wide] = 1.0
+            scale[:, wide] = right[t][:, wide] + _window_lse(v[:, wide] - left[t][:, wide], lo, hi)
+        parts.append((s, scale))
+    ref = np.max([scale for _, scale in parts], axis=0)
+    ref = np.where(np.isfinite(ref), ref, 0.0)
+    total = sum(s * np.exp(scale - ref) for s, scale in parts)
+    with np.errstate(divide="ignore"):
+        return np.log(total) + ref
+
+
+def _window_sum(e: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """out[y] = sum e[y - hi .. y - lo] (indices below 0 left out) for y = 0 .. M - 1, ``e`` (M, G)
+    >= 0: sums of 2^j neighbours by doubling, added per bit of the window's width (sums of
+    nonnegative terms only: nothing cancels)."""
+    M, G = e.shape
+    w, n = hi - lo + 1, M - lo
+    out = np.zeros((M, G))
+    if n <= 0:
+        return out
+    d = np.zeros((w - 1 + M, G))
+    d[w - 1:] = e  # the window ending at x = y - lo is d[x .. x + w - 1]
+    acc, off, width, rem = out[lo:], 0, 1, w
+    while True:
+        if rem & 1:
+            acc += d[off:off + n]
+            off += width
+        rem >>= 1
+        if not rem:
+            return out
+        d = d[:-width] + d[width:]  # d[x] now sums 2 width terms from x
+        width *= 2
 
 
 def _window_lse(u: np.ndarray, lo: int, hi: int) -> np.ndarray:

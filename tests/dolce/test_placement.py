@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raylc.dolce.cow import COWFit
-from raylc.dolce.placement import BUDGET, _window_lse, few_copies_loglik, placement_loglik, placement_logliks
+from raylc.dolce.placement import (
+    BUDGET,
+    _chain_step,
+    _window_lse,
+    _window_sum,
+    few_copies_loglik,
+    placement_loglik,
+    placement_logliks,
+)
 
 
 def _enumerated(L, lam, k, start, C, lg1, lg0):
@@ -93,6 +101,40 @@ def test_the_sliding_window_equals_summing_each_window(M, lo, width, scale, seed
         if b >= a:
             want[y] = np.logaddexp.reduce(u[a:b + 1], axis=0)
     got = _window_lse(u, lo, hi)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 45), st.integers(0, 45), st.integers(0, 2**32 - 1))
+def test_the_doubling_window_sum_equals_summing_each_window(M, lo, width, seed):
+    rng = np.random.default_rng(seed)
+    e = rng.exponential(1.0, (M, 3)) * (rng.random((M, 3)) < 0.8)
+    hi = lo + width
+    want = np.array([e[max(y - hi, 0):max(y - lo + 1, 0)].sum(axis=0) for y in range(M)])
+    np.testing.assert_allclose(_window_sum(e, lo, hi), want, rtol=1e-12, atol=0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 40), st.lists(st.integers(1, 12), min_size=1, max_size=4),
+       st.sampled_from([1.0, 30.0, 400.0, 2000.0]), st.integers(0, 2**32 - 1))
+def test_a_chain_step_equals_summing_each_pair(M, gaps, scale, seed):
+    """Bands in exp space and, past EXP_RANGE nats of spread, in log space, mixed in one step;
+    some terms -inf."""
+    rng = np.random.default_rng(seed)
+    edges = np.cumsum([1, *gaps])
+    bands = [(t, int(lo), int(hi)) for t, (lo, hi) in enumerate(zip(edges[:-1], edges[1:] - 1)) if lo < M]
+    v = rng.normal(0.0, scale, (M, 2))
+    v[rng.random((M, 2)) < 0.2] = -np.inf
+    left = rng.normal(0.0, scale / 4, (len(gaps), M, 2))
+    right = rng.normal(0.0, scale / 4, (len(gaps), M, 2))
+    want = np.full((M, 2), -np.inf)
+    for b in range(M):
+        for t, lo, hi in bands:
+            a = np.arange(max(b - hi, 0), b - lo + 1)
+            if a.size:
+                want[b] = np.logaddexp(want[b], right[t][b] + np.logaddexp.reduce(v[a] - left[t][a], axis=0))
+    got = _chain_step(v, left, right, bands)
     assert np.array_equal(np.isfinite(got), np.isfinite(want))
     np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-9, atol=1e-9)
 
