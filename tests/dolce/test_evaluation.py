@@ -1,4 +1,5 @@
-"""End to end: the quickstart job through Ray, twice, and the report."""
+"""End to end: the quickstart job (50 problems per task instead of 100;
+`make demo` runs the whole job) through Ray, twice, and the report."""
 
 import subprocess
 import sys
@@ -30,7 +31,7 @@ TABLES = ["build/problems.parquet", "sample/spans.parquet", "infer", "score/obse
 @pytest.fixture(scope="module")
 def quickstart_runs(ray_session, tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
-    overrides = {"store.path": str(store), "ray.no_progress_timeout_s": 300}
+    overrides = {"store.path": str(store), "ray.no_progress_timeout_s": 300, "suite.problems_per_task": 50}
     job = load_job(ROOT / "jobs" / "quickstart.yaml", overrides)
     logs: list[str] = []
     first = evaluate(job, "first", log=logs.append)
@@ -70,7 +71,7 @@ def test_observation_table_contract(quickstart_runs):
     assert set(obs["score"].drop_nulls().unique()) <= {0.0, 1.0} and obs["score"].null_count() > 0
     fits = _read(store, "first", "fits/problems.parquet")
     assert {"task", "problem_id", "scenario", "lam", "k", "category", "loglik"} <= set(fits.columns)
-    assert fits.height == 200 and set(fits["category"]) <= {"I", "II", "III", "IV", "V"}
+    assert fits.height == 100 and set(fits["category"]) <= {"I", "II", "III", "IV", "V"}
 
 
 @pytest.mark.ray

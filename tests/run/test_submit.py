@@ -24,7 +24,7 @@ COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/proble
 def small_job():
     """A smaller quickstart inside the working directory that `ray job submit` uploads."""
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
-    spec["suite"].update(problems_per_task=15, max_units=200)
+    spec["suite"].update(problems_per_task=8, max_units=150)
     path = ROOT / "jobs" / ".submit-test.yaml"
     path.write_text(yaml.safe_dump(spec))
     yield path.relative_to(ROOT).as_posix()
