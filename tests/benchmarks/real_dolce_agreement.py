@@ -11,11 +11,15 @@ designed. A last table gives each agreement's mean, min and max over the seeds.
 ``--runs`` re-fits finished runs without inference: each folder (a run, or a copy holding
 ``score/observations.parquet`` and ``build/problems.parquet``) is fitted again by ``raylc fit``
 with the estimator in the tree (``--stored``: read the run's own ``fits/problems.parquet``).
+``--noise P``: re-fit in this process with the task's P(1|N) fixed at P (one value for COW's
+posterior, :data:`raylc.dolce.cow.NOISE_GRID`, which it otherwise integrates over): a diagnostic
+of how far a category turns on the noise.
 
     .venv-real/bin/python tests/benchmarks/real_dolce_agreement.py                  # seeds 0-2
     .venv-real/bin/python tests/benchmarks/real_dolce_agreement.py --seeds 0-4 --store /tmp/agree \\
         --set probe.dtype=float32 --save-obs /work/scratch/real-obs
     .venv/bin/python tests/benchmarks/real_dolce_agreement.py --runs /work/scratch/real-obs/*layouts*
+    .venv/bin/python tests/benchmarks/real_dolce_agreement.py --runs /work/scratch/real-obs/* --noise 0.15
 """
 
 from __future__ import annotations
@@ -83,6 +87,18 @@ def refit(run: Path) -> pl.DataFrame:
         return pl.read_parquet(Path(out) / "problems.parquet")
 
 
+def refit_noise(run: Path, noise: float) -> pl.DataFrame:
+    """The problems frame of a fit of the run's observations with COW's P(1|N) fixed at ``noise``."""
+    from raylc.dolce import cow
+    from raylc.dolce.fit import fit_observations
+
+    grid, cow.NOISE_GRID = cow.NOISE_GRID, (noise,)
+    try:
+        return fit_observations(pl.read_parquet(run / "score" / "observations.parquet"))[0]
+    finally:
+        cow.NOISE_GRID = grid
+
+
 def agreement_rows(run: Path, fits: pl.DataFrame) -> pl.DataFrame:
     """Per problem: task, right at full context, and the reported, implied and designed categories."""
     obs = pl.read_parquet(run / "score" / "observations.parquet")
@@ -120,6 +136,7 @@ def main() -> int:
                         help="copy each run's observations and problems to DIR/<run id>/ (score/, build/)")
     parser.add_argument("--runs", type=Path, nargs="+", help="re-fit these finished runs instead of running any")
     parser.add_argument("--stored", action="store_true", help="with --runs: read each run's own fits")
+    parser.add_argument("--noise", type=float, help="with --runs: re-fit with COW's P(1|N) fixed at this value")
     args = parser.parse_args()
 
     if args.runs:
@@ -135,11 +152,16 @@ def main() -> int:
                 (args.save_obs / run.name / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run / rel, args.save_obs / run.name / rel)
         stored = not args.runs or args.stored
-        fits = pl.read_parquet(run / "fits" / "problems.parquet") if stored else refit(run)
+        if args.noise is not None and args.runs:
+            fits = refit_noise(run, args.noise)
+        else:
+            fits = pl.read_parquet(run / "fits" / "problems.parquet") if stored else refit(run)
         summary = summarize(agreement_rows(run, fits)).with_columns(run=pl.lit(name))
         summaries.append(summary)
         with pl.Config(tbl_rows=-1, tbl_width_chars=160, float_precision=3, tbl_hide_dataframe_shape=True):
-            print(f"{name} ({run}; {'the run' if stored else 'refitted'}'s categories{_infer_time(run)})")
+            how = f"P(1|N) = {args.noise} refit" if args.noise is not None and args.runs else \
+                ("the run" if stored else "refitted")
+            print(f"{name} ({run}; {how}'s categories{_infer_time(run)})")
             print(summary.drop("run"))
     every = pl.concat(summaries)
     over = every.group_by("task", maintain_order=True).agg(
