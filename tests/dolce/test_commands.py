@@ -1,6 +1,7 @@
 """`raylc fit` and `raylc sensitivity` on observation tables: outputs, Ray vs in-process, bad tables."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,16 +36,18 @@ def obs_path(tmp_path_factory):
     return path
 
 
-def _raylc_process(*args, timeout=600):
+def _raylc_process(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "raylc", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.ray
-def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path):
-    a = _raylc_process("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
+def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path, ray_session):
+    a = raylc("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
     assert a.returncode == 0, a.stderr
-    b = _raylc_process("fit", obs_path, "--out", tmp_path / "b", "--ray", "--compare", tmp_path / "a")
+    # the Ray fit joins the session's Ray (as on a cluster), which saves starting a Ray of its own
+    joined = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    b = _raylc_process("fit", obs_path, "--out", tmp_path / "b", "--ray", "--compare", tmp_path / "a", env=joined)
     assert b.returncode == 0, b.stderr
     for name in ("problems.parquet", "tasks.parquet"):
         assert pl.read_parquet(tmp_path / "a" / name).equals(pl.read_parquet(tmp_path / "b" / name)), name
