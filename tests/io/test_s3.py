@@ -121,15 +121,17 @@ def _raylc(args, env_extra=None, **kw):
 
 
 @pytest.mark.ray
-def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_path):
+def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, ray_session, tmp_path):
     server, creds = s3
+    # both runs join the session's Ray (as a job on a cluster does), which saves starting two more
+    joined = {"RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     job_file = tmp_path / "quickstart-small.yaml"
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update({k.split(".")[1]: v for k, v in SMALL.items()})
     job_file.write_text(yaml.safe_dump(spec))
     client = boto3.client("s3")
     store = f"s3://{BUCKET}/outage"
-    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"])
+    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"], joined)
     deadline = time.time() + 300
     while time.time() < deadline:  # stop the server while inference writes its shards
         try:
@@ -164,7 +166,7 @@ def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, tmp_pat
     manifest = json.loads(client.get_object(Bucket=BUCKET, Key="outage/o1/manifest.json")["Body"].read())
     assert manifest["stages"].get("infer", {}).get("status") != "done"
 
-    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"])
+    proc = _raylc(["run", str(job_file), "--store", store, "--run-id", "o1"], joined)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     assert "[build] done already, skipped" in err
