@@ -46,9 +46,11 @@ def _infer_actor_pids(parent: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-def _kill_inference_workers(job_file: Path, store: Path) -> None:
-    """``raylc run`` in its own Ray; SIGKILL every inference actor mid-stage; the run completes."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def _kill_inference_workers(job_file: Path, store: Path, address: str) -> None:
+    """``raylc run`` joining the Ray at ``address`` (the session's: as a job on a cluster does,
+    which saves starting a Ray of its own); SIGKILL every inference actor mid-stage; the run
+    completes."""
+    env = {**os.environ, "RAY_ADDRESS": address}
     proc = subprocess.Popen(
         [sys.executable, "-m", "raylc", "run", str(job_file), "--store", str(store), "--run-id", "k"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -72,7 +74,7 @@ def _kill_inference_workers(job_file: Path, store: Path) -> None:
 
 
 @pytest.mark.ray
-def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
+def test_killed_inference_worker_is_replaced_and_results_unchanged(ray_session, tmp_path):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["inference"] = {"shard_rows": 2000, "shard_seconds": 0.5}
     if os.environ.get("RAYLC_SLOW") != "1":  # CI: 25 problems per task of the quickstart
@@ -80,7 +82,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(tmp_path):
     job_file = tmp_path / "quickstart.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     job = load_job(job_file, {"store.path": str(tmp_path)})
-    _kill_inference_workers(job_file, tmp_path)
+    _kill_inference_workers(job_file, tmp_path, ray_session.get_runtime_context().gcs_address)
     problems = stages.build(job)
     spans = stages.sample(problems, job)
     expected = stages.score(infer_frame(spans, problems, job), problems, job)
@@ -98,7 +100,7 @@ def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
     spec["ray"].update({"batch_size": 4})
     job_file = tmp_path / "helmet.yaml"
     job_file.write_text(yaml.safe_dump(spec))
-    _kill_inference_workers(job_file, tmp_path / "store")
+    _kill_inference_workers(job_file, tmp_path / "store", ray_session.get_runtime_context().gcs_address)
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.folder.read(rel)), rel
