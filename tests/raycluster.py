@@ -56,7 +56,7 @@ class LocalHead:
                 raise RuntimeError(f"ray head exited with {self.proc.returncode}")
             if ready():
                 return
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise TimeoutError(f"ray head: {what} did not come up")
 
     def _dashboard_answers(self) -> bool:

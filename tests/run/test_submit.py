@@ -68,24 +68,30 @@ def _check_run(store: Path, run_id: str) -> None:
 
 @pytest.mark.ray
 def test_raylc_submit_and_plain_ray_job_submit(head, tmp_path, small_job):
+    """The same job through `raylc submit` and through plain `ray job submit`, both submitted at
+    once (each job needs half a CPU of the head's two; their start-ups and log follows overlap)."""
     store = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "raylc", "submit", small_job, "--address", head.address,
-         "--store", str(store), "--run-id", "via-raylc"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1].endswith("SUCCEEDED")
-    assert "[report]" in proc.stdout  # the job's logs were followed
-    _check_run(store, "via-raylc")
-
     ray_bin = Path(sys.executable).parent / "ray"
-    proc = subprocess.run(
-        [str(ray_bin), "job", "submit", "--address", head.address, "--working-dir", ".", "--",
-         "python", "-m", "raylc", "run", small_job, "--store", str(store), "--run-id", "via-ray"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cmds = {"via-raylc": [sys.executable, "-m", "raylc", "submit", small_job, "--address", head.address,
+                          "--store", str(store), "--run-id", "via-raylc"],
+            "via-ray": [str(ray_bin), "job", "submit", "--address", head.address, "--working-dir", ".", "--",
+                        "python", "-m", "raylc", "run", small_job, "--store", str(store), "--run-id", "via-ray"]}
+    procs = {}
+    try:
+        for name, cmd in cmds.items():  # the console to files: neither waits on a full pipe
+            with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
+                procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True)
+        codes = {name: p.wait(timeout=900) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    out, err, plain_err = ((tmp_path / f).read_text() for f in ("via-raylc.out", "via-raylc.err", "via-ray.err"))
+    assert codes["via-raylc"] == 0, err[-3000:]
+    assert out.strip().splitlines()[-1].endswith("SUCCEEDED")
+    assert "[report]" in out  # the job's logs were followed
+    _check_run(store, "via-raylc")
+    assert codes["via-ray"] == 0, plain_err[-3000:]
     _check_run(store, "via-ray")
     for rel in COMPARED:
         assert pl.read_parquet(store / "via-raylc" / rel).equals(pl.read_parquet(store / "via-ray" / rel)), rel
