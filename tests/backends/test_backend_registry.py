@@ -200,7 +200,12 @@ def test_a_backend_is_a_context_manager_that_closes_and_close_is_a_no_op_by_defa
 
 @pytest.mark.ray
 def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
-    """Each text actor of the infer stage closed its backend by the time the run returns."""
+    """Each text actor of the infer stage closes its backend when Ray Data lets it go
+    (``StageActor``: ``__ray_shutdown__`` -> ``__del__``). Ray Data ends its actors without
+    waiting for them, so on a busy machine a close may land just after the run returns: the
+    log is awaited (60 s at most, polled every 0.1 s), then it must hold exactly two closes."""
+    import time
+
     from raylc.evaluate import evaluate
 
     log = tmp_path / "closed.log"
@@ -208,6 +213,10 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
         "probe": {"backend": "toy", "closed_log": str(log)}, "suite.problems_per_task": 2,
         "store.path": str(tmp_path / "runs"), "ray.actors": 2})
     evaluate(job, log=lambda line: None)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
+        time.sleep(0.1)
+    time.sleep(0.5)  # a third close (a backend closed twice) would land about now
     assert log.read_text().splitlines() == ["closed", "closed"]
 
 
