@@ -56,6 +56,13 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def ray_address(ray_session) -> str:
+    """The GCS address of :func:`ray_session`'s Ray: a subprocess driver given it as RAY_ADDRESS
+    joins that Ray (as a job on a cluster does) instead of starting one of its own."""
+    return ray_session.get_runtime_context().gcs_address
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` repeat an acceptance check at full scale (for example a default
     60 s time limit); CI runs their bounded variants, and ``RAYLC_SLOW=1`` runs them too."""

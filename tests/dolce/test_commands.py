@@ -42,11 +42,11 @@ def _raylc_process(*args, timeout=600, env=None):
 
 
 @pytest.mark.ray
-def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path, ray_session):
+def test_fit_ray_equals_in_process_and_compare(obs_path, tmp_path, ray_address):
     a = raylc("fit", obs_path, "--out", tmp_path / "a", "--no-ray")
     assert a.returncode == 0, a.stderr
     # the Ray fit joins the session's Ray (as on a cluster), which saves starting a Ray of its own
-    joined = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    joined = {**os.environ, "RAY_ADDRESS": ray_address}
     b = _raylc_process("fit", obs_path, "--out", tmp_path / "b", "--ray", "--compare", tmp_path / "a", env=joined)
     assert b.returncode == 0, b.stderr
     for name in ("problems.parquet", "tasks.parquet"):

@@ -121,10 +121,10 @@ def _raylc(args, env_extra=None, **kw):
 
 
 @pytest.mark.ray
-def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, ray_session, tmp_path):
+def test_s3_outage_mid_run_leaves_no_partial_table_and_resumes(s3, runs, ray_address, tmp_path):
     server, creds = s3
     # both runs join the session's Ray (as a job on a cluster does), which saves starting two more
-    joined = {"RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    joined = {"RAY_ADDRESS": ray_address}
     job_file = tmp_path / "quickstart-small.yaml"
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update({k.split(".")[1]: v for k, v in SMALL.items()})

@@ -99,8 +99,7 @@ FULL_SCALE = os.environ.get("RAYLC_SLOW") == "1"
 
 
 @pytest.mark.ray
-def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
-    address = ray_session.get_runtime_context().gcs_address
+def test_sigkill_during_inference_then_resume(tmp_path, ray_address):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["inference"] = {"shard_rows": 3000, "shard_seconds": 1.0}
     if not FULL_SCALE:
@@ -109,9 +108,9 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
     job_file.write_text(yaml.safe_dump(spec))
     store = tmp_path / "store"
     run_dir = store / "k"
-    stored_before_final = _kill_during_inference(job_file, store, address, kills=5 if FULL_SCALE else 3, seed=7)
+    stored_before_final = _kill_during_inference(job_file, store, ray_address, kills=5 if FULL_SCALE else 3, seed=7)
 
-    proc = _start(job_file, store, address)
+    proc = _start(job_file, store, ray_address)
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     assert f"{len(stored_before_final)} completions kept from earlier attempts" in err
@@ -132,11 +131,10 @@ def test_sigkill_during_inference_then_resume(tmp_path, ray_session):
 # the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
-def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
+def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_address):
     """The same for a length-controlled suite (HELMET recall): the one inference path."""
     from raylc.evaluate import evaluate
 
-    address = ray_session.get_runtime_context().gcs_address
     spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
     spec["suite"].update({"lengths": [8192, 16384, 32768, 65536], "base_lengths": [8192], "samples_per_length": 24})
     spec["inference"] = {"shard_rows": 8, "shard_seconds": 0.5}
@@ -144,9 +142,9 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
     job_file = tmp_path / "helmet-ckpt.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     store = tmp_path / "store"
-    stored = _kill_during_inference(job_file, store, address, kills=2, seed=3, max_delay=0.2)  # a short stage
+    stored = _kill_during_inference(job_file, store, ray_address, kills=2, seed=3, max_delay=0.2)  # a short stage
 
-    proc = _start(job_file, store, address)
+    proc = _start(job_file, store, ray_address)
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     manifest = json.loads((store / "k" / "manifest.json").read_text())
@@ -166,7 +164,7 @@ def test_sigkill_during_a_length_sweep_then_resume(tmp_path, ray_session):
 
 
 @pytest.mark.ray
-def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
+def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_address):
     """Issue 38, acceptance 5: a length sweep killed (SIGKILL) during its judge calls and run again
     asks the judge only the calls without a stored completion, and its scores equal an
     uninterrupted run's. The judge is an OpenAI-compatible test server in this process that answers
@@ -178,7 +176,6 @@ def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
     from raylc.evaluate import evaluate
     from raylc.run.checkpoint import prompt_request_ids
 
-    address = ray_session.get_runtime_context().gcs_address
     spec = yaml.safe_load((ROOT / "jobs" / "longbench100.yaml").read_text())
     spec["suite"].update({"tasks": ["single_doc_qa", "single_doc_sum"], "lengths": [2048, 4096],
                           "base_lengths": [2048], "samples_per_length": 3,
@@ -193,7 +190,7 @@ def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
         job_file = tmp_path / "judged.yaml"
         job_file.write_text(yaml.safe_dump(spec))
         store, judge_dir = tmp_path / "store", tmp_path / "store" / "k" / "judge"
-        proc = _start(job_file, store, address)
+        proc = _start(job_file, store, ray_address)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None and not list(judge_dir.rglob("*.parquet")):
             time.sleep(0.1)
@@ -206,7 +203,7 @@ def test_sigkill_during_judge_calls_then_resume(tmp_path, ray_session):
         server.requests.clear()
         server.delay_s = 0.0  # slow only until the kill: the resumed and the clean runs need no pause
 
-        proc = _start(job_file, store, address)
+        proc = _start(job_file, store, ray_address)
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
         kept = [int(m) for m in re.findall(r"^\[judge\] (\d+) judge calls kept from earlier attempts", err, re.M)]

@@ -74,7 +74,7 @@ def _kill_inference_workers(job_file: Path, store: Path, address: str) -> None:
 
 
 @pytest.mark.ray
-def test_killed_inference_worker_is_replaced_and_results_unchanged(ray_session, tmp_path):
+def test_killed_inference_worker_is_replaced_and_results_unchanged(ray_address, tmp_path):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["inference"] = {"shard_rows": 2000, "shard_seconds": 0.5}
     if os.environ.get("RAYLC_SLOW") != "1":  # CI: 25 problems per task of the quickstart
@@ -82,7 +82,7 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(ray_session, 
     job_file = tmp_path / "quickstart.yaml"
     job_file.write_text(yaml.safe_dump(spec))
     job = load_job(job_file, {"store.path": str(tmp_path)})
-    _kill_inference_workers(job_file, tmp_path, ray_session.get_runtime_context().gcs_address)
+    _kill_inference_workers(job_file, tmp_path, ray_address)
     problems = stages.build(job)
     spans = stages.sample(problems, job)
     expected = stages.score(infer_frame(spans, problems, job), problems, job)
@@ -93,14 +93,14 @@ def test_killed_inference_worker_is_replaced_and_results_unchanged(ray_session, 
 # the DOLCE variant above runs in CI; both families share the one inference path (pipeline.infer);
 # RAYLC_SLOW=1 runs it
 @pytest.mark.slow
-def test_killed_inference_worker_in_a_length_sweep(ray_session, tmp_path):
+def test_killed_inference_worker_in_a_length_sweep(ray_address, tmp_path):
     spec = yaml.safe_load((ROOT / "jobs" / "helmet-recall.yaml").read_text())
     spec["suite"].update({"lengths": [8192, 16384, 32768, 65536], "base_lengths": [8192], "samples_per_length": 24})
     spec["inference"] = {"shard_rows": 8, "shard_seconds": 0.5}
     spec["ray"].update({"batch_size": 4})
     job_file = tmp_path / "helmet.yaml"
     job_file.write_text(yaml.safe_dump(spec))
-    _kill_inference_workers(job_file, tmp_path / "store", ray_session.get_runtime_context().gcs_address)
+    _kill_inference_workers(job_file, tmp_path / "store", ray_address)
     clean = evaluate(load_job(job_file, {"store.path": str(tmp_path / "clean")}), "c", log=lambda m: None)
     for rel in ("build/samples.parquet", "score/scores.parquet"):
         assert pl.read_parquet(tmp_path / "store" / "k" / rel).equals(clean.folder.read(rel)), rel

@@ -122,7 +122,7 @@ def _check_interrupted(proc: subprocess.CompletedProcess, store: Path, run_id: s
 
 
 @pytest.mark.ray
-def test_sigint_during_infer_then_resume(tmp_path, ray_session):
+def test_sigint_during_infer_then_resume(tmp_path, ray_address):
     """Interrupted in a Ray of its own; resumed as a driver joining the session's Ray (as a job
     on a cluster does), which saves starting a second Ray."""
     job = tmp_path / "job.yaml"
@@ -131,7 +131,7 @@ def test_sigint_during_infer_then_resume(tmp_path, ray_session):
     proc = _interrupt_during_infer(job, store, run_id, signal.SIGINT)
     stored = _check_interrupted(proc, store, run_id, 130, sigterm=False)
 
-    joined = {**_env(), "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    joined = {**_env(), "RAY_ADDRESS": ray_address}
     proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(job), "--store", str(store), "--run-id", run_id],
                           capture_output=True, text=True, timeout=300, env=joined)
     assert proc.returncode == 0, proc.stderr[-3000:]
