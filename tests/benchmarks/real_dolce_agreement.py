@@ -138,6 +138,8 @@ def main() -> int:
     parser.add_argument("--stored", action="store_true", help="with --runs: read each run's own fits")
     parser.add_argument("--noise", type=float, help="with --runs: re-fit with COW's P(1|N) fixed at this value")
     args = parser.parse_args()
+    if args.noise is not None and not args.runs:
+        parser.error("--noise re-fits finished runs: give them with --runs")
 
     if args.runs:
         runs = [(run.name, run) for run in args.runs]
@@ -152,15 +154,15 @@ def main() -> int:
                 (args.save_obs / run.name / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run / rel, args.save_obs / run.name / rel)
         stored = not args.runs or args.stored
-        if args.noise is not None and args.runs:
-            fits = refit_noise(run, args.noise)
+        if args.noise is not None:
+            fits, how = refit_noise(run, args.noise), f"P(1|N) = {args.noise} refit"
+        elif stored:
+            fits, how = pl.read_parquet(run / "fits" / "problems.parquet"), "the run"
         else:
-            fits = pl.read_parquet(run / "fits" / "problems.parquet") if stored else refit(run)
+            fits, how = refit(run), "refitted"
         summary = summarize(agreement_rows(run, fits)).with_columns(run=pl.lit(name))
         summaries.append(summary)
         with pl.Config(tbl_rows=-1, tbl_width_chars=160, float_precision=3, tbl_hide_dataframe_shape=True):
-            how = f"P(1|N) = {args.noise} refit" if args.noise is not None and args.runs else \
-                ("the run" if stored else "refitted")
             print(f"{name} ({run}; {how}'s categories{_infer_time(run)})")
             print(summary.drop("run"))
     every = pl.concat(summaries)
