@@ -42,19 +42,43 @@ __all__ = ["COWFit", "fit_cow_task", "NOT_COVERED", "OUTCOMES"]
 #: Outcome order used for counts and for ``COWFit.noise_``.
 OUTCOMES = ("1", "0", "IDK")
 #: The task's P(1|N) values the posterior integrates over under evidence that stays put
-#: (:meth:`COWFit.posterior_pairs`).
-NOISE_GRID = (0.01, 0.05, 0.15, 0.3, 0.5)
+#: (:meth:`COWFit.posterior_pairs`), one value per span class (:func:`span_class`).
+NOISE_GRID = (0.01, 0.15, 0.5)
+#: Noise variants per node of P_i(O) that the placement budgets count (:func:`_placement_cost`),
+#: whatever their number: the budgets were set for five, and keep the same problems in the law.
+BUDGET_VARIANTS = 5
+#: Span classes with a P(1|N) of their own in the posterior: spans of at most one unit (C <= 1)
+#: and longer ones (:func:`span_class`; 1 gives one P(1|N) for every span, the rule before).
+SPAN_CLASSES = 2
 #: Problems (the cheapest) on which the chain over the copies is tried first; when Eq. 3's pairs
 #: beat every placement variant there by :data:`PROBE_MARGIN` nats of evidence, the task keeps
 #: Eq. 3 alone (its spans are not a document's: the chain would cost time and change nothing).
 PROBE_PROBLEMS = 16
 PROBE_MARGIN = 10.0
+#: Placement variants (values of P(1|N) per span class) whose evidence on those problems falls
+#: more than this many nats below the best variant's are dropped before the other problems.
+VARIANT_MARGIN = 10.0
 #: ``COWFit.not_covered``: the oracle's outcome on a span without its evidence, fitted per task
 #: (q(0), q(IDK) by EM) or always IDK (Eq. 3 as printed).
 NOT_COVERED = ("fitted", "idk")
 
 #: Entries per piece of the general terms (work arrays that stay in cache).
 _CHUNK = 1 << 15
+
+
+def span_class(C: np.ndarray) -> np.ndarray:
+    """The span class of each length C, min(max(C - 1, 0), SPAN_CLASSES - 1): with two classes,
+    0 for at most one unit (the closed book and one unit: nothing to mistake the evidence for)
+    and 1 for several units."""
+    return np.minimum(np.maximum(np.asarray(C, dtype=np.int64) - 1, 0), SPAN_CLASSES - 1)
+
+
+def noise_variants(rest: np.ndarray) -> np.ndarray:
+    """P(x|N) per posterior variant and span class, (V, :data:`SPAN_CLASSES`, 3): P(1|N) of each
+    class on :data:`NOISE_GRID` independently (every combination), P(0|N) : P(IDK|N) = ``rest``."""
+    grid = np.asarray(NOISE_GRID, dtype=np.float64)
+    n1 = np.stack(np.meshgrid(*[grid] * SPAN_CLASSES, indexing="ij"), axis=-1).reshape(-1, SPAN_CLASSES)
+    return np.concatenate([n1[..., None], (1.0 - n1)[..., None] * rest], axis=-1)
 
 
 def _cell_term(n1, n0, ni, l1, l0, li) -> np.ndarray:
@@ -205,8 +229,9 @@ class COWFit(CellFit):
         return cell_statistics(obs, binarization_cut(obs, self.threshold))
 
     def posterior_pairs(self, obs: pl.DataFrame, run: "COWFit") -> list[dict]:
-        """``run.pairs_`` (Eq. 3: every span's cover drawn afresh) and, per value of P(1|N) in
-        :data:`NOISE_GRID`, the same pairs with ``placement_ll``: the marginal likelihood of each
+        """``run.pairs_`` (Eq. 3: every span's cover drawn afresh) and, per variant of P(1|N) (one
+        value of :data:`NOISE_GRID` per span class, :func:`noise_variants`), the same pairs with
+        ``placement_ll``: the marginal likelihood of each
         problem's spans under evidence that stays put (:mod:`raylc.dolce.placement`; P_i(O)
         integrated out, P(0|N) : P(IDK|N) and q the run's, the terms below lambda the
         Dirichlet-multinomial of the problem's own counts under the run's prior; past
@@ -214,7 +239,9 @@ class COWFit(CellFit):
         :data:`~raylc.dolce.placement.FEW_BUDGET` NaN, so Eq. 3).
         The posterior weighs them all by their evidence over the task: a document's copies stay
         put, so its spans take the second law, and the grid integrates the task's P(1|N) out
-        (Eq. 3's EM can explain the hits as noise when the probe never abstains)."""
+        (Eq. 3's EM can explain the hits as noise when the probe never abstains). Where the chain
+        is tried on :data:`PROBE_PROBLEMS` first, the variants more than :data:`VARIANT_MARGIN`
+        nats of evidence behind the best there are dropped for the rest."""
         pairs = run.pairs_
         exact, few = _placement_cost(pairs, self.L_, self.lam_q_)
         exact = exact <= BUDGET
@@ -229,7 +256,7 @@ class COWFit(CellFit):
         C, start, xo = (spans[c].to_numpy() for c in ("C", "start", "x"))
         cuts = np.searchsorted(pid, np.arange(self.problems_.size + 1))
         rest = run.noise_[1:] / run.noise_[1:].sum() if run.noise_[1:].sum() > 0 else np.array([0.5, 0.5])
-        noise = np.array([[n1, *((1.0 - n1) * rest)] for n1 in NOISE_GRID])  # (V, 3)
+        noise = noise_variants(rest)  # (V, classes, 3)
         q = np.r_[0.0, run.not_covered_]  # q of outcome 1 is never used (a right answer is covered)
         rows = np.searchsorted(pairs["problem"], np.arange(self.problems_.size + 1))
         problems = [(int(self.L_[i]), int(self.lam_q_[i]), C[cuts[i]:cuts[i + 1]], start[cuts[i]:cuts[i + 1]],
@@ -242,14 +269,19 @@ class COWFit(CellFit):
             probe = chained[np.argsort(few[live][chained], kind="stable")[:PROBE_PROBLEMS]]
             for j, part in zip(probe, _placement_parts([problems[j] for j in probe], noise, q, closed_wrong)):
                 parts[j] = part
-            placed = _below_prior_of_placement([parts[j] for j in probe], len(NOISE_GRID))
-            if _eq3_wins(pairs, rows, live[probe], placed):
+            eq3, placed = _probe_evidence(pairs, rows, live[probe],
+                                          _below_prior_of_placement([parts[j] for j in probe], len(noise)))
+            if placed.max() < eq3 - PROBE_MARGIN:
                 return [pairs]
+            kept = np.flatnonzero(placed >= placed.max() - VARIANT_MARGIN)
+            noise = noise[kept]
+            for j in probe:
+                parts[j] = (parts[j][0][kept], *parts[j][1:])
         rest = [j for j, part in enumerate(parts) if part is None]  # the probe's parts are kept
         for j, part in zip(rest, _placement_parts([problems[j] for j in rest], noise, q, closed_wrong)):
             parts[j] = part
-        out = np.full((len(NOISE_GRID), pairs["lam"].size), np.nan)
-        for i, v in zip(live, _below_prior_of_placement(parts, len(NOISE_GRID))):
+        out = np.full((len(noise), pairs["lam"].size), np.nan)
+        for i, v in zip(live, _below_prior_of_placement(parts, len(noise))):
             out[:, rows[i]:rows[i + 1]] = v
         return [pairs, *(pairs | {"placement_ll": v} for v in out)]
 
@@ -582,7 +614,8 @@ def _placement_parts(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
     """The parts of placement_ll (:meth:`COWFit.posterior_pairs`; :func:`_below_prior_of_placement`
     makes them the (V, pairs) arrays) per problem (L, max C, its spans' C, start and outcome codes
     x (0: 1, 1: 0, 2: IDK), its pairs' lambda and k, whether the forward pass is affordable): the
-    marginal above lambda, one row per noise distribution of ``noise`` (V, 3), P_i(O) integrated
+    marginal above lambda, one row per variant of ``noise`` (V, span classes, 3: each span takes
+    its class's P(x|N), :func:`span_class`), P_i(O) integrated
     out on Gauss-Legendre nodes (uniform prior); the counts below lambda; the pairs' lambdas.
     Each problem's parts are its own. Without the forward pass, the chain
     :func:`~raylc.dolce.placement.few_copies_loglik` up to :data:`~raylc.dolce.placement.FEW_COPIES`
@@ -592,16 +625,16 @@ def _placement_parts(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
     V = noise.shape[0]
     nodes, weights = np.polynomial.legendre.leggauss(GRID)
     pO, lw = np.tile((nodes + 1.0) / 2.0, V), np.tile(np.log(weights / 2.0), V)  # (V G,), variant-major
-    nx_all = np.repeat(noise, GRID, axis=0).T  # (3, V G): P(x|N)
     items, owners, logs = [], [], []
     few: dict = {}
     for i, (L, max_c, C, start, x, lam, k, exact) in enumerate(problems):
         lams = np.unique(lam[(lam >= 1) & (lam <= max_c)])
         k_max = {int(a): int(k[lam == a].max()) for a in lams}
+        nx = np.repeat(noise[:, span_class(C), x], GRID, axis=0).T  # (spans, V G): P(x_j|N) of the span's class
         with np.errstate(divide="ignore"):
-            lg1 = np.maximum(np.log(pO * (x == 0)[:, None] + (1.0 - pO) * nx_all[x]), -1e5)  # covered
-            lg0 = np.maximum(np.log(pO * q[x][:, None] + (1.0 - pO) * nx_all[x]), -1e5)  # not covered
-        logs.append((lg1, lg0))
+            lg1 = np.maximum(np.log(pO * (x == 0)[:, None] + (1.0 - pO) * nx), -1e5)  # covered
+            lg0 = np.maximum(np.log(pO * q[x][:, None] + (1.0 - pO) * nx), -1e5)  # not covered
+        logs.append((lg1, lg0, nx))
         for a in k_max:
             if exact:
                 items.append((L, a, k_max[a], start, C, lg1, lg0))
@@ -611,12 +644,12 @@ def _placement_parts(problems: list, noise: np.ndarray, q: np.ndarray, closed_wr
     by_lam = dict(zip(owners, placement_logliks(items)))
     out = []
     for i, (L, _, C, _, x, lam, k, _) in enumerate(problems):
-        lg1, lg0 = logs[i]
+        lg1, lg0, nx = logs[i]
         above = np.empty((lam.size, pO.size))
         below = np.empty((lam.size, 3))
         missed = (C == 0) & (x == 0) & closed_wrong  # right closed-book answers
         with np.errstate(divide="ignore"):
-            lgc = missed.sum() * np.maximum(np.log((1.0 - pO) * nx_all[0]), -1e5)
+            lgc = np.maximum(np.log((1.0 - pO) * nx[missed]), -1e5).sum(axis=0)
         for r, (a, b) in enumerate(zip(lam.tolist(), k.tolist())):
             if (i, a) in by_lam:
                 above[r] = by_lam[(i, a)][:, b - 1]
@@ -665,23 +698,24 @@ def _below_prior_of_placement(parts: list, V: int) -> list[np.ndarray]:
     return [marg[:, lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def _eq3_wins(pairs: dict, rows: np.ndarray, members: np.ndarray, placed: list) -> bool:
-    """Whether the evidence of ``members`` (problem indices; ``rows`` bounds each problem's pairs)
-    under Eq. 3's pairs exceeds that under every placement variant (``placed``, a (V, pairs) array
-    per member) by :data:`PROBE_MARGIN` nats, the pairs weighed by the posterior's prior."""
+def _probe_evidence(pairs: dict, rows: np.ndarray, members: np.ndarray, placed: list) -> tuple[float, np.ndarray]:
+    """The evidence of ``members`` (problem indices; ``rows`` bounds each problem's pairs) under
+    Eq. 3's pairs, and under each placement variant (``placed``, a (V, pairs) array per member;
+    (V,)), the pairs weighed by the posterior's prior."""
     prior = log_pair_prior(pairs["problem"], pairs["lam"], int(pairs["problem"].max(initial=0)) + 1)
     eq3 = marginal_loglik(pairs) + prior
     own = sum(float(log_sum_exp(eq3[rows[i]:rows[i + 1]], axis=0)) for i in members)
-    other = sum(log_sum_exp(v + prior[rows[i]:rows[i + 1]], axis=1) for i, v in zip(members, placed))
-    return bool(np.max(other) < own - PROBE_MARGIN)
+    return own, sum(log_sum_exp(v + prior[rows[i]:rows[i + 1]], axis=1) for i, v in zip(members, placed))
 
 
 def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per problem, the work of its forward passes (:func:`~raylc.dolce.placement.placement_work`
     summed over its lambdas 1 .. max C, each with the largest k it scores) and of its chains over
     the copies (:func:`~raylc.dolce.placement.few_copies_work`, as many lengths as lambdas) on
-    the grid of P_i(O) x P(1|N), for :data:`~raylc.dolce.placement.BUDGET` and
-    :data:`~raylc.dolce.placement.FEW_BUDGET`."""
+    the grid of P_i(O) x one P(1|N) per value of :data:`NOISE_GRID`, for
+    :data:`~raylc.dolce.placement.BUDGET` and :data:`~raylc.dolce.placement.FEW_BUDGET` (the budgets
+    count one variant per grid value, as before the span classes: the same problems take the
+    placement law, at len(NOISE_GRID) ** (SPAN_CLASSES - 1) times the work)."""
     p, lam, k = pairs["problem"], pairs["lam"], pairs["k"]
     use = (lam >= 1) & (lam <= max_c[p])
     key = p[use] * (int(lam.max(initial=0)) + 1) + lam[use]
@@ -689,9 +723,9 @@ def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.n
     k_max = np.zeros(keys.size, dtype=np.int64)
     np.maximum.at(k_max, inv.reshape(-1), k[use])
     kp, kl = np.divmod(keys, int(lam.max(initial=0)) + 1)
-    work = placement_work(L[kp], kl, k_max, max_c[kp], GRID * len(NOISE_GRID))
+    work = placement_work(L[kp], kl, k_max, max_c[kp], GRID * BUDGET_VARIANTS)
     n_lams = np.bincount(kp, minlength=L.size)
-    few = few_copies_work(L[kp], kl, k_max, n_lams[kp], GRID * len(NOISE_GRID))
+    few = few_copies_work(L[kp], kl, k_max, n_lams[kp], GRID * BUDGET_VARIANTS)
     return (np.bincount(kp, weights=work.astype(np.float64), minlength=L.size),
             np.bincount(kp, weights=few.astype(np.float64), minlength=L.size))
 

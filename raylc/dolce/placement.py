@@ -34,7 +34,8 @@ chain places at most :data:`FEW_COPIES` copies, and pairs with more are left out
 
 The fit uses them where affordable (:data:`BUDGET`, :data:`FEW_BUDGET`), in the posterior only
 (:meth:`raylc.dolce.cow.COWFit.posterior_pairs`): P_i(O) is integrated out on a Gauss-Legendre
-grid (uniform prior), the task-level P(x|N) and q are the posterior EM's, and the terms below
+grid (uniform prior), the task-level P(1|N) on a grid per span class, P(0|N) : P(IDK|N) and q
+the posterior EM's, and the terms below
 lambda are the Dirichlet-multinomial of :mod:`raylc.dolce.uncertainty` on the problem's own
 counts.
 """

@@ -11,9 +11,9 @@ designed. A last table gives each agreement's mean, min and max over the seeds.
 ``--runs`` re-fits finished runs without inference: each folder (a run, or a copy holding
 ``score/observations.parquet`` and ``build/problems.parquet``) is fitted again by ``raylc fit``
 with the estimator in the tree (``--stored``: read the run's own ``fits/problems.parquet``).
-``--noise P``: re-fit in this process with the task's P(1|N) fixed at P (one value for COW's
-posterior, :data:`raylc.dolce.cow.NOISE_GRID`, which it otherwise integrates over): a diagnostic
-of how far a category turns on the noise.
+``--noise P``: re-fit in this process with the task's P(1|N) fixed at P for every span class
+(one value for COW's posterior, :data:`raylc.dolce.cow.NOISE_GRID`, which it otherwise integrates
+over per span class): a diagnostic of how far a category turns on the noise.
 
     .venv-real/bin/python tests/benchmarks/real_dolce_agreement.py                  # seeds 0-2
     .venv-real/bin/python tests/benchmarks/real_dolce_agreement.py --seeds 0-4 --store /tmp/agree \\
