@@ -198,6 +198,9 @@ def test_fit_command_reads_and_writes_s3(s3, runs):
 
 
 @pytest.mark.ray
+# the DOLCE run on S3 above runs in CI; both families share the one inference path (pipeline.infer,
+# its request table read from the store by the Ray workers) and the one store; RAYLC_SLOW=1 runs it
+@pytest.mark.slow
 def test_length_sweep_on_s3_equals_local(s3, ray_session, tmp_path):
     """A length-controlled run on S3: its request table is read from S3 by the Ray workers."""
     small = {"suite.lengths": [2048, 4096], "suite.base_lengths": [2048], "suite.samples_per_length": 6}
