@@ -86,7 +86,7 @@ def _ray_marker_guard(request):
     if request.node.get_closest_marker("ray") is not None:
         yield
         return
-    started = {"ray_session", "head"} & set(request.fixturenames)  # the shared instance; a `ray start` head
+    started = {"ray_session", "head", "agentless"} & set(request.fixturenames)  # the shared instance; `ray start` heads
     if started:
         pytest.fail(f"{request.node.nodeid} uses {started.pop()} but is not marked @pytest.mark.ray")
     before = _ray_sessions()

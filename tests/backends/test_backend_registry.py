@@ -163,7 +163,8 @@ def test_a_toy_backend_runs_a_quickstart_sized_job(toy, ray_session, tmp_path):
     from raylc.evaluate import evaluate
 
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {
-        "probe": {"backend": "toy"}, "suite.problems_per_task": 6, "store.path": str(tmp_path)})
+        "probe": {"backend": "toy"}, "suite.problems_per_task": 6, "store.path": str(tmp_path),
+        "fit.uncertainty": "none"})  # the point fit: the claim is the backend's, not the posterior's
     run = evaluate(job, log=lambda line: None)
     assert run.manifest.stages["report"].status == "done", run.manifest.stages
     done = pl.read_parquet(list((tmp_path / run.run_id / "infer").rglob("*.parquet")))
@@ -211,7 +212,7 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
     log = tmp_path / "closed.log"
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {
         "probe": {"backend": "toy", "closed_log": str(log)}, "suite.problems_per_task": 2,
-        "store.path": str(tmp_path / "runs"), "ray.actors": 2})
+        "store.path": str(tmp_path / "runs"), "ray.actors": 2, "fit.uncertainty": "none"})
     evaluate(job, log=lambda line: None)
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):

@@ -25,6 +25,7 @@ TINY = {"problems_per_task": 3, "min_units": 40, "max_units": 50}
 def _jobs(tmp_path, base_url, suite=SMALL):
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update(suite)
+    spec["fit"]["uncertainty"] = "none"  # the point fit: these tests are about the HTTP backend, not the posterior
     simulated = parse_job(spec)
     spec["probe"] = {"backend": "openai", "base_url": base_url, "model": "simulated", "mode": "completions",
                      "concurrency": 4, "max_retries": 10, "backoff_s": 0.01}

@@ -21,6 +21,7 @@ JOB = """name: interrupts
 suite: {kind: planted, tasks: [planted-a, planted-b], problems_per_task: 2, min_units: 200, max_units: 400}
 inference: {shard_rows: 500, shard_seconds: 0.5}
 ray: {actors: 1, actor_num_cpus: 0.5, batch_size: 256}
+fit: {uncertainty: none}
 """
 LINE = re.compile(r"^interrupted( \(SIGTERM\))? during infer; (\d+) requests stored; re-run with --run-id (\S+) to "
                   r"resume$")

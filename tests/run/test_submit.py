@@ -3,6 +3,7 @@ and the wait for a job agent that is still starting (a fake Jobs API, and real h
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -42,10 +43,35 @@ def _tiny_job(folder: Path, extra: str = "") -> Path:
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
-    """A new head, shared by the module. As soon as its dashboard answers (its job agent may
-    still be starting), a tiny job is submitted: ``cluster.early`` holds that ``raylc submit``
-    and its store (:func:`test_submit_right_after_the_head_starts`)."""
+def agentless(tmp_path_factory):
+    """A real head whose job agent never comes (its HTTP port is taken), and, in a thread as
+    soon as its dashboard answers, a ``raylc submit`` to it with ``ray.connect_timeout_s`` 15 s
+    (the head itself waits 10 s before each answer). Most of that half minute is the head's
+    waiting: :func:`head` asks for this fixture first, so that both heads start at once and the
+    submission goes on while the module's other tests run. Yields the head and the future of the
+    submission's completed process (:func:`test_submit_gives_up_on_a_real_head_without_a_job_agent`);
+    the head is stopped when the module ends."""
+    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray", agent_port_taken=True)
+    job = _tiny_job(tmp_path_factory.mktemp("wd"), "ray: {connect_timeout_s: 15}\n")
+
+    def give_up() -> subprocess.CompletedProcess:
+        cluster.wait_dashboard()
+        return subprocess.run([sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address],
+                              cwd=job.parent, capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            yield cluster, pool.submit(give_up)
+        finally:
+            cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory, agentless):
+    """A new head, shared by the module (started beside :func:`agentless`'s). As soon as its
+    dashboard answers (its job agent may still be starting), a tiny job is submitted:
+    ``cluster.early`` holds that ``raylc submit`` and its store
+    (:func:`test_submit_right_after_the_head_starts`)."""
     cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray")  # short: Ray's socket paths live there
     try:
         cluster.wait_dashboard()
@@ -336,19 +362,14 @@ def test_submit_right_after_the_head_starts(head):
 
 
 @pytest.mark.ray
-def test_submit_gives_up_on_a_real_head_without_a_job_agent(tmp_path, tmp_path_factory):
-    """A real head whose job agent never comes (its HTTP port is taken) answers as a starting
-    one does; raylc recognises Ray's own words, waits `ray.connect_timeout_s` (15 s: the head
-    itself waits 10 s before it answers) and ends with one line."""
-    cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray", agent_port_taken=True)
-    try:
-        cluster.wait_dashboard()
-        job = _tiny_job(tmp_path / "wd", "ray: {connect_timeout_s: 15}\n")
-        proc = subprocess.run([sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address],
-                              cwd=job.parent, capture_output=True, text=True, timeout=300)
-        assert not cluster.agent_registered()
-    finally:
-        cluster.stop()
+def test_submit_gives_up_on_a_real_head_without_a_job_agent(agentless):
+    """A real head whose job agent never comes answers as a starting one does; raylc recognises
+    Ray's own words, waits `ray.connect_timeout_s` (15 s: the head itself waits 10 s before it
+    answers) and ends with one line (the submission of :func:`agentless`, made while the module's
+    other tests ran; the head is still up here)."""
+    cluster, submission = agentless
+    proc = submission.result(timeout=600)
+    assert not cluster.agent_registered()
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert _waiting(cluster.address, "15") in lines, proc.stderr[-3000:]
