@@ -212,7 +212,7 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
     log = tmp_path / "closed.log"
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {
         "probe": {"backend": "toy", "closed_log": str(log)}, "suite.problems_per_task": 2,
-        "store.path": str(tmp_path / "runs"), "ray.actors": 2, "fit.uncertainty": "none"})
+        "store.path": str(tmp_path / "runs"), "ray.actors": 2})
     evaluate(job, log=lambda line: None)
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
