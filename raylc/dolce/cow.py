@@ -712,10 +712,10 @@ def _placement_cost(pairs: dict, L: np.ndarray, max_c: np.ndarray) -> tuple[np.n
     """Per problem, the work of its forward passes (:func:`~raylc.dolce.placement.placement_work`
     summed over its lambdas 1 .. max C, each with the largest k it scores) and of its chains over
     the copies (:func:`~raylc.dolce.placement.few_copies_work`, as many lengths as lambdas) on
-    the grid of P_i(O) x one P(1|N) per value of :data:`NOISE_GRID`, for
-    :data:`~raylc.dolce.placement.BUDGET` and :data:`~raylc.dolce.placement.FEW_BUDGET` (the budgets
-    count one variant per grid value, as before the span classes: the same problems take the
-    placement law, at len(NOISE_GRID) ** (SPAN_CLASSES - 1) times the work)."""
+    the grid of P_i(O) x :data:`BUDGET_VARIANTS` noise variants, for
+    :data:`~raylc.dolce.placement.BUDGET` and :data:`~raylc.dolce.placement.FEW_BUDGET` (whatever
+    the number of variants :func:`noise_variants` gives, so the same problems take the placement
+    law)."""
     p, lam, k = pairs["problem"], pairs["lam"], pairs["k"]
     use = (lam >= 1) & (lam <= max_c[p])
     key = p[use] * (int(lam.max(initial=0)) + 1) + lam[use]
