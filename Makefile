@@ -36,11 +36,21 @@ lint: install-test
 reference: install
 	$(BIN)/python -m raylc.reference docs/reference
 
-# The fast suite in parallel (pytest-xdist, one worker per core), then the tests that start Ray
-# in one process (one shared Ray instance; Ray's own workers need the cores).
+# The tests that start Ray run in one process (one shared Ray instance), and beside them, at a lower
+# priority (nice 19: Ray runs its workers at nice 15), the fast suite in parallel (pytest-xdist, one worker per core): the Ray tests
+# leave about a third of the two cores idle while they wait on subprocesses, servers and shards.
+# The Ray tests' console comes live, the fast suite's whole at the end (test-artifacts/fast-suite.log).
+FAST_LOG := test-artifacts/fast-suite.log
 test: install-test
-	$(BIN)/python -m pytest -q -m "not ray" --durations=10
-	$(BIN)/python -m pytest -q -m ray -n 0 --durations=15
+	@mkdir -p $(dir $(FAST_LOG))
+	@nice -n 19 $(BIN)/python -m pytest -q -m "not ray" --durations=10 > $(FAST_LOG) 2>&1 & fast=$$!; \
+	trap 'kill $$fast 2>/dev/null' INT TERM; \
+	echo "fast suite (not ray) started beside the Ray tests; its console: $(FAST_LOG)"; \
+	$(BIN)/python -m pytest -q -m ray -n 0 --durations=15; ray=$$?; \
+	wait $$fast; fast_rc=$$?; \
+	echo "--- fast suite (not ray) ---"; cat $(FAST_LOG); \
+	echo "make test: Ray tests exit $$ray, fast suite exit $$fast_rc"; \
+	[ $$ray -eq 0 ] && [ $$fast_rc -eq 0 ]
 
 # The real engine on CPU: a venv of its own with vLLM's CPU build (cluster/cpu/install.sh: raylc[vllm]
 # would pull the CUDA build over the same module), and SmolLM2-135M-Instruct built from the

@@ -104,7 +104,10 @@ def four_runs(ray_session, tmp_path_factory):
     from raylc.evaluate import evaluate
 
     store = tmp_path_factory.mktemp("store")
-    quick = {"suite.problems_per_task": 15, "suite.max_units": 150, "store.path": str(store)}
+    # point fits: compare's posterior shares and intervals are checked on the quickstart in the fast
+    # tier (tests/dolce/test_shares.py); a posterior fit costs ~6 s of CPU here, the point fit ~0.1 s
+    quick = {"suite.problems_per_task": 15, "suite.max_units": 150, "store.path": str(store),
+             "fit.uncertainty": "none"}
     for rid, seed, acc in (("qs-a", 0, 0.9),
                            ("qs-b", 1, 0.9), ("qs-c", 0, 0.8)):  # qs-c: qs-a's problems, another probe
         evaluate(load_job(ROOT / "jobs" / "quickstart.yaml", {**quick, "seed": seed, "probe.accuracy": acc}), rid,
@@ -145,9 +148,9 @@ def test_compare_makes_a_leaderboard_equal_to_longscore_and_fit(four_runs, tmp_p
     assert_frame_equal(pl.read_parquet(tmp_path / "lc" / "summary.parquet"), summary)
     assert "hr-good" in lc.output and "hr-weak" in lc.output
     # the category shares equal `raylc fit` on qs-a's observations, and each run's own fit (the
-    # same fit through Ray: tests/dolce/test_commands.py; a posterior fit costs ~10 s in process)
+    # same fit through Ray: tests/dolce/test_commands.py)
     fit = RUNNER.invoke(app, ["fit", str(store / "qs-a" / "score" / "observations.parquet"), "--out",
-                              str(tmp_path / "fit-qs-a"), "--no-ray"])
+                              str(tmp_path / "fit-qs-a"), "--no-ray", "--uncertainty", "none"])
     assert fit.exit_code == 0, fit.output
     own = {rid: pl.read_parquet(store / rid / "fits" / "tasks.parquet") for rid in ("qs-a", "qs-b", "qs-c")}
     assert pl.read_parquet(tmp_path / "fit-qs-a" / "tasks.parquet").equals(own["qs-a"])

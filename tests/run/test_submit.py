@@ -134,15 +134,12 @@ def test_submit_unreachable_cluster_is_one_line(tmp_path):
 
 
 def test_submit_bad_job_file_fails_locally(tmp_path):
-    bad = ROOT / "jobs" / ".bad-submit-test.yaml"
+    bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nsampling: {stride: 2}\n")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "raylc", "submit", str(bad), "--address", "http://127.0.0.1:9"],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
-        )
-    finally:
-        bad.unlink()
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylc", "submit", str(bad), "--address", "http://127.0.0.1:9"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
     assert proc.returncode == 2
     assert "unknown key 'sampling.stride'" in proc.stderr and "Traceback" not in proc.stderr
 
