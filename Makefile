@@ -36,10 +36,11 @@ lint: install-test
 reference: install
 	$(BIN)/python -m raylc.reference docs/reference
 
-# The tests that start Ray run in one process (one shared Ray instance), and beside them, at a lower
-# priority (nice 19: Ray runs its workers at nice 15), the fast suite in parallel (pytest-xdist, one worker per core): the Ray tests
-# leave about a third of the two cores idle while they wait on subprocesses, servers and shards.
-# The Ray tests' console comes live, the fast suite's whole at the end (test-artifacts/fast-suite.log).
+# The tests that start Ray run in one process (one shared Ray instance), and beside them, at a
+# lower priority (nice 19: Ray runs its workers at nice 15), the fast suite in parallel
+# (pytest-xdist, one worker per core): the Ray tests leave about a third of the two cores idle
+# while they wait on subprocesses, servers and shards. The Ray tests' console comes live, the
+# fast suite's whole at the end (test-artifacts/fast-suite.log).
 FAST_LOG := test-artifacts/fast-suite.log
 test: install-test
 	@mkdir -p $(dir $(FAST_LOG))

@@ -393,7 +393,9 @@ def identity_mapper_pickled(fn, frames, *args):
 #: as in a real document; "mix": fixed copies, 15% closed-book problems (lambda = 0), noise
 #: mostly IDK, take-every strides (every 2, at least C / 2), L from 50 to 1,000; "wrong w": fixed
 #: copies, 15% closed-book problems, and a probe that answers wrongly instead of saying IDK with
-#: probability w where it lacks the evidence (below lambda, or a span missing the copies).
+#: probability w where it lacks the evidence (below lambda, or a span missing the copies);
+#: "short": documents of 5-12 units on the exponential ladder (C = 0, 1, 2, 5, L), "short
+#: every": the same documents with every span length C = 0 .. L sampled.
 COW_GENERATORS = {
     "model": dict(replant_each_observation=True),
     "fixed": dict(replant_each_observation=False),
@@ -402,6 +404,9 @@ COW_GENERATORS = {
     **{f"wrong {w:g}": dict(replant_each_observation=False, p_closed_book=0.15, p_wrong=w) for w in (0.0, 0.5, 1.0)},
     **{f"short{' wrong 1' if w else ''}": dict(replant_each_observation=False, p_closed_book=0.15, p_wrong=w,
                                                 L_range=(5, 12)) for w in (0.0, 1.0)},
+    **{f"short every{' wrong 1' if w else ''}": dict(replant_each_observation=False, p_closed_book=0.15, p_wrong=w,
+                                                      L_range=(5, 12), ladder=tuple(range(12)))
+       for w in (0.0, 1.0)},
 }
 
 

@@ -479,7 +479,7 @@ def test_every_documented_command_names_what_raylc_has(command):
 
 def _scratch(tmp_path: Path) -> Path:
     """A folder holding a copy of jobs/, where the documented commands run as from the repository."""
-    shutil.copytree(ROOT / "jobs", tmp_path / "jobs", ignore=shutil.ignore_patterns(".*"))  # not scratch jobs
+    shutil.copytree(ROOT / "jobs", tmp_path / "jobs")
     return tmp_path
 
 

@@ -1,6 +1,6 @@
 """Calibration of the DOLCE per-problem uncertainty, and its cost.
 
-    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--cost-only]
+    .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--generators NAME ...] [--cost-only]
         [--paper-start-only] [--pig-hit-rate]
 
 1. Per generator (``dolce_reference.COW_GENERATORS``): COW "model" (copies re-placed for every
@@ -8,9 +8,11 @@
    closed-book problems, noise mostly IDK, take-every strides, L 50-1,000), "wrong 0",
    "wrong 0.5", "wrong 1" (fixed copies, 15% closed-book problems, the probe's answer on a span
    missing the copies a wrong one at that rate instead of IDK), "short" and "short wrong 1"
-   (documents of 5-12 units), 150 problems per seed, noise prior rho_max 0.2; PIG "model" and
-   "fixed" (the default ``pig_likelihood: binned``, 40 problems per seed; ``--pig-hit-rate``
-   adds one group of Algorithm 2's likelihood, ``paper``).
+   (documents of 5-12 units on the exponential ladder), "short every" and "short every wrong 1"
+   (the same with every span length sampled); ``--generators`` picks some; 150 problems per
+   seed, noise prior rho_max 0.2; PIG "model" and "fixed" (the default ``pig_likelihood:
+   binned``, 40 problems per seed; ``--pig-hit-rate`` adds one group of Algorithm 2's
+   likelihood, ``paper``).
    In groups of 5 seeds: per group the expected calibration error, the share of problems at
    confidence >= 0.9 and their accuracy, the coverage of the 90% lambda interval, and the
    accuracy (recovery) of the reported categories over all problems; then mean, min and max
@@ -119,6 +121,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--groups", type=int, default=4, help="COW: groups of 5 seeds (seeds 0 .. 5 * groups - 1)")
     ap.add_argument("--pig-groups", type=int, default=2, help="PIG: groups of 5 seeds")
+    ap.add_argument("--generators", nargs="+", choices=list(COW_GENERATORS), default=list(COW_GENERATORS),
+                    metavar="NAME", help="COW generators to run (default: all)")
     ap.add_argument("--cost-only", action="store_true")
     ap.add_argument("--pig-hit-rate", action="store_true", help="add one group of PIG with Algorithm 2's likelihood")
     ap.add_argument("--paper-start-only", action="store_true",
@@ -129,7 +133,7 @@ def main() -> None:
 
         COWFit._posterior_starts = (0.5,)
     if not args.cost_only:
-        for gen in COW_GENERATORS:
+        for gen in args.generators:
             over_groups(f"COW {gen}", "COW", args.groups, 150, generator=gen)
         for gen in ("model", "fixed"):
             over_groups(f"PIG {gen} (binned, the default)", "PIG", args.pig_groups, 40, generator=gen)

@@ -23,10 +23,11 @@ COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/proble
 
 @pytest.fixture
 def small_job():
-    """A smaller quickstart inside the working directory that `ray job submit` uploads."""
+    """A smaller quickstart inside the working directory that `ray job submit` uploads (at its
+    top, where no test looks for job files: the shipped ones in jobs/ are read beside this)."""
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update(problems_per_task=8, max_units=150)
-    path = ROOT / "jobs" / ".submit-test.yaml"
+    path = ROOT / ".submit-test.yaml"
     path.write_text(yaml.safe_dump(spec))
     yield path.relative_to(ROOT).as_posix()
     path.unlink()
@@ -155,7 +156,7 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
 
     from ray.job_submission import JobSubmissionClient
 
-    job = ROOT / "jobs" / ".stop-test.yaml"
+    job = ROOT / ".stop-test.yaml"  # uploaded, outside jobs/ (see small_job)
     job.write_text("name: stop\nsuite: {kind: planted, tasks: [planted-a, planted-b], problems_per_task: 3, "
                    "min_units: 200, max_units: 400}\ninference: {shard_rows: 500, shard_seconds: 0.5}\n")
     store = tmp_path / "store"
