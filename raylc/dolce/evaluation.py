@@ -18,7 +18,15 @@ import polars as pl
 from raylc.backends.registry import added_tokens
 from raylc.backends.stages import PROBLEM_ROW_GROUP
 from raylc.dolce import stages
-from raylc.dolce.plan import Plan, plan, prefix_order, prompt_pieces, prompt_tokens, span_tokens
+from raylc.dolce.plan import (
+    Plan,
+    plan,
+    prefix_order,
+    prompt_pieces,
+    prompt_tokens,
+    short_documents_warning,
+    span_tokens,
+)
 from raylc.io.plans import plan_tokenizer
 
 if TYPE_CHECKING:
@@ -43,6 +51,9 @@ def build_stage(run: Run) -> Rows:
 
 def sample_stage(run: Run) -> Rows:
     problems = run.folder.read(PROBLEMS).sort("task", "problem_id")
+    note = short_documents_warning(problems["L"], run.job.sampling)
+    if note:
+        run.log(f"[sample] warning: {note}")
     chunks = (stages.sample(problems.slice(i, SAMPLE_PROBLEMS), run.job)
               for i in range(0, problems.height, SAMPLE_PROBLEMS))  # each sorted, and in order
     return {"spans": run.folder.write_parts(chunks, SPANS, stages.sample(problems.clear(), run.job))}

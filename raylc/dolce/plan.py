@@ -287,6 +287,27 @@ def _budget_sampling(sampling: Sampling, problems: pl.DataFrame, budget: int,
     return with_every(strides)
 
 
+#: Documents of at most this many units (and at least 4, where the ladder skips a length) on
+#: the exponential ladder get :func:`short_documents_warning` (measured on 5-12 units).
+SHORT_DOCUMENT_UNITS = 12
+
+
+def short_documents_warning(L: pl.Series, sampling: Sampling) -> Optional[str]:
+    """One line when problems of 4 .. :data:`SHORT_DOCUMENT_UNITS` units are sampled on the
+    exponential ladder (C = 1, 2, 5, 10 below L): on such documents about a third of the
+    problems stay below confidence 0.9, about one in six with every length listed
+    (docs/dolce.md, the "short" and "short every" calibration generators); else None."""
+    if sampling.lengths != "exponential":
+        return None
+    n = int(L.is_between(4, SHORT_DOCUMENT_UNITS).sum())
+    if not n:
+        return None
+    return (f"{n:,} of {L.len():,} problems have 4 to {SHORT_DOCUMENT_UNITS} units: the exponential ladder gives "
+            "them the span lengths 1, 2, 5 (and 10) only, and on such documents about a third of the problems stay "
+            "below confidence 0.9, against about one in six with every length sampled; sampling.lengths can list "
+            "every length (about L^2/2 spans a problem; lambda_p and k_p move with the lengths, docs/dolce.md)")
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a run of ``job`` would send, counted without inference (:func:`plan`)."""
@@ -332,8 +353,11 @@ class Plan:
         return self.price_per_mtok * (self.prompt_tokens + self.generated_tokens) / 1e6
 
     def warnings(self) -> list[str]:
-        """Nothing to warn about: DOLCE prompts report their fit in ``raylc check``."""
-        return []
+        """:func:`short_documents_warning` of the planned problems (DOLCE prompts report their
+        fit in ``raylc check``)."""
+        L = self.spans.unique(["task", "problem_id"])["L"] if self.spans.height else pl.Series("L", [], pl.Int64)
+        note = short_documents_warning(L, self.job.sampling)
+        return [note] if note else []
 
     def summary(self) -> pl.DataFrame:
         """The plan as ``item, value`` rows (what ``raylc plan`` prints)."""

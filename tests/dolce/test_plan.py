@@ -311,3 +311,39 @@ def test_plan_of_a_documents_job_counts_its_prompts():
     estimate = planned.spans["prompt_tokens"].to_numpy()
     assert planned.requests == planned.spans.height > 0
     assert np.all(np.abs(estimate - exact) <= 0.02 * exact + 2), (estimate - exact)
+
+
+SHORT_JOB = "name: s\nsuite: {kind: layouts, kinds: [lookup], problems_per_kind: 3, paragraphs: 7}\n"
+
+
+def test_short_documents_on_the_exponential_ladder_get_one_warning_line(tmp_path):
+    """Problems of 4-12 units on the exponential ladder (C = 1, 2, 5, 10): `raylc plan` and the
+    run's sample stage say so in one line, naming the count; nothing with the lengths listed,
+    below 4 units (the ladder skips no length) or above 12."""
+    from raylc.dolce import evaluation
+    from raylc.dolce.plan import short_documents_warning
+    from raylc.run.folder import RunFolder
+    from raylc.run.manifest import Manifest
+    from raylc.run.runner import Run
+
+    L = pl.Series("L", [3, 4, 12, 13, 50])
+    assert short_documents_warning(L, Sampling()).startswith("2 of 5 problems have 4 to 12 units")
+    assert short_documents_warning(L, Sampling(lengths=[0, 1, 2, 3, "L"])) is None
+    assert short_documents_warning(pl.Series("L", [3, 13, 400]), Sampling()) is None
+    job_file = tmp_path / "short.yaml"
+    job_file.write_text(SHORT_JOB)
+    result = CliRunner().invoke(app, ["plan", str(job_file)])
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.output.splitlines() if x.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("warning: 3 of 3 problems have 4 to 12 units"), result.output
+    listed = tmp_path / "listed.yaml"
+    listed.write_text(SHORT_JOB + "sampling: {lengths: [0, 1, 2, 3, 4, 5, 6, L]}\n")
+    result = CliRunner().invoke(app, ["plan", str(listed)])
+    assert result.exit_code == 0 and "warning:" not in result.output, result.output
+    job = load_job(job_file, {"store.path": str(tmp_path / "runs")})
+    logged: list[str] = []
+    run = Run(RunFolder(str(tmp_path / "runs"), "r"), job, Manifest(run_id="r", job=job.resolved()), log=logged.append)
+    run.folder.write(stages.build(job), evaluation.PROBLEMS)
+    evaluation.sample_stage(run)
+    assert [x for x in logged if x.startswith("[sample] warning: 3 of 3 problems have 4 to 12 units")] == logged
+    assert len(logged) == 1
