@@ -303,7 +303,7 @@ def short_documents_warning(L: pl.Series, sampling: Sampling) -> Optional[str]:
     if not n:
         return None
     return (f"{n:,} of {L.len():,} problems have 4 to {SHORT_DOCUMENT_UNITS} units: the exponential ladder gives "
-            "them the span lengths 1, 2, 5 (and 10) only, and on such documents about a third of the problems stay "
+            "them no span lengths but 1, 2, 5 and 10, and on such documents about a third of the problems stay "
             "below confidence 0.9, against about one in six with every length sampled; sampling.lengths can list "
             "every length (about L^2/2 spans a problem; lambda_p and k_p move with the lengths, docs/dolce.md)")
 
