@@ -34,6 +34,92 @@ from raylc.suites.planted import CLUE_RE, QUESTION_RE
 from raylc.text.prompts import IDK_ANSWER
 from raylc.text.tokenize import count_texts, get_tokenizer
 
+# numpy's SeedSequence (numpy/random/bit_generator.pyx: hashmix, mix, mix_entropy,
+# generate_state) and PCG64 (numpy/random/src/pcg64/pcg64.h: pcg_setseq_128_srandom_r, the
+# XSL-RR output), restated over many seeds at once: the draws of ``np.random.default_rng(seed)``.
+_M32 = 0xFFFFFFFF
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R = 0xCA01F9DD, 0x4973F715
+_PCG_MULT = 0x2360ED051FC65DA44385DF649FCCF645
+
+
+def _seed_state(seeds: np.ndarray) -> list[np.ndarray]:
+    """``SeedSequence(seed).generate_state(4, np.uint64)`` per uint64 seed: 4 arrays (N,). A seed
+    is its little-endian 32-bit words (one or two: the second is 0 where absent, as a pool word
+    beyond the entropy is hashmix(0)); the pool has 4 words."""
+    hc = _INIT_A
+
+    def hashmix(value: np.ndarray) -> np.ndarray:
+        nonlocal hc
+        value = value ^ np.uint32(hc)
+        hc = (hc * _MULT_A) & _M32
+        value = value * np.uint32(hc)
+        return value ^ (value >> np.uint32(16))
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        out = np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y
+        return out ^ (out >> np.uint32(16))
+
+    zero = np.zeros(seeds.shape, dtype=np.uint32)
+    pool = [hashmix((seeds & np.uint64(_M32)).astype(np.uint32)), hashmix((seeds >> np.uint64(32)).astype(np.uint32)),
+            hashmix(zero), hashmix(zero)]
+    for src in range(4):
+        for dst in range(4):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    hc, words = _INIT_B, []
+    for i in range(8):
+        value = pool[i % 4] ^ np.uint32(hc)
+        hc = (hc * _MULT_B) & _M32
+        value = value * np.uint32(hc)
+        words.append((value ^ (value >> np.uint32(16))).astype(np.uint64))
+    return [words[2 * j] | (words[2 * j + 1] << np.uint64(32)) for j in range(4)]
+
+
+def _mul_hi(a: np.ndarray, b: int) -> np.ndarray:
+    """The high 64 bits of a * b (a uint64 array, b < 2**64), by 32-bit limbs."""
+    m = np.uint64(_M32)
+    a0, a1, b0, b1 = a & m, a >> np.uint64(32), np.uint64(b & _M32), np.uint64(b >> 32)
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> np.uint64(32)) + (p01 & m) + (p10 & m)
+    return p11 + (p01 >> np.uint64(32)) + (p10 >> np.uint64(32)) + (mid >> np.uint64(32))
+
+
+def _pcg_step(hi: np.ndarray, lo: np.ndarray, inc_hi: np.ndarray, inc_lo: np.ndarray):
+    """state * multiplier + inc (mod 2**128) on (hi, lo) halves."""
+    m_hi, m_lo = _PCG_MULT >> 64, _PCG_MULT & (2**64 - 1)
+    new_hi = _mul_hi(lo, m_lo) + lo * np.uint64(m_hi) + hi * np.uint64(m_lo)
+    new_lo = lo * np.uint64(m_lo)
+    out_lo = new_lo + inc_lo
+    return new_hi + inc_hi + (out_lo < new_lo).astype(np.uint64), out_lo
+
+
+def prompt_draws(seeds: np.ndarray) -> np.ndarray:
+    """(N, 4): what ``g = np.random.default_rng(seed)`` draws first for each uint64 seed,
+    ``g.random()`` three times and ``g.integers(0, 1000)``: PCG64's first four outputs, a double
+    from the top 53 bits, the integer by Lemire's method on the low 32 bits (the generator itself
+    where that method would draw again, about once in 14 million)."""
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    s_hi, s_lo, q_hi, q_lo = _seed_state(seeds)
+    one = np.uint64(1)
+    inc_hi, inc_lo = (q_hi << one) | (q_lo >> np.uint64(63)), (q_lo << one) | one
+    hi, lo = inc_hi, inc_lo  # state 0, one step
+    lo2 = lo + s_lo
+    hi, lo = _pcg_step(hi + s_hi + (lo2 < lo).astype(np.uint64), lo2, inc_hi, inc_lo)
+    out = np.empty((seeds.size, 4), dtype=np.uint64)
+    for j in range(4):
+        hi, lo = _pcg_step(hi, lo, inc_hi, inc_lo)
+        x, rot = hi ^ lo, hi >> np.uint64(58)
+        out[:, j] = (x >> rot) | (x << ((np.uint64(64) - rot) & np.uint64(63)))
+    draws = np.empty((seeds.size, 4))
+    draws[:, :3] = (out[:, :3] >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    scaled = (out[:, 3] & np.uint64(_M32)) * np.uint64(1000)
+    draws[:, 3] = (scaled >> np.uint64(32)).astype(np.float64)
+    for i in np.flatnonzero((scaled & np.uint64(_M32)) < np.uint64((_M32 - 999) % 1000)):
+        g = np.random.default_rng(int(seeds[i]))
+        draws[i] = (g.random(), g.random(), g.random(), g.integers(0, 1000))
+    return draws
+
 
 def _complete_run(clues: list[tuple[int, int, int]]) -> int | None:
     """Code from the first run of clues 1..n appearing consecutively, else None."""
@@ -59,17 +145,22 @@ class SimulatedBackend(Backend):
         self.knowledge = knowledge  # what the probe "memorized": vault -> code
         self.seed = seed
 
-    def _rng(self, prompt: str) -> np.random.Generator:
-        digest = hashlib.blake2b(prompt.encode(), digest_size=8, key=str(self.seed).encode()).digest()
-        return np.random.default_rng(int.from_bytes(digest, "little"))
+    def draws(self, prompts: Sequence[str]) -> np.ndarray:
+        """Per prompt, :func:`prompt_draws` of its seed: the keyed hash of the prompt and the job
+        seed (blake2b, 8 bytes, little-endian)."""
+        key = str(self.seed).encode()
+        seeds = np.fromiter((int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8, key=key).digest(), "little")
+                             for p in prompts), dtype=np.uint64, count=len(prompts))
+        return prompt_draws(seeds)
 
-    def answer(self, prompt: str) -> str:
+    def answer(self, prompt: str, draws: Optional[np.ndarray] = None) -> str:
+        """The completion of ``prompt``; ``draws``: its row of :meth:`draws` (else drawn here)."""
         judged = simulated_judgement(prompt)  # as a judge (``judge: {backend: simulated}``)
         if judged is not None:
             return judged
         cfg = self.config
-        rng = self._rng(prompt)
-        u_know, u_miss, u_noise, guess = rng.random(), rng.random(), rng.random(), int(rng.integers(0, 1000))
+        u_know, u_miss, u_noise, guess = self.draws([prompt])[0] if draws is None else draws
+        guess = int(guess)
         q = QUESTION_RE.search(prompt)
         vault = q.group(1) if q else ""
         if u_know < cfg.knowledge_rate and vault in self.knowledge:
@@ -88,7 +179,7 @@ class SimulatedBackend(Backend):
                  raw: RawFlags = None) -> list[Generation]:
         tok = get_tokenizer(None)
         texts = [prompt_text(p) for p in prompts]
-        answers = [self.answer(p) for p in texts]
+        answers = [self.answer(p, d) for p, d in zip(texts, self.draws(texts))]
         n_prompt = count_texts(texts, tok)
         n_answer = count_texts(answers, tok)
         # no model, no latency: None keeps repeated runs' tables identical
@@ -113,16 +204,17 @@ class SimulatedLengthBackend(SimulatedBackend):
         super().__init__(config, {}, seed)
         self.cases = cases
 
-    def answer(self, prompt: str) -> str:
+    def answer(self, prompt: str, draws: Optional[np.ndarray] = None) -> str:
         case = self.cases.get(prompt)
         if case is None:
-            return super().answer(prompt)
+            return super().answer(prompt, draws)
         gold, n = case
         if n < 0:
             return gold
         cfg = self.config
         p = cfg.knowledge_rate if n == 0 else cfg.accuracy * 2.0 ** (-n / cfg.half_life_tokens)
-        return gold if self._rng(prompt).random() < p else IDK_ANSWER
+        u = self.draws([prompt])[0, 0] if draws is None else draws[0]
+        return gold if u < p else IDK_ANSWER
 
 
 SAMPLE_KEYS = ("task", "sample_id", "length")

@@ -27,6 +27,7 @@ def small_job():
     top, where no test looks for job files: the shipped ones in jobs/ are read beside this)."""
     spec = yaml.safe_load((ROOT / "jobs" / "quickstart.yaml").read_text())
     spec["suite"].update(problems_per_task=8, max_units=150)
+    spec["fit"]["uncertainty"] = "none"  # the point fit: the submission paths are compared, not the posterior
     path = ROOT / ".submit-test.yaml"
     path.write_text(yaml.safe_dump(spec))
     yield path.relative_to(ROOT).as_posix()
