@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from raycluster import LocalHead
 
-from raylc.run.submit import AGENT_PAUSES_S, SubmitError, submit, when_agent_ready
+from raylc.run.submit import AGENT_NOT_READY, AGENT_PAUSES_S, SubmitError, submit, when_agent_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ["build/problems.parquet", "score/observations.parquet", "fits/problems.parquet", "report/recovery.parquet"]
@@ -48,11 +48,9 @@ def _tiny_job(folder: Path, extra: str = "") -> Path:
 def agentless(tmp_path_factory):
     """A real head whose job agent never comes (its HTTP port is taken), and, in a thread as
     soon as its dashboard answers, a ``raylc submit`` to it with ``ray.connect_timeout_s`` 15 s
-    (the head itself waits 10 s before each answer). Most of that half minute is the head's
-    waiting: :func:`head` asks for this fixture first, so that both heads start at once and the
-    submission goes on while the module's other tests run. Yields the head and the future of the
-    submission's completed process (:func:`test_submit_gives_up_on_a_real_head_without_a_job_agent`);
-    the head is stopped when the module ends."""
+    (the head itself waits 10 s before each answer). Yields the head and the future of the
+    submission's completed process (:func:`test_submit_gives_up_on_a_real_head_without_a_job_agent`,
+    the full-scale check); the head is stopped when the module ends."""
     cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray", agent_port_taken=True)
     job = _tiny_job(tmp_path_factory.mktemp("wd"), "ray: {connect_timeout_s: 15}\n")
 
@@ -69,8 +67,8 @@ def agentless(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory, agentless):
-    """A new head, shared by the module (started beside :func:`agentless`'s). As soon as its
+def head(tmp_path_factory):
+    """A new head, shared by the module. As soon as its
     dashboard answers (its job agent may still be starting), a tiny job is submitted:
     ``cluster.early`` holds that ``raylc submit`` and its store
     (:func:`test_submit_right_after_the_head_starts`)."""
@@ -360,7 +358,21 @@ def test_submit_right_after_the_head_starts(head):
     assert '"status": "done"' in (store / "early" / "manifest.json").read_text()
 
 
+def test_the_fake_jobs_api_answers_in_rays_own_words():
+    """The double's answer while no job agent is registered is the installed Ray's
+    (ray/dashboard/modules/job/job_head.py, read as text: nothing of Ray is imported), and raylc
+    recognises it (:data:`raylc.run.submit.AGENT_NOT_READY`)."""
+    import importlib.util
+
+    ray_dir = Path(importlib.util.find_spec("ray").submodule_search_locations[0])
+    assert f'"{NO_AGENT}"' in (ray_dir / "dashboard" / "modules" / "job" / "job_head.py").read_text()
+    assert NO_AGENT.startswith(AGENT_NOT_READY)
+
+
 @pytest.mark.ray
+# a second head on the 2-core CI machine; the fake Jobs API tests above (in Ray's own words) run in
+# CI, and RAYLC_SLOW=1 runs this against a real head
+@pytest.mark.slow
 def test_submit_gives_up_on_a_real_head_without_a_job_agent(agentless):
     """A real head whose job agent never comes answers as a starting one does; raylc recognises
     Ray's own words, waits `ray.connect_timeout_s` (15 s: the head itself waits 10 s before it
