@@ -355,8 +355,7 @@ class Plan:
     def warnings(self) -> list[str]:
         """:func:`short_documents_warning` of the planned problems (DOLCE prompts report their
         fit in ``raylc check``)."""
-        L = self.spans.unique(["task", "problem_id"])["L"] if self.spans.height else pl.Series("L", [], pl.Int64)
-        note = short_documents_warning(L, self.job.sampling)
+        note = short_documents_warning(self.spans.unique(["task", "problem_id"])["L"], self.job.sampling)
         return [note] if note else []
 
     def summary(self) -> pl.DataFrame:

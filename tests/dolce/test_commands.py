@@ -156,8 +156,9 @@ def test_fit_options_reach_the_fits(obs_path, tmp_path, args, options):
     assert pl.read_parquet(tmp_path / "problems.parquet").equals(expected)
     assert pl.read_parquet(tmp_path / "tasks.parquet").equals(tasks)
     assert set(expected["scenario"]) == {options["scenario"].upper()}
-    # the options matter: the same scenario with the default settings fits differently
-    default, _ = fit_observations(obs, FitOptions(scenario=options["scenario"], uncertainty_steps=20))
+    # the options matter: the same scenario (and uncertainty) with the default settings fits differently
+    default, _ = fit_observations(obs, FitOptions(scenario=options["scenario"], uncertainty_steps=20,
+                                                  uncertainty=fit_options.uncertainty))
     assert not default.equals(expected)
 
 
@@ -173,10 +174,12 @@ def test_fit_no_figures_writes_the_same_tables_and_no_png(obs_path, tmp_path):
 
 
 def test_fit_without_options_records_the_defaults(obs_path, tmp_path):
-    proc = raylc("fit", obs_path, "--out", tmp_path, "--no-ray", "--no-figures")
+    few = tmp_path / "few.parquet"  # 3 problems per task: the record, not the default posterior's work
+    pl.read_parquet(obs_path).filter(pl.col("problem_id").rank("dense").over("task") <= 3).write_parquet(few)
+    proc = raylc("fit", few, "--out", tmp_path / "out", "--no-ray", "--no-figures")
     assert proc.returncode == 0, proc.stderr
-    settings = json.loads((tmp_path / "fit.json").read_text())
-    assert settings == {"observations": str(obs_path), **FitOptions().model_dump(), "compare": None,
+    settings = json.loads((tmp_path / "out" / "fit.json").read_text())
+    assert settings == {"observations": str(few), **FitOptions().model_dump(), "compare": None,
                         "raylc": __version__}
 
 

@@ -441,9 +441,10 @@ def test_a_tolerance_runs_until_the_change_is_below_it(estimator):
 
 def test_the_tasks_table_carries_the_diagnostic_and_the_options_reach_the_estimator():
     obs, _, _ = simulate_cow_task(25, seed=5, take_every=4)
-    fixed = DolceFit(FitOptions(scenario="cow")).fit(obs)
+    # the point fit's EM: the diagnostic is the same with the posterior (8.6 s here against 0.12 s)
+    fixed = DolceFit(FitOptions(scenario="cow", uncertainty="none")).fit(obs)
     assert fixed.tasks_["em_steps"].to_list() == [10] and fixed.tasks_["em_ll_change"].is_not_nan().all()
-    tol = DolceFit(FitOptions(scenario="cow", em_tol=1e-3, em_max_steps=50)).fit(obs)
+    tol = DolceFit(FitOptions(scenario="cow", em_tol=1e-3, em_max_steps=50, uncertainty="none")).fit(obs)
     steps = tol.tasks_["em_steps"][0]
     assert 1 < steps <= 50 and (steps == 50 or abs(tol.tasks_["em_ll_change"][0]) <= 1e-3)
     with pytest.raises(ValueError):

@@ -221,7 +221,7 @@ def test_long_documents_keep_eq3_alone():
 
 
 @pytest.mark.parametrize("replant", [True, False])
-def test_spans_drawn_independently_skip_the_chain(replant):
+def test_spans_drawn_independently_skip_the_chain(replant, monkeypatch):
     """The chain is tried on a few problems first: where Eq. 3's pairs win there by a wide margin
     (copies re-placed for every span, as Eq. 3 draws them) the task keeps Eq. 3 alone; copies that
     stay put take the placement variants, less those far behind there (``VARIANT_MARGIN``). The
@@ -232,7 +232,8 @@ def test_spans_drawn_independently_skip_the_chain(replant):
     from raylc.dolce import cow
     from raylc.dolce.uncertainty import problem_uncertainty
 
-    task, _, _ = simulate_cow_task(24, 1, L_range=(60, 120), replant_each_observation=replant)
+    monkeypatch.setattr(cow, "PROBE_PROBLEMS", 6)  # 12 problems, 6 tried first (16 of 24 take 2.5x the time)
+    task, _, _ = simulate_cow_task(12, 1, L_range=(60, 120), replant_each_observation=replant)
     fit = COWFit(n_steps=5, uncertainty_steps=30)
     fit.fit(task)
     runs = fit._posterior_fits(fit.cell_stats(task))

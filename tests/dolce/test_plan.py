@@ -330,6 +330,7 @@ def test_short_documents_on_the_exponential_ladder_get_one_warning_line(tmp_path
     assert short_documents_warning(L, Sampling()).startswith("2 of 5 problems have 4 to 12 units")
     assert short_documents_warning(L, Sampling(lengths=[0, 1, 2, 3, "L"])) is None
     assert short_documents_warning(pl.Series("L", [3, 13, 400]), Sampling()) is None
+    assert short_documents_warning(pl.Series("L", [], pl.Int64), Sampling()) is None
     job_file = tmp_path / "short.yaml"
     job_file.write_text(SHORT_JOB)
     result = CliRunner().invoke(app, ["plan", str(job_file)])
