@@ -1,7 +1,7 @@
 """raylc against vLLM's real CPU engine and SmolLM2-135M-Instruct (issue 28, items 3 and 5).
 
-One uninterrupted DOLCE run (``dolce_run``: the job's task ``places``, a seeded sample of 5 of
-its 10 problems, 105 requests in float32) is the reference the other runs are compared with: a
+One uninterrupted DOLCE run (``dolce_run``: the job's task ``places``, a seeded sample of 3 of
+its 10 problems, about 60 requests in float32) is the reference the other runs are compared with: a
 SIGKILLed and resumed run, and the OpenAI-compatible backend against ``vllm serve`` of the same
 model. vLLM's CPU build can change a greedy completion with the batch's makeup, but the
 DOLCE chat prompts here gave the same completions across runs (README, "Real model on CPU").
@@ -50,9 +50,13 @@ def _disrupted(job: Path, store: Path, run_id: str, settings: list[str], act, ti
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-#: every DOLCE run here, the reference included: one task, 5 of its problems (21 spans each)
-SUBSET = ("suite.tasks=[places]", "suite.problems_per_task=5")
-SPANS = 105
+#: every DOLCE run here, the reference included: one task, 3 of its problems (18-21 spans each)
+SUBSET = ("suite.tasks=[places]", "suite.problems_per_task=3")
+
+
+def _spans(run: Path) -> int:
+    """The requests of a run: its sampled spans."""
+    return pl.read_parquet(run / "sample" / "spans.parquet").height
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +74,7 @@ def test_dolce_run_is_complete_and_quiet(dolce_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     no_traceback(proc)
     infer = infer_table(run)
-    assert infer.height == SPANS and infer["error"].null_count() == infer.height
+    assert 50 <= infer.height == _spans(run) and infer["error"].null_count() == infer.height
     assert infer["completion"].null_count() == 0
     assert set(infer["finish_reason"].unique()) <= {"stop", "length"}
     assert (infer["latency_s"] > 0).all() and (infer["prompt_tokens"] > 0).all()
@@ -78,7 +82,7 @@ def test_dolce_run_is_complete_and_quiet(dolce_run):
     assert infer["cached_tokens"].sum() > 0  # enable_prefix_caching: spans sharing a start share their prefix
     obs = pl.read_parquet(run / "score" / "observations.parquet")
     full = obs.filter(pl.col("C") == pl.col("L"))
-    assert full.height == 5 and full["score"].mean() >= 0.5, full
+    assert full.height == 3 and full["score"].mean() >= 0.5, full
 
 
 def test_completions_equal_transformers_greedy():
@@ -124,7 +128,7 @@ def test_sigkill_mid_infer_then_resume_equals_the_uninterrupted_run(dolce_run, t
     reference, _ = dolce_run
     run = tmp_path / "killed"
     # the engine takes 16 requests at a time, so they finish in waves and the shards come one by one
-    # (with all 105 in flight at once they all finish together, and the kill comes after the run;
+    # (with all of them in flight at once they all finish together, and the kill comes after the run;
     # 4 at a time made the re-run, which does most of the work, decode 4 sequences per step)
     waves = (*SUBSET, "probe.max_num_seqs=16")  # part of the job's fingerprint: the re-run repeats it
     _disrupted(DOLCE_JOB, tmp_path, "killed", sets(*waves, "inference.shard_rows=8", "inference.shard_seconds=1",
@@ -136,7 +140,7 @@ def test_sigkill_mid_infer_then_resume_equals_the_uninterrupted_run(dolce_run, t
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{kept} completions kept" in again.stdout + again.stderr
     left, right = _by_span(run, SAME), _by_span(reference, SAME)
-    assert left.height == SPANS and left.equals(right)
+    assert left.height == _spans(reference) and left.equals(right)
     for rel, keys in (("score/observations.parquet", KEYS), ("fits/problems.parquet", ("problem_id",))):
         assert _places(run / rel, keys).equals(_places(reference / rel, keys)), rel
 
@@ -262,7 +266,7 @@ def test_openai_backend_against_vllm_serve_equals_the_engine(dolce_run, server, 
     proc = raylc("run", DOLCE_JOB, "--store", tmp_path, "--run-id", "served", *_openai(server, *SUBSET))
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = _by_span(tmp_path / "served")
-    assert served.height == SPANS and served.equals(_by_span(reference))
+    assert served.height == _spans(reference) and served.equals(_by_span(reference))
 
 
 def test_check_refuses_an_unreachable_endpoint_or_an_unserved_model(server):
