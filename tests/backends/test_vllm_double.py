@@ -764,10 +764,14 @@ def test_stats_file(vllm, tmp_path):
     res = run_async(engine, [(p, sp) for p in prompts])
     wall = time.time() - t0
     assert all(r.finished for r in res)
-    time.sleep(0.45)
-    files = glob.glob(str(stats_dir / f"stats-{os.getpid()}*.json"))
+    deadline = time.monotonic() + 30  # written every 0.2 s (atomically), later on a loaded machine
+    while True:
+        files = glob.glob(str(stats_dir / f"stats-{os.getpid()}*.json"))
+        stats = [json.loads(Path(f).read_text()) for f in files]
+        if any(d["requests"] == 3 for d in stats) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert files
-    stats = [json.loads(Path(f).read_text()) for f in files]
     s = next(d for d in stats if d["requests"] == 3)
     assert s["state"] == "running" and s["prompt_tokens"] == 2500
     assert s["cached_tokens"] == sum(r.num_cached_tokens for r in res) > 0
