@@ -45,7 +45,6 @@ from typing import Optional, Sequence
 import numpy as np
 import polars as pl
 from pydantic import ValidationError
-from scipy.stats import spearmanr
 
 from raylc.dolce.fit import fit_observations, validate_observations
 from raylc.dolce.options import FitOptions
@@ -114,7 +113,10 @@ def relative_change(ref, test) -> np.ndarray:
 
 def spearman_rho(ref, test) -> float:
     """Spearman's rank correlation (``scipy.stats.spearmanr``); NaN when fewer than two
-    pairs or when either side is constant (undefined, Appendix K.2)."""
+    pairs or when either side is constant (undefined, Appendix K.2). scipy.stats is imported
+    here: it costs about 0.7 s, which a run that never compares fits does not need."""
+    from scipy.stats import spearmanr
+
     a = np.asarray(ref, dtype=np.float64)
     b = np.asarray(test, dtype=np.float64)
     if a.size < 2 or np.unique(a).size < 2 or np.unique(b).size < 2:

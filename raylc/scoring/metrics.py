@@ -29,7 +29,6 @@ import numpy as np
 import polars as pl
 from rapidfuzz import process
 from rapidfuzz.distance import Indel
-from rouge_score import rouge_scorer
 
 from raylc.scoring.extract import PY_WHITESPACE, code_line
 
@@ -230,7 +229,11 @@ def f1(predictions: Predictions, references: References) -> pl.Series:
 
 
 @functools.lru_cache(maxsize=8)
-def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
+def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> Any:
+    """A ``rouge_score.rouge_scorer.RougeScorer``, imported here: rouge-score pulls in NLTK and
+    scipy.stats (about 1.4 s), which a run without a ROUGE metric never needs."""
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer([rouge_type], use_stemmer=use_stemmer)
 
 
