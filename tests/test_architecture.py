@@ -174,19 +174,22 @@ def test_the_job_spec_loads_no_estimator_or_metric_package():
 
 def test_a_run_imports_rouge_and_scipy_stats_only_where_it_uses_them():
     """A run's driver and its workers (``raylc.evaluate``, the fit, the pipeline) import neither
-    rouge-score (NLTK, scipy.stats: about 1.4 s a process) nor scipy.stats (0.7 s): a ROUGE metric
-    and Spearman's rho import them when called, and do import them then."""
+    rouge-score (NLTK, scipy.stats: about 1.4 s a process) nor scipy.stats (0.7 s) nor
+    scipy.optimize (0.3 s): a ROUGE metric, Spearman's rho and the Dirichlet fit below lambda
+    import them when called, and do import them then."""
     import subprocess
     import sys
 
-    heavy = "sorted(m for m in ('nltk', 'rouge_score', 'scipy.stats') if m in sys.modules)"
+    heavy = "sorted(m for m in ('nltk', 'rouge_score', 'scipy.stats', 'scipy.optimize') if m in sys.modules)"
     code = ("import sys, raylc.evaluate, raylc.dolce.fit, raylc.run.pipeline, raylc.cli; print(" + heavy + "); "
             "import polars as pl; from raylc.scoring.metrics import rouge_l; "
             "from raylc.dolce.sensitivity import spearman_rho; "
             "print(rouge_l(pl.Series(['a b']), pl.Series([['a b c']])).to_list(), spearman_rho([1, 2, 3], [1, 3, 2])); "
-            "print(" + heavy + ")")
+            "print(" + heavy + "); from raylc.dolce.uncertainty import dirichlet_mle; import numpy as np; "
+            "print(dirichlet_mle(np.array([[0, 3, 1], [1, 2, 1]])).shape)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.splitlines() == ["[]", "[0.8] 0.5", "['nltk', 'rouge_score', 'scipy.stats']"], out.stdout
+    assert out.stdout.splitlines() == ["[]", "[0.8] 0.5", "['nltk', 'rouge_score', 'scipy.optimize', 'scipy.stats']",
+                                       "(3,)"], out.stdout
 
 
 @pytest.mark.parametrize("package", ["raylc.dolce", "raylc.scoring"])

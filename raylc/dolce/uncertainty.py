@@ -77,7 +77,6 @@ share coverage: ``tests/benchmarks/share_coverage.py`` (docs/figures.md). Summar
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import digamma, gammaln
 
 from raylc.dolce.categories import CATEGORIES, category_codes
@@ -131,7 +130,10 @@ def dirichlet_mle(n: np.ndarray, start=None) -> np.ndarray | None:
     """The task's Dirichlet a below lambda (module docstring): the maximum of sum_i DirMult(n_i; a)
     over the rows of ``n`` (counts of 1, 0, IDK below each problem's lambda) that hold any count,
     by L-BFGS-B on log a within [1e-3, 1e4] from ``start`` (default :data:`DIRICHLET_ALPHA`), with
-    the gradient sum_i [psi(A) - psi(n_i + A) + psi(n_ix + a_x) - psi(a_x)] a_x. None without counts."""
+    the gradient sum_i [psi(A) - psi(n_i + A) + psi(n_ix + a_x) - psi(a_x)] a_x. None without counts.
+    scipy.optimize is imported here (about 0.3 s), not by every process that loads the fit."""
+    from scipy.optimize import minimize
+
     n = np.asarray(n, dtype=np.float64)
     n = n[n.sum(axis=1) > 0]
     if n.shape[0] == 0:
