@@ -23,7 +23,7 @@ import logging
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from rapidfuzz import process
 from rapidfuzz.distance import Indel
 
 from raylc.scoring.extract import PY_WHITESPACE, code_line
+
+if TYPE_CHECKING:
+    from rouge_score import rouge_scorer
 
 __all__ = [
     "METRICS",
@@ -229,7 +232,7 @@ def f1(predictions: Predictions, references: References) -> pl.Series:
 
 
 @functools.lru_cache(maxsize=8)
-def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> Any:
+def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
     """A ``rouge_score.rouge_scorer.RougeScorer``, imported here: rouge-score pulls in NLTK and
     scipy.stats (about 1.4 s), which a run without a ROUGE metric never needs."""
     from rouge_score import rouge_scorer
