@@ -448,6 +448,72 @@ def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2
     return pl.concat(rows)
 
 
+#: The longest document :func:`bayes_frame` enumerates the placements of (binom(L - k lambda + k, k)).
+BAYES_MAX_L = 16
+
+
+def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2, rho_prior: float | None = None,
+                nodes: int = 24) -> pl.DataFrame:
+    """The Bayes-optimal category posterior of a fixed-copy COW generator (:data:`COW_GENERATORS`
+    with L <= :data:`BAYES_MAX_L`): the posterior that knows how :func:`simulate_cow_task` draws
+    (closed-book with ``p_closed_book``; else lambda, k and the placement uniform as drawn; the
+    task's noise; below lambda 0 with probability ``p_zero_below``, else IDK), by enumerating every
+    placement, with rho ~ U(0, ``rho_prior``) (default ``rho_max``, the generator's) integrated out on
+    Gauss-Legendre nodes. The ceiling of what any estimator of the same observations can reach, and,
+    with ``rho_prior`` = 1 (P_i(O) uniform, as the fit assumes), what a vague prior on P_i(O) costs.
+    One row per problem: seed, truth, category, confidence, right (as :func:`calibration_frame`)."""
+    from scipy.special import logsumexp
+
+    from raylc.dolce.categories import CATEGORIES, category_codes, category_thresholds
+
+    kw = COW_GENERATORS[generator]
+    if kw.get("replant_each_observation") or kw.get("L_range", (50, 300))[1] > BAYES_MAX_L:
+        raise ValueError(f"{generator}: the enumeration needs fixed copies and L <= {BAYES_MAX_L}")
+    p_closed, p_wrong, p_zero = kw.get("p_closed_book", 0.0), kw.get("p_wrong", 0.0), 0.1  # p_zero_below's default
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else rho_prior)
+    log_w = np.log(w / 2.0)
+    # the oracle's P(x) for x coded 0: right, 1: wrong, 2: IDK, by the span's state
+    oracle = {"right": np.array([1.0, 0.0, 0.0]), "below": np.array([0.0, p_zero, 1.0 - p_zero]),
+              "missed": np.array([0.0, p_wrong, 1.0 - p_wrong])}
+    rows = []
+    for seed in seeds:
+        obs, planted, noise = simulate_cow_task(n_problems, seed, rho_max=rho_max, **kw)
+        lam_p, k_p = category_thresholds(obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique())
+        truth_of = dict(zip(planted["problem_id"], zip(planted["planted_lam"], planted["planted_k"])))
+        code = pl.when(pl.col("score").is_null()).then(2).when(pl.col("score") == 1.0).then(0).otherwise(1)
+        for (pid,), g in obs.with_columns(x=code).group_by("problem_id", maintain_order=True):
+            L, C, s, x = int(g["L"][0]), g["C"].to_numpy(), g["start"].to_numpy(), g["x"].to_numpy()
+            partial = C[(C > 0) & (C < L)]
+            lam_q = int(partial.max()) if partial.size else 0
+            # log P(x_j | state) per span and rho node: (1 - rho) P(x | O, state) + rho P(x | N)
+            lp = {k: np.log((1.0 - rho) * o[x][:, None] + rho * noise[x][:, None]) for k, o in oracle.items()}
+            hyp, cat = [], []
+            if p_closed:
+                hyp.append(np.log(p_closed) + logsumexp(lp["right"].sum(axis=0) + log_w))
+                cat.append(0)
+            lams = [L if a == "L" else a for a in PLANTED_LAMS if a == "L" or a < L]
+            for lam in lams:
+                ks = [k for k in PLANTED_KS if k * lam <= L]
+                above = C >= lam
+                base = lp["below"][~above].sum(axis=0)
+                for k in ks:
+                    slots = np.array(list(itertools.combinations(range(L - k * lam + k), k)))
+                    copies = slots + np.arange(k) * (lam - 1)  # (placements, k), as plant_copies
+                    sa, ca = s[above][None, :, None], C[above][None, :, None]
+                    cov = ((sa <= copies[:, None, :]) & (copies[:, None, :] + lam <= sa + ca)).any(axis=2)
+                    ll = cov @ lp["right"][above] + (~cov) @ lp["missed"][above]  # (placements, nodes)
+                    hyp.append(math.log(1.0 - p_closed) - math.log(len(lams) * len(ks))
+                               + logsumexp(ll + base + log_w) - math.log(len(copies)))
+                    cat.append(int(category_codes(lam, k, lam_p, k_p, lam_q)))
+            hyp = np.array(hyp)
+            proba = np.bincount(cat, weights=np.exp(hyp - logsumexp(hyp)), minlength=len(CATEGORIES))
+            truth = int(category_codes(*truth_of[pid], lam_p, k_p, lam_q))
+            rows.append({"seed": seed, "truth": CATEGORIES[truth], "category": CATEGORIES[int(proba.argmax())],
+                         "confidence": float(proba.max()), "right": int(proba.argmax()) == truth})
+    return pl.DataFrame(rows)
+
+
 def reliability(frame: pl.DataFrame, bins: int = 10) -> tuple[pl.DataFrame, float]:
     """Reliability table (confidence bins of width 1 / bins: n, mean confidence, accuracy)
     and the expected calibration error sum_b n_b |conf_b - acc_b| / n."""

@@ -140,14 +140,28 @@ def _units(figure: str, out: str) -> None:
         assert re.search(rf"^\s*{re.escape(spec)}\s+\d+\s+[\d.]+", out, re.M), (spec, out)
 
 
+def _two_in_ranges(stated: str, got: str, figure: str, out: str) -> None:
+    """The two figures ``got`` finds in the output lie in the two (min-max) ranges ``stated``
+    finds in the row (patterns of 4 and 2 groups)."""
+    ranges, values = re.search(stated, figure), re.search(got, out)
+    assert ranges and values, (figure, out)
+    lo_a, hi_a, lo_b, hi_b = (float(v) for v in ranges.groups())
+    a, b = (float(v) for v in values.groups())
+    assert lo_a <= a <= hi_a and lo_b <= b <= hi_b, (values.group(0), ranges.group(0))
+
+
 def _pig_recovery(figure: str, out: str) -> None:
     """Seed 1 of the default ``binned`` likelihood lies in the row's (min-max) over seeds 1-6."""
-    stated = re.search(r"`binned` \(the default\) [\d.]+ \(([\d.]+)-([\d.]+)\) / [\d.]+ \(([\d.]+)-([\d.]+)\)", figure)
-    got = re.search(r"model T=5 binned: .* per seed ([\d.]+) / ([\d.]+)", out)
-    assert stated and got, (figure, out)
-    lo_c, hi_c, lo_s, hi_s = (float(v) for v in stated.groups())
-    category, spearman = (float(v) for v in got.groups())
-    assert lo_c <= category <= hi_c and lo_s <= spearman <= hi_s, (got.group(0), stated.group(0))
+    _two_in_ranges(r"`binned` \(the default\) [\d.]+ \(([\d.]+)-([\d.]+)\) / [\d.]+ \(([\d.]+)-([\d.]+)\)",
+                   r"model T=5 binned: .* per seed ([\d.]+) / ([\d.]+)", figure, out)
+
+
+def _calibration_bound(figure: str, out: str) -> None:
+    """The first group of "short" (seeds 0-4) lies in the row's (min-max) over its four groups of
+    sure and right (the bound is deterministic)."""
+    mean_range = r"\*\*[\d.]+ \(([\d.]+)-([\d.]+)\)\*\*"
+    _two_in_ranges(rf'"short"\*\*: sure {mean_range}, right {mean_range}',
+                   r"short seeds 0-4: .*confidence >= 0\.9: ([\d.]+) of problems, ([\d.]+) right", figure, out)
 
 
 def _take_every(figure: str, out: str) -> None:
@@ -170,6 +184,7 @@ CHEAP: dict[str, Cheap] = {
     "tests/benchmarks/bench_cow_fit.py": Cheap(("--problems", "100", "--obs", "100", "--ref-problems", "2",
                                                 "--repeat", "1"), _cow_fit),
     "tests/benchmarks/bench_units.py": Cheap(("--sizes", "32768,65536"), _units),
+    "tests/benchmarks/calibration_bound.py": Cheap(("--groups", "1", "--generators", "short"), _calibration_bound),
     "tests/benchmarks/pig_recovery_over_seeds.py": Cheap(("--seeds", "1", "--steps", "5", "--designs", "model",
                                                           "--fits", "binned"), _pig_recovery),
     "tests/benchmarks/take_every_vs_enumerate.py": Cheap(("--problems", "10", "--every", "5", "--strategies",
