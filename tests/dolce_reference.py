@@ -5,6 +5,7 @@ Nothing here is used by the package; these are slow, obviously-correct transcrip
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import pickle
@@ -459,8 +460,10 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
     (closed-book with ``p_closed_book``; else lambda, k and the placement uniform as drawn; the
     task's noise; below lambda 0 with probability ``p_zero_below``, else IDK), by enumerating every
     placement, with rho ~ U(0, ``rho_prior``) (default ``rho_max``, the generator's) integrated out on
-    Gauss-Legendre nodes. The ceiling of what any estimator of the same observations can reach, and,
-    with ``rho_prior`` = 1 (P_i(O) uniform, as the fit assumes), what a vague prior on P_i(O) costs.
+    Gauss-Legendre nodes. Its accuracy is the most any estimator of the same observations can
+    expect, and its share at confidence >= 0.9 with the accuracy there the reference a calibrated
+    estimator that does not know the generator cannot expect to beat; with ``rho_prior`` = 1 (P_i(O)
+    uniform, as the fit assumes), what a vague prior on P_i(O) costs.
     One row per problem: seed, truth, category, confidence, right (as :func:`calibration_frame`)."""
     from scipy.special import logsumexp
 
@@ -469,7 +472,8 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
     kw = COW_GENERATORS[generator]
     if kw.get("replant_each_observation") or kw.get("L_range", (50, 300))[1] > BAYES_MAX_L:
         raise ValueError(f"{generator}: the enumeration needs fixed copies and L <= {BAYES_MAX_L}")
-    p_closed, p_wrong, p_zero = kw.get("p_closed_book", 0.0), kw.get("p_wrong", 0.0), 0.1  # p_zero_below's default
+    p_zero = kw.get("p_zero_below", inspect.signature(simulate_cow_task).parameters["p_zero_below"].default)
+    p_closed, p_wrong = kw.get("p_closed_book", 0.0), kw.get("p_wrong", 0.0)
     t, w = np.polynomial.legendre.leggauss(nodes)
     rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else rho_prior)
     log_w = np.log(w / 2.0)

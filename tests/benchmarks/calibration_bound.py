@@ -1,4 +1,4 @@
-"""The most a per-problem posterior can reach on the short-document calibration generators.
+"""The Bayes-optimal reference for the calibration figures of the short-document generators.
 
     .venv/bin/python tests/benchmarks/calibration_bound.py [--groups 4] [--generators NAME ...] [--rho-prior R]
 
@@ -9,9 +9,11 @@ that knows how the generator draws the problems (the closed-book rate, lambda, k
 placement, the task's noise, P_i(N) ~ U(0, 0.2), the answers below lambda), every placement
 enumerated. The figures of ``calibration.py`` (ECE, the share at confidence >= 0.9 and its
 accuracy, the accuracy over all problems) for the same seeds and 150 problems per seed, in groups
-of 5 seeds, then mean, min and max over the groups: a ceiling no estimator of the same
-observations can pass on average. ``--rho-prior 1`` gives the same posterior with P_i(N) ~ U(0, 1),
-that is P_i(O) uniform, the prior the COW posterior puts on P_i(O) (``raylc.dolce.placement``).
+of 5 seeds, then mean, min and max over the groups. Its accuracy is the most any estimator of
+these observations can expect; its share at confidence >= 0.9 and the accuracy there are the
+reference a calibrated estimator that does not know the generator cannot expect to beat.
+``--rho-prior 1`` gives the same posterior with P_i(N) ~ U(0, 1), that is P_i(O) uniform, the
+prior the COW posterior puts on P_i(O) (``raylc.dolce.placement``).
 Deterministic (seeded draws, no sampling in the posterior).
 """
 

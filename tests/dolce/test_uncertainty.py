@@ -457,7 +457,7 @@ def test_calibrated_on_short_documents_and_short_of_the_bayes_optimal_bound():
     closed-book problems), seeds 0-1 x 150 problems, where the posterior scores a document's
     spans under evidence that stays put (raylc/dolce/placement.py); measured 2026-11-29: ECE
     0.035, accuracy 0.880 (seeds 0-1 x 100: 0.043 and 0.900; with Eq. 3 alone, ``cow.BUDGET = 0``,
-    0.053 and 0.820). ``bayes_frame``, the ceiling of tests/benchmarks/calibration_bound.py, on the
+    0.053 and 0.820). ``bayes_frame``, the reference of tests/benchmarks/calibration_bound.py, on the
     same problems: with the generator's own priors it is calibrated and right at least as often
     (ECE 0.035, accuracy 0.907, sure 0.813 against raylc's 0.650); with P_i(O) uniform
     (``rho_prior=1``, sure 0.693) fewer problems reach confidence 0.9. It refuses documents it
