@@ -250,11 +250,12 @@ def plant_copies(rng: np.random.Generator, L: int, lam: int, k: int, size: int |
 
 
 def covers(starts: np.ndarray, C: int, copies: np.ndarray, lam: int) -> np.ndarray:
-    """Does the span [s, s + C) contain one of the copies [a, a + lam)? ``copies`` is (k,)
-    (shared by all spans) or (len(starts), k) (one placement per span)."""
-    s = starts[:, None]
-    a = np.broadcast_to(copies, (starts.size, copies.shape[-1]))
-    return ((s <= a) & (a + lam <= s + C)).any(axis=1)
+    """Does the span [s, s + C) contain one of the copies [a, a + lam)? ``C`` a length or one per
+    span; ``copies`` is (k,) (shared by all spans), (len(starts), k) (one placement per span), or
+    (P, 1, k) (P placements, each shared by all spans: the answer is (P, len(starts)))."""
+    s, c = starts[:, None], np.reshape(C, (-1, 1))
+    a = copies if copies.ndim == 3 else np.broadcast_to(copies, (starts.size, copies.shape[-1]))
+    return ((s <= a) & (a + lam <= s + c)).any(axis=-1)
 
 
 def simulate_cow_task(
@@ -453,6 +454,18 @@ def calibration_frame(kind: str, seeds, n_problems: int, *, rho_max: float = 0.2
 BAYES_MAX_L = 16
 
 
+def _generator_setting(generator: str, name: str):
+    """A keyword of :data:`COW_GENERATORS` [generator], or :func:`simulate_cow_task`'s default."""
+    return COW_GENERATORS[generator].get(name, inspect.signature(simulate_cow_task).parameters[name].default)
+
+
+def bayes_enumerable(generator: str) -> bool:
+    """Whether :func:`bayes_frame` can enumerate the generator: copies fixed per problem and
+    documents of at most :data:`BAYES_MAX_L` units."""
+    return (not _generator_setting(generator, "replant_each_observation")
+            and _generator_setting(generator, "L_range")[1] <= BAYES_MAX_L)
+
+
 def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2, rho_prior: float | None = None,
                 nodes: int = 24) -> pl.DataFrame:
     """The Bayes-optimal category posterior of a fixed-copy COW generator (:data:`COW_GENERATORS`
@@ -469,11 +482,9 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
 
     from raylc.dolce.categories import CATEGORIES, category_codes, category_thresholds
 
-    kw = COW_GENERATORS[generator]
-    if kw.get("replant_each_observation") or kw.get("L_range", (50, 300))[1] > BAYES_MAX_L:
+    if not bayes_enumerable(generator):
         raise ValueError(f"{generator}: the enumeration needs fixed copies and L <= {BAYES_MAX_L}")
-    p_zero = kw.get("p_zero_below", inspect.signature(simulate_cow_task).parameters["p_zero_below"].default)
-    p_closed, p_wrong = kw.get("p_closed_book", 0.0), kw.get("p_wrong", 0.0)
+    p_zero, p_closed, p_wrong = (_generator_setting(generator, n) for n in ("p_zero_below", "p_closed_book", "p_wrong"))
     t, w = np.polynomial.legendre.leggauss(nodes)
     rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else rho_prior)
     log_w = np.log(w / 2.0)
@@ -482,7 +493,7 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
               "missed": np.array([0.0, p_wrong, 1.0 - p_wrong])}
     rows = []
     for seed in seeds:
-        obs, planted, noise = simulate_cow_task(n_problems, seed, rho_max=rho_max, **kw)
+        obs, planted, noise = simulate_cow_task(n_problems, seed, rho_max=rho_max, **COW_GENERATORS[generator])
         lam_p, k_p = category_thresholds(obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique())
         truth_of = dict(zip(planted["problem_id"], zip(planted["planted_lam"], planted["planted_k"])))
         code = pl.when(pl.col("score").is_null()).then(2).when(pl.col("score") == 1.0).then(0).otherwise(1)
@@ -491,7 +502,7 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
             partial = C[(C > 0) & (C < L)]
             lam_q = int(partial.max()) if partial.size else 0
             # log P(x_j | state) per span and rho node: (1 - rho) P(x | O, state) + rho P(x | N)
-            lp = {k: np.log((1.0 - rho) * o[x][:, None] + rho * noise[x][:, None]) for k, o in oracle.items()}
+            lp = {state: np.log((1.0 - rho) * o[x][:, None] + rho * noise[x][:, None]) for state, o in oracle.items()}
             hyp, cat = [], []
             if p_closed:
                 hyp.append(np.log(p_closed) + logsumexp(lp["right"].sum(axis=0) + log_w))
@@ -504,8 +515,7 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
                 for k in ks:
                     slots = np.array(list(itertools.combinations(range(L - k * lam + k), k)))
                     copies = slots + np.arange(k) * (lam - 1)  # (placements, k), as plant_copies
-                    sa, ca = s[above][None, :, None], C[above][None, :, None]
-                    cov = ((sa <= copies[:, None, :]) & (copies[:, None, :] + lam <= sa + ca)).any(axis=2)
+                    cov = covers(s[above], C[above], copies[:, None, :], lam)  # (placements, spans)
                     ll = cov @ lp["right"][above] + (~cov) @ lp["missed"][above]  # (placements, nodes)
                     hyp.append(math.log(1.0 - p_closed) - math.log(len(lams) * len(ks))
                                + logsumexp(ll + base + log_w) - math.log(len(copies)))

@@ -32,6 +32,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -48,29 +49,33 @@ from raylc.dolce.options import FitOptions  # noqa: E402
 
 
 def summarize(label: str, frame: pl.DataFrame, show_table: bool) -> dict:
-    """Print one group's figures (and its reliability table if ``show_table``); return them."""
+    """Print one group's figures (and its reliability table if ``show_table``); return them. The
+    lambda interval's coverage where the frame has ``covered``."""
     table, ece = reliability(frame)
     sure = frame.filter(pl.col("confidence") >= 0.9)
-    got = dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean(), covered=frame["covered"].mean(),
-               accuracy=frame["right"].mean())
+    got = dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean())
+    if "covered" in frame.columns:
+        got["covered"] = frame["covered"].mean()
+    got["accuracy"] = frame["right"].mean()
+    covered = f"90% lambda interval covers {got['covered']:.3f}; " if "covered" in got else ""
     print(f"{label}: ECE {ece:.3f}; confidence >= 0.9: {got['sure']:.3f} of problems, "
-          f"{got['right']:.3f} right; 90% lambda interval covers {got['covered']:.3f}; "
-          f"accuracy {frame['right'].mean():.3f} (n = {frame.height})", flush=True)
+          f"{got['right']:.3f} right; {covered}accuracy {got['accuracy']:.3f} (n = {frame.height})", flush=True)
     if show_table:
         with pl.Config(tbl_rows=12, float_precision=3):
             print(table)
     return got
 
 
-def over_groups(label: str, kind: str, groups: int, n_problems: int, **kw) -> None:
-    """One generator in ``groups`` groups of 5 seeds: each group, then mean, min, max over them."""
+def over_groups(label: str, frame_of, groups: int, n_problems: int) -> None:
+    """One generator in ``groups`` groups of 5 seeds (``frame_of(seeds)``: one row per problem, as
+    ``calibration_frame``): each group, then mean, min, max over them."""
     rows = []
     if groups < 1:
         return
     for g in range(groups):
         seeds = range(5 * g, 5 * g + 5)
         rows.append(summarize(f"{label} seeds {seeds.start}-{seeds.stop - 1}",
-                              calibration_frame(kind, seeds, n_problems, **kw), show_table=g == 0))
+                              frame_of(seeds), show_table=g == 0))
     figs = {k: [r[k] for r in rows] for k in rows[0]}
     print(f"{label}, {groups} groups of 5 seeds x {n_problems} problems: " + "; ".join(
         f"{k} mean {statistics.fmean(v):.3f} min {min(v):.3f} max {max(v):.3f}" for k, v in figs.items()), flush=True)
@@ -134,11 +139,14 @@ def main() -> None:
         COWFit._posterior_starts = (0.5,)
     if not args.cost_only:
         for gen in args.generators:
-            over_groups(f"COW {gen}", "COW", args.groups, 150, generator=gen)
+            over_groups(f"COW {gen}", partial(calibration_frame, "COW", n_problems=150, generator=gen),
+                        args.groups, 150)
         for gen in ("model", "fixed"):
-            over_groups(f"PIG {gen} (binned, the default)", "PIG", args.pig_groups, 40, generator=gen)
+            over_groups(f"PIG {gen} (binned, the default)",
+                        partial(calibration_frame, "PIG", n_problems=40, generator=gen), args.pig_groups, 40)
         if args.pig_hit_rate:
-            over_groups("PIG fixed paper (Algorithm 2)", "PIG", 1, 40, generator="fixed", likelihood="paper")
+            over_groups("PIG fixed paper (Algorithm 2)",
+                        partial(calibration_frame, "PIG", n_problems=40, generator="fixed", likelihood="paper"), 1, 40)
     cost()
 
 

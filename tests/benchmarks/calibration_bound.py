@@ -20,20 +20,18 @@ Deterministic (seeded draws, no sampling in the posterior).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from functools import partial
 from pathlib import Path
-
-import polars as pl
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE.parent))
 
-from dolce_reference import BAYES_MAX_L, COW_GENERATORS, bayes_frame, reliability  # noqa: E402
+from calibration import over_groups  # noqa: E402
+from dolce_reference import COW_GENERATORS, bayes_enumerable, bayes_frame  # noqa: E402
 
-SHORT = [name for name, kw in COW_GENERATORS.items()
-         if not kw.get("replant_each_observation") and kw.get("L_range", (50, 300))[1] <= BAYES_MAX_L]
+SHORT = [name for name in COW_GENERATORS if bayes_enumerable(name)]
 
 
 def main() -> None:
@@ -48,21 +46,8 @@ def main() -> None:
         ap.error("--groups must be >= 1 and --rho-prior in (0, 1]")
     prior = "the generator's prior" if args.rho_prior is None else f"P_i(N) ~ U(0, {args.rho_prior:g})"
     for gen in args.generators:
-        figs = []
-        for g in range(args.groups):
-            seeds = range(5 * g, 5 * g + 5)
-            frame = bayes_frame(gen, seeds, 150, rho_prior=args.rho_prior)
-            _, ece = reliability(frame)
-            sure = frame.filter(pl.col("confidence") >= 0.9)
-            figs.append(dict(ece=ece, sure=sure.height / frame.height, right=sure["right"].mean(),
-                             accuracy=frame["right"].mean()))
-            print(f"Bayes-optimal ({prior}) {gen} seeds {seeds.start}-{seeds.stop - 1}: ECE {ece:.3f}; "
-                  f"confidence >= 0.9: {figs[-1]['sure']:.3f} of problems, {figs[-1]['right']:.3f} right; "
-                  f"accuracy {figs[-1]['accuracy']:.3f} (n = {frame.height})", flush=True)
-        print(f"Bayes-optimal ({prior}) {gen}, {args.groups} groups of 5 seeds x 150 problems: " + "; ".join(
-            f"{k} mean {statistics.fmean(r[k] for r in figs):.3f} min {min(r[k] for r in figs):.3f} "
-            f"max {max(r[k] for r in figs):.3f}" for k in figs[0]), flush=True)
-
+        over_groups(f"Bayes-optimal ({prior}) {gen}",
+                    partial(bayes_frame, gen, n_problems=150, rho_prior=args.rho_prior), args.groups, 150)
 
 if __name__ == "__main__":
     main()
