@@ -431,14 +431,23 @@ def test_prefix_cache_counts_whole_blocks(vllm, tmp_path):
 
 
 def test_time_grows_with_uncached_prompt_tokens(vllm, tmp_path):
+    """The engine thread waits (prefill tokens scheduled) / prefill_tokens_per_s per step. The
+    waits it asks for are recorded (a spy on its stop event's ``wait``), so the check does not
+    depend on the machine's load; each generate takes at least the time it was charged."""
     path = model(tmp_path, double={"prefill_tokens_per_s": 40000, "decode_step_s": 0.0005})
     llm = vllm.LLM(model=path, max_model_len=16384, max_num_batched_tokens=2048)
     sp = vllm.SamplingParams(temperature=0.0, max_tokens=1)
+    stop = llm.llm_engine.engine_core._stop
+    waits, wait = [], stop.wait
+    stop.wait = lambda timeout=None: (waits.append(timeout), wait(timeout))[1]
 
     def timed(ids):
+        waits.clear()
         t = time.perf_counter()
         out = llm.generate(vllm.TokensPrompt(prompt_token_ids=ids), sp, use_tqdm=False)[0]
-        return time.perf_counter() - t, out
+        charged = sum(waits)
+        assert time.perf_counter() - t >= charged
+        return charged, out
 
     small, _ = timed(ids_of(1000, start=11))  # 0.025 s of prefill
     big, _ = timed(ids_of(16000, start=12))  # 0.4 s, in 8 chunks of 2048
