@@ -466,8 +466,8 @@ def bayes_enumerable(generator: str) -> bool:
             and _generator_setting(generator, "L_range")[1] <= BAYES_MAX_L)
 
 
-def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2, rho_prior: float | None = None,
-                nodes: int = 24) -> pl.DataFrame:
+def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
+                rho_prior: float | str | None = None, pairs: str = "generator", nodes: int = 24) -> pl.DataFrame:
     """The Bayes-optimal category posterior of a fixed-copy COW generator (:data:`COW_GENERATORS`
     with L <= :data:`BAYES_MAX_L`): the posterior that knows how :func:`simulate_cow_task` draws
     (closed-book with ``p_closed_book``; else lambda, k and the placement uniform as drawn; the
@@ -476,7 +476,14 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
     Gauss-Legendre nodes. Its accuracy is the most any estimator of the same observations can
     expect, and its share at confidence >= 0.9 with the accuracy there the reference a calibrated
     estimator that does not know the generator cannot expect to beat; with ``rho_prior`` = 1 (P_i(O)
-    uniform, as the fit assumes), what a vague prior on P_i(O) costs.
+    uniform, as the fit assumes), what a vague prior on P_i(O) costs; with ``rho_prior="learned"``,
+    the prior of rho a distribution on the nodes over (0, 1) fitted to the task (empirical Bayes,
+    the nonparametric maximum likelihood, jointly with ``pairs``). With ``pairs="learned"`` the
+    posterior does not know the prior over closed-book, lambda and k: the hypotheses are closed-book
+    and every lambda 1 .. L (lambda = L one value whatever L) with every k <= L / lambda, under a
+    task-level categorical fitted to the task's problems by EM (empirical Bayes, pseudo-count 1/2;
+    a problem's prior is it renormalised over the problem's own hypotheses): what an estimator that
+    learns the task's (lambda, k) distribution can expect.
     One row per problem: seed, truth, category, confidence, right (as :func:`calibration_frame`)."""
     from scipy.special import logsumexp
 
@@ -484,6 +491,11 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
 
     if not bayes_enumerable(generator):
         raise ValueError(f"{generator}: the enumeration needs fixed copies and L <= {BAYES_MAX_L}")
+    if pairs not in ("generator", "learned"):
+        raise ValueError(f"pairs: {pairs!r} is not 'generator' or 'learned'")
+    learn_rho = rho_prior == "learned"
+    if learn_rho:
+        rho_prior = 1.0
     p_zero, p_closed, p_wrong = (_generator_setting(generator, n) for n in ("p_zero_below", "p_closed_book", "p_wrong"))
     t, w = np.polynomial.legendre.leggauss(nodes)
     rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else rho_prior)
@@ -497,35 +509,72 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
         lam_p, k_p = category_thresholds(obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique())
         truth_of = dict(zip(planted["problem_id"], zip(planted["planted_lam"], planted["planted_k"])))
         code = pl.when(pl.col("score").is_null()).then(2).when(pl.col("score") == 1.0).then(0).otherwise(1)
+        problems = []  # per problem: its id, hypotheses' keys, log-likelihoods and categories
         for (pid,), g in obs.with_columns(x=code).group_by("problem_id", maintain_order=True):
             L, C, s, x = int(g["L"][0]), g["C"].to_numpy(), g["start"].to_numpy(), g["x"].to_numpy()
             partial = C[(C > 0) & (C < L)]
             lam_q = int(partial.max()) if partial.size else 0
             # log P(x_j | state) per span and rho node: (1 - rho) P(x | O, state) + rho P(x | N)
             lp = {state: np.log((1.0 - rho) * o[x][:, None] + rho * noise[x][:, None]) for state, o in oracle.items()}
-            hyp, cat = [], []
-            if p_closed:
-                hyp.append(np.log(p_closed) + logsumexp(lp["right"].sum(axis=0) + log_w))
+            keys, ll, cat = [], [], []
+            if p_closed or pairs == "learned":
+                keys.append("closed")
+                ll.append(lp["right"].sum(axis=0))
                 cat.append(0)
-            lams = [L if a == "L" else a for a in PLANTED_LAMS if a == "L" or a < L]
+            lams = ([L if a == "L" else a for a in PLANTED_LAMS if a == "L" or a < L] if pairs == "generator"
+                    else list(range(1, L + 1)))
             for lam in lams:
-                ks = [k for k in PLANTED_KS if k * lam <= L]
+                ks = ([k for k in PLANTED_KS if k * lam <= L] if pairs == "generator"
+                      else list(range(1, L // lam + 1)))
                 above = C >= lam
                 base = lp["below"][~above].sum(axis=0)
                 for k in ks:
                     slots = np.array(list(itertools.combinations(range(L - k * lam + k), k)))
                     copies = slots + np.arange(k) * (lam - 1)  # (placements, k), as plant_copies
                     cov = covers(s[above], C[above], copies[:, None, :], lam)  # (placements, spans)
-                    ll = cov @ lp["right"][above] + (~cov) @ lp["missed"][above]  # (placements, nodes)
-                    hyp.append(math.log(1.0 - p_closed) - math.log(len(lams) * len(ks))
-                               + logsumexp(ll + base + log_w) - math.log(len(copies)))
+                    lk = cov @ lp["right"][above] + (~cov) @ lp["missed"][above]  # (placements, nodes)
+                    keys.append(("L" if lam == L else lam, k))
+                    ll.append(logsumexp(lk + base, axis=0) - math.log(len(copies))
+                              + (0.0 if pairs == "learned" else -math.log(len(lams) * len(ks))))
                     cat.append(int(category_codes(lam, k, lam_p, k_p, lam_q)))
-            hyp = np.array(hyp)
+            if pairs == "generator":
+                ll = [a + math.log(p_closed if kk == "closed" else 1.0 - p_closed) for kk, a in zip(keys, ll)]
+            problems.append((pid, keys, np.array(ll), np.array(cat), lam_q))
+        for (pid, _, _, cat, lam_q), hyp in zip(problems, _hypotheses_posterior(
+                [p[1] for p in problems], [p[2] for p in problems], log_w, pairs == "learned", learn_rho)):
             proba = np.bincount(cat, weights=np.exp(hyp - logsumexp(hyp)), minlength=len(CATEGORIES))
             truth = int(category_codes(*truth_of[pid], lam_p, k_p, lam_q))
             rows.append({"seed": seed, "truth": CATEGORIES[truth], "category": CATEGORIES[int(proba.argmax())],
                          "confidence": float(proba.max()), "right": int(proba.argmax()) == truth})
     return pl.DataFrame(rows)
+
+
+def _hypotheses_posterior(keys: list, ll: list, log_w: np.ndarray, learn_pairs: bool, learn_rho: bool,
+                          rounds: int = 300) -> list[np.ndarray]:
+    """:func:`bayes_frame`'s log posterior over each problem's hypotheses (``keys``; ``ll`` their
+    (hypotheses, nodes) log-likelihoods with any fixed prior added). Learned by EM (empirical
+    Bayes): the task-level categorical pi over the keys (``learn_pairs``, pseudo-count 1/2; a
+    problem's prior is pi renormalised over its own keys) and the masses of rho's nodes
+    (``learn_rho``, from the quadrature weights ``log_w``; else those weights)."""
+    from scipy.special import logsumexp
+
+    names = sorted({k for ks in keys for k in ks}, key=str)
+    index = {k: i for i, k in enumerate(names)}
+    idx = [np.array([index[k] for k in ks]) for ks in keys]
+    pi, log_m = np.full(len(names), 1.0 / len(names)), log_w.copy()
+    for _ in range(rounds if learn_pairs or learn_rho else 1):
+        joint = [a + np.log(pi[i] / pi[i].sum())[:, None] + log_m for i, a in zip(idx, ll)]  # (hypotheses, nodes)
+        post = [np.exp(j - logsumexp(j)) for j in joint]
+        mass = np.full(len(names), 0.5)
+        for i, q in zip(idx, post):
+            np.add.at(mass, i, q.sum(axis=1))
+        new_pi = mass / mass.sum() if learn_pairs else pi
+        with np.errstate(divide="ignore"):  # a node the data leave empty
+            new_m = np.log(sum(q.sum(axis=0) for q in post) / len(post)) if learn_rho else log_m
+        if np.allclose(new_pi, pi, rtol=0.0, atol=1e-7) and np.allclose(np.exp(new_m), np.exp(log_m), atol=1e-7):
+            break
+        pi, log_m = new_pi, new_m
+    return [logsumexp(j, axis=1) for j in joint]
 
 
 def reliability(frame: pl.DataFrame, bins: int = 10) -> tuple[pl.DataFrame, float]:

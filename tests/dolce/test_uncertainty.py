@@ -9,7 +9,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from dolce_reference import bayes_frame, calibration_frame, reliability, simulate_cow_task
+from dolce_reference import _hypotheses_posterior, bayes_frame, calibration_frame, reliability, simulate_cow_task
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -472,3 +472,25 @@ def test_calibrated_on_short_documents_and_short_of_the_bayes_optimal_bound():
     assert (vague["confidence"] >= 0.9).sum() < (exact["confidence"] >= 0.9).sum()
     with pytest.raises(ValueError, match="L <= 16"):
         bayes_frame("fixed", range(1), 2)
+
+
+def test_the_learned_reference_priors_are_their_empirical_bayes_fixed_points():
+    """``bayes_frame(pairs="learned", rho_prior="learned")``'s EM on problems whose answer is
+    known. Pairs: 80 problems decide for key a, 21 cannot tell a from b, one offers only b. With
+    pseudo-count 1/2, pi_a = (0.5 + 80 + 21 pi_a) / 103, so pi_a = 80.5 / 82, the posterior of
+    an undecided problem; the one-key problem stays on b. rho's two nodes: 70 problems sit on
+    node 0, 30 on node 1 and one can sit on either (key a at node 0, b at node 1): the masses are
+    0.7 and 0.3, and that problem's posterior follows them (0.5 each with the weights fixed)."""
+    decided, undecided, only_b = np.array([[0.0], [-60.0]]), np.zeros((2, 1)), np.zeros((1, 1))
+    post = _hypotheses_posterior([["a", "b"]] * 101 + [["b"]], [decided] * 80 + [undecided] * 21 + [only_b],
+                                 np.zeros(1), learn_pairs=True, learn_rho=False)
+    assert np.exp(post[90] - np.logaddexp(*post[90]))[0] == pytest.approx(80.5 / 82, abs=1e-5)
+    assert post[-1].shape == (1,)
+    node = {0: np.array([[0.0, -60.0]]), 1: np.array([[-60.0, 0.0]])}
+    log_w = np.log([0.5, 0.5])
+    either = np.array([[0.0, -60.0], [-60.0, 0.0]])  # key a only at node 0, key b only at node 1
+    post = _hypotheses_posterior([["a"]] * 100 + [["a", "b"]], [node[0]] * 70 + [node[1]] * 30 + [either],
+                                 log_w, learn_pairs=False, learn_rho=True)
+    assert np.exp(post[-1] - np.logaddexp(*post[-1])) == pytest.approx([0.7, 0.3], abs=1e-4)
+    fixed = _hypotheses_posterior([["a", "b"]], [either], log_w, learn_pairs=False, learn_rho=False)
+    assert np.exp(fixed[0] - np.logaddexp(*fixed[0])) == pytest.approx([0.5, 0.5])
