@@ -4,8 +4,15 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# Hypothesis's deadline per example (200 ms by default) measures the machine, not the code: the
+# fast suite runs beside the Ray tests on 2 cores, where one example of a string test once took
+# 288 ms. No test here is about speed (the benchmarks under tests/benchmarks/ are).
+settings.register_profile("raylc", deadline=None)
+settings.load_profile("raylc")
 
 # Every Ray this test session starts (the shared instance, clusters, `raylc run` subprocesses)
 # keeps its session folder under a root of its own, so that the guard below sees only them
