@@ -509,7 +509,8 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
         lam_p, k_p = category_thresholds(obs.filter((pl.col("C") > 0) & (pl.col("C") < pl.col("L")))["C"].unique())
         truth_of = dict(zip(planted["problem_id"], zip(planted["planted_lam"], planted["planted_k"])))
         code = pl.when(pl.col("score").is_null()).then(2).when(pl.col("score") == 1.0).then(0).otherwise(1)
-        problems = []  # per problem: its id, hypotheses' keys, log-likelihoods and categories
+        problems = []  # per problem: its id, hypotheses' keys, log-likelihoods (with the generator's prior
+        # unless learned) and categories, its lam_q
         for (pid,), g in obs.with_columns(x=code).group_by("problem_id", maintain_order=True):
             L, C, s, x = int(g["L"][0]), g["C"].to_numpy(), g["start"].to_numpy(), g["x"].to_numpy()
             partial = C[(C > 0) & (C < L)]
@@ -519,7 +520,7 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
             keys, ll, cat = [], [], []
             if p_closed or pairs == "learned":
                 keys.append("closed")
-                ll.append(lp["right"].sum(axis=0))
+                ll.append(lp["right"].sum(axis=0) + (math.log(p_closed) if pairs == "generator" else 0.0))
                 cat.append(0)
             lams = ([L if a == "L" else a for a in PLANTED_LAMS if a == "L" or a < L] if pairs == "generator"
                     else list(range(1, L + 1)))
@@ -534,11 +535,9 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
                     cov = covers(s[above], C[above], copies[:, None, :], lam)  # (placements, spans)
                     lk = cov @ lp["right"][above] + (~cov) @ lp["missed"][above]  # (placements, nodes)
                     keys.append(("L" if lam == L else lam, k))
-                    ll.append(logsumexp(lk + base, axis=0) - math.log(len(copies))
-                              + (0.0 if pairs == "learned" else -math.log(len(lams) * len(ks))))
+                    prior = math.log(1.0 - p_closed) - math.log(len(lams) * len(ks)) if pairs == "generator" else 0.0
+                    ll.append(logsumexp(lk + base, axis=0) - math.log(len(copies)) + prior)
                     cat.append(int(category_codes(lam, k, lam_p, k_p, lam_q)))
-            if pairs == "generator":
-                ll = [a + math.log(p_closed if kk == "closed" else 1.0 - p_closed) for kk, a in zip(keys, ll)]
             problems.append((pid, keys, np.array(ll), np.array(cat), lam_q))
         for (pid, _, _, cat, lam_q), hyp in zip(problems, _hypotheses_posterior(
                 [p[1] for p in problems], [p[2] for p in problems], log_w, pairs == "learned", learn_rho)):
