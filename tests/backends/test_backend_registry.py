@@ -10,6 +10,7 @@ tests see the built-in backends only; a Ray worker, which imports this module to
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -60,7 +61,7 @@ class ToyProbe(ProbeConfig):
 
     backend: Literal["toy"]
     model: str = "toy-oracle"
-    closed_log: Optional[str] = None  #: a file ``close()`` appends a line to (the test of close)
+    closed_log: Optional[str] = None  #: a file the backend logs built/served/closed to (the test of close)
 
     def model_name(self) -> str:
         return self.model
@@ -70,15 +71,23 @@ class ToyBackend(Backend):
     name = "toy"
 
     def __init__(self, answers: dict[str, str], closed_log: Optional[str] = None):
-        self.answers, self.closed_log = answers, closed_log
+        self.answers, self.closed_log, self.served = answers, closed_log, False
+        self._log("built")
 
-    def close(self) -> None:
+    def _log(self, event: str) -> None:
+        """Append ``event pid`` to ``closed_log``: the test of close tells the actors apart."""
         if self.closed_log:
             with open(self.closed_log, "a", encoding="utf-8") as fh:
-                fh.write("closed\n")
+                fh.write(f"{event} {os.getpid()}\n")
+
+    def close(self) -> None:
+        self._log("closed")
 
     def generate(self, prompts: Sequence[Prompt], max_tokens: MaxTokens = None,
                  raw: RawFlags = None) -> list[Generation]:
+        if not self.served:
+            self.served = True
+            self._log("served")
         out = []
         for p in map(prompt_text, prompts):
             vault = re.search(r"What is the code of vault (\S+)\?", p)
@@ -186,25 +195,36 @@ def test_a_stage_actor_closes_the_stage_it_built(toy, tmp_path):
     job = parse_job({"name": "t", "probe": {"backend": "toy", "closed_log": str(log)}})
     (stage,) = backend_of(job.probe).stages(job, verbose=False)
     actor = StageActor(stage, job, RequestFiles(RunFolder(str(tmp_path), "r"), ()), first=True)
-    assert not log.exists()
+    assert log.read_text().split() == ["built", str(os.getpid())]
     del actor
     gc.collect()
-    assert log.read_text().splitlines() == ["closed"]
+    assert log.read_text().split() == ["built", str(os.getpid()), "closed", str(os.getpid())]
 
 
 def test_a_backend_is_a_context_manager_that_closes_and_close_is_a_no_op_by_default(tmp_path):
     assert Backend().close() is None
     with ToyBackend({}, str(tmp_path / "closed.log")) as backend:
         assert isinstance(backend, ToyBackend)
-    assert (tmp_path / "closed.log").read_text() == "closed\n"
+    assert (tmp_path / "closed.log").read_text().split()[::2] == ["built", "closed"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.mark.ray
 def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
-    """Each text actor of the infer stage closes its backend when Ray Data lets it go
-    (``StageActor``: ``__ray_shutdown__`` -> ``__del__``). Ray Data ends its actors without
-    waiting for them, so on a busy machine a close may land just after the run returns: the
-    log is awaited (60 s at most, polled every 0.1 s), then it must hold exactly two closes."""
+    """Each text actor of the infer stage that served a batch closes its backend exactly once when
+    Ray Data lets it go (``StageActor``: ``__ray_shutdown__`` -> ``__del__``). Ray Data starts its
+    actors without waiting for them (``wait_for_min_actors_s`` -1), so on a busy machine one actor
+    may still be starting when the run ends: Ray then ends it, and whether its backend got built
+    and closed first depends on when. So a backend that never served is closed at most once or
+    its process is gone. Ray Data ends its actors without waiting for them: the log is awaited
+    (60 s at most, polled every 0.1 s)."""
     import time
 
     from raylc.evaluate import evaluate
@@ -214,11 +234,27 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
         "probe": {"backend": "toy", "closed_log": str(log)}, "suite.problems_per_task": 2,
         "store.path": str(tmp_path / "runs"), "ray.actors": 2})
     evaluate(job, log=lambda line: None)
+
+    def events() -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {"built": [], "served": [], "closed": []}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            event, pid = line.split()
+            out[event].append(int(pid))
+        return out
+
+    def settled(e: dict[str, list[int]]) -> bool:
+        return set(e["served"]) <= set(e["closed"]) and all(
+            pid in e["closed"] or not _alive(pid) for pid in e["built"])
+
     deadline = time.monotonic() + 60.0
-    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
+    while time.monotonic() < deadline and not settled(events()):
         time.sleep(0.1)
-    time.sleep(0.5)  # a third close (a backend closed twice) would land about now
-    assert log.read_text().splitlines() == ["closed", "closed"]
+    time.sleep(0.5)  # a second close of one backend would land about now
+    e = events()
+    assert e["served"] and len(set(e["served"])) == len(e["served"]) <= 2
+    assert sorted(e["closed"]) == sorted(set(e["closed"])), "a backend closed twice"
+    assert set(e["served"]) <= set(e["closed"]) <= set(e["built"])
+    assert settled(e), e
 
 
 def test_the_openai_plugins_endpoint_check_closes_the_backend_it_built(monkeypatch):
