@@ -745,7 +745,7 @@ def test_shutdown_stops_the_core_process_quietly(vllm, tmp_path, capfd):
     t0 = time.monotonic()
     engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=path, max_model_len=2048))
     llm = vllm.LLM(model=path, max_model_len=2048)
-    assert time.monotonic() - t0 < 5  # a core process starts in well under a second
+    assert time.monotonic() - t0 < 30  # a core process starts in well under a second: no hang, even on a busy machine
     sp = vllm.SamplingParams(temperature=0.0, max_tokens=4)
     assert run_async(engine, [(ids_of(20), sp)])[0].finished
     assert llm.generate(vllm.TokensPrompt(prompt_token_ids=ids_of(20)), sp, use_tqdm=False)[0].finished

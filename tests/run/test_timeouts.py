@@ -251,7 +251,7 @@ def test_live_gcs_passes_the_check(ray_session):
     t0 = time.monotonic()
     check_ray_address(f"127.0.0.1:{port}", 5)
     check_ray_address(f"ray://127.0.0.1:{port}", 5)
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 4.5  # neither waited out its 5 s limit (a busy machine slows both)
     api = FakeJobsAPI("hang")
     try:
         with pytest.raises(RayUnavailable,
