@@ -85,11 +85,11 @@ class LocalHead:
             self._gcs = None
             return False
 
-    def wait_dashboard(self, timeout: float = 180.0) -> None:
+    def wait_dashboard(self, timeout: float = 300.0) -> None:
         """Until the dashboard answers ``GET /api/version`` (its job agent may still be starting)."""
         self._until(self._dashboard_answers, "the dashboard", time.monotonic() + timeout)
 
-    def wait_ready(self, timeout: float = 180.0) -> None:
+    def wait_ready(self, timeout: float = 300.0) -> None:
         """Until the Jobs API can take a job: the dashboard answers and the job agent is registered."""
         deadline = time.monotonic() + timeout
         self._until(self._dashboard_answers, "the dashboard", deadline)

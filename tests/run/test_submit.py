@@ -75,7 +75,9 @@ def head(tmp_path_factory):
     cluster = LocalHead(tmp_path_factory.mktemp("h") / "ray")  # short: Ray's socket paths live there
     try:
         cluster.wait_dashboard()
-        job, store = _tiny_job(tmp_path_factory.mktemp("wd")), tmp_path_factory.mktemp("early-store")
+        # an agent may take minutes to register on a busy machine: the wait, not its default limit, is tested
+        job, store = _tiny_job(tmp_path_factory.mktemp("wd"), "ray: {connect_timeout_s: 300}\n"), \
+            tmp_path_factory.mktemp("early-store")
         cluster.early = (subprocess.run(
             [sys.executable, "-m", "raylc", "submit", "job.yaml", "--address", cluster.address, "--store", str(store),
              "--run-id", "early"], cwd=job.parent, capture_output=True, text=True, timeout=900), store)
