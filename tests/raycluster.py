@@ -1,4 +1,5 @@
-"""A throwaway Ray head on 127.0.0.1 in its own temp dir, for submission tests."""
+"""A throwaway Ray head on 127.0.0.1 in its own temp dir, for submission tests, and the tests' helpers
+for local ports and processes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie nobody reaped counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class LocalHead:

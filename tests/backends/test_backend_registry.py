@@ -208,21 +208,6 @@ def test_a_backend_is_a_context_manager_that_closes_and_close_is_a_no_op_by_defa
     assert (tmp_path / "closed.log").read_text().split()[::2] == ["built", "closed"]
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped by its raylet, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc here: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 @pytest.mark.ray
 def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
     """Each text actor of the infer stage that served a batch closes its backend exactly once when
@@ -233,6 +218,8 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
     its process is gone. Ray Data does not wait for its actors to end either: the log is awaited
     (60 s at most, polled every 0.1 s)."""
     import time
+
+    from raycluster import gone
 
     from raylc.evaluate import evaluate
 
@@ -251,7 +238,7 @@ def test_a_run_closes_every_backend_it_built(toy, ray_session, tmp_path):
 
     def settled(e: dict[str, list[int]]) -> bool:
         return set(e["served"]) <= set(e["closed"]) and all(
-            pid in e["closed"] or not _alive(pid) for pid in e["built"])
+            pid in e["closed"] or gone(pid) for pid in e["built"])
 
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline and not settled(events()):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from doubles import DOUBLES_DIR, vllm_double
 from doubles.model_dir import make_model_dir
+from raycluster import gone
 
 REAL_VLLM = Path(os.environ.get("RAYLC_VLLM_SRC", "/work/vllm_src/src/vllm"))
 DOUBLE_VLLM = Path(DOUBLES_DIR) / "vllm"
@@ -550,18 +551,6 @@ def core_process(engine):
     procs = engine.engine_core.resources.engine_manager.processes
     assert len(procs) == 1 and procs[0].name == "EngineCore"
     return procs[0]
-
-
-def gone(pid):
-    """The process has exited (a zombie nobody reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def wait_for(cond, timeout=5.0):
