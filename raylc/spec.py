@@ -1,8 +1,8 @@
 """The job spec: one pydantic model tree, loaded from YAML with a safe loader.
 
-A job file has the sections ``suite``, ``sampling``, ``probe``, ``scoring``, ``fit``,
-``store`` and ``ray``. Unknown keys and wrong types are errors that name the key and
-list the allowed ones (:class:`JobSpecError`).
+A job file has ``name`` and ``seed`` and the sections ``suite``, ``sampling``, ``probe``,
+``scoring``, ``fit``, ``judge``, ``inference``, ``store`` and ``ray``. Unknown keys and wrong
+types are errors that name the key and list the allowed ones (:class:`JobSpecError`).
 """
 
 from __future__ import annotations

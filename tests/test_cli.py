@@ -10,7 +10,7 @@ since drawing costs more than the rest of the command.
 
 Runs in CI (520 derandomized inputs, ~45 s). RAYLC_FUZZ_EXAMPLES multiplies the example
 counts, e.g. ``RAYLC_FUZZ_EXAMPLES=10 pytest tests/test_cli.py`` for 5,200 inputs (the
-figure in the README).
+figure in docs/runs.md).
 """
 
 from __future__ import annotations
