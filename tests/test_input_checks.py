@@ -212,6 +212,27 @@ def test_fit_accepts_a_single_problem_and_an_all_idk_task(tmp_path, monkeypatch)
     assert _cli(tmp_path, monkeypatch, "fit", "idk.csv", "--out", "out2", "--no-ray")[0] == 0
 
 
+@pytest.mark.parametrize("args, message", [
+    (("fit", "obs.parquet", "--out", "foo://x"), "foo://x: not a store address (Unrecognized filesystem type"),
+    (("fit", "obs.parquet", "--out", "s3://"), "s3://: no bucket"),
+    (("fit", "obs.parquet", "--out", "s3:///x"), "s3:///x: no bucket"),
+    (("fit", "obs.parquet", "--out", ""), "the store path is empty"),
+    (("fit", "obs.parquet", "--out", "obs.parquet"), "obs.parquet/problems.parquet: a file where a folder belongs"),
+    (("fit", "obs.parquet", "--out", "obs.parquet/x"), "a file where a folder belongs"),
+    (("fit", "", "--out", "out"), "'': names no file or folder"),
+    (("fit", "s3://bucket", "--out", "out"), "s3://bucket: names a bucket, not a file or folder in it"),
+    (("units", str(DOCS), "--out", "foo://x.parquet"), "foo://x.parquet: not a store address"),
+    (("runs", "foo://x"), "foo://x: not a store address"),
+    (("report", "foo://x/run"), "foo://x: not a store address"),
+])
+def test_store_addresses_that_name_no_store_are_refused_in_one_line(tmp_path, monkeypatch, args, message):
+    """A malformed URI, an empty path or a file where a folder belongs is bad input (exit 2, one
+    line, nothing written), not a pyarrow traceback or a write into the working folder."""
+    _obs(("p1", "p2")).write_parquet(tmp_path / "obs.parquet")
+    err = _refused(tmp_path, monkeypatch, *args, *(("--no-ray",) if args[0] == "fit" else ()))
+    assert message in err, err
+
+
 def test_observation_rows_are_numbered_from_one():
     with pytest.raises(ObservationError, match=r"column 'C': observation length C exceeds .* e\.g\. row 2: "):
         validate_observations(_obs().with_columns(C=pl.when(pl.int_range(pl.len()) == 1).then(99).otherwise("C")))

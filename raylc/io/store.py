@@ -23,24 +23,34 @@ import pyarrow.parquet as pq
 
 from raylc.io.errors import StoreError, StoreUnavailable
 
-__all__ = ["Store", "StoreError", "StoreUnavailable", "json_records", "read_input"]
+__all__ = ["Store", "StoreError", "StoreUnavailable", "json_records", "locate", "read_input"]
 
 
 @contextlib.contextmanager
 def _io(where: str) -> Iterator[None]:
-    """Turn filesystem errors into one-line :class:`StoreUnavailable` naming ``where``."""
+    """Turn filesystem errors into one line naming ``where``: a file where a folder belongs (or
+    the reverse) is bad input (:class:`StoreError`), anything else :class:`StoreUnavailable`."""
     try:
         yield
     except StoreError:
         raise
+    except (NotADirectoryError, FileExistsError, IsADirectoryError) as exc:
+        what = ("a folder where a file belongs" if isinstance(exc, IsADirectoryError)
+                else "a file where a folder belongs")
+        raise StoreError(f"{where}: {what} ({exc.strerror or type(exc).__name__})") from None
     except OSError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StoreUnavailable(f"{where}: storage error: {detail}") from None
 
 
 def _split(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of a store address; an empty or malformed one is :class:`StoreError`."""
+    if not uri.strip():
+        raise StoreError("the store path is empty: give a folder or an s3://bucket/prefix URI")
     if "://" in uri:
         if uri.startswith("s3://"):
+            if not uri[len("s3://"):].split("/", 1)[0]:
+                raise StoreError(f"{uri}: no bucket: give s3://bucket/prefix")
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             kwargs: dict[str, Any] = {}
             if endpoint:
@@ -50,7 +60,10 @@ def _split(uri: str) -> tuple[pafs.FileSystem, str]:
             if region:
                 kwargs["region"] = region
             return pafs.S3FileSystem(**kwargs), uri[len("s3://"):].rstrip("/")
-        fs, path = pafs.FileSystem.from_uri(uri)
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+        except ValueError as exc:  # pyarrow's ArrowInvalid: an unknown scheme or a malformed URI
+            raise StoreError(f"{uri}: not a store address ({exc}); give a folder or s3://bucket/prefix") from None
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(uri)
 
@@ -81,12 +94,25 @@ def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
     return out
 
 
+def locate(uri: str) -> tuple["Store", str]:
+    """The store holding the file or folder ``uri`` names (a local path or URI), and its name there.
+    An address that names no file (empty, a bare bucket, a malformed URI) is :class:`StoreError`."""
+    path = uri.rstrip("/")
+    _, sep, rest = path.partition("://")
+    if sep and "/" not in rest:
+        _split(path)  # a malformed URI or an unknown scheme says so
+        raise StoreError(f"{uri}: names a bucket, not a file or folder in it")
+    root, _, name = path.rpartition("/")
+    if not name:
+        raise StoreError(f"{uri!r}: names no file or folder")
+    return Store(root or ("/" if path.startswith("/") else ".")), name
+
+
 def read_input(uri: str) -> pl.DataFrame:
     """Read a user's input table (Parquet, CSV, JSON Lines, or ``.json``: a list of objects or one
     object, as RULER publishes its essay haystack ``PaulGrahamEssays.json``) from a local path or
     s3:// URI. A JSON syntax error names its line (:func:`json_records`)."""
-    root, _, name = uri.rstrip("/").rpartition("/")
-    store = Store(root or ".")
+    store, name = locate(uri)
     if not store.exists(name):
         raise StoreError(f"{uri}: no such file")
     if name.endswith(".parquet") or store.fs.get_file_info(store.path(name)).type == pafs.FileType.Directory:

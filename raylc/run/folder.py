@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from raylc.io.store import Store, StoreError
+from raylc.io.store import Store, StoreError, locate
 from raylc.run import checkpoint
 from raylc.run.errors import RunError
 from raylc.run.manifest import Manifest
@@ -65,8 +65,8 @@ class RunFolder:
     @classmethod
     def at(cls, uri: str) -> "RunFolder":
         """The folder a ``<store>/<run_id>`` path or URI names."""
-        root, _, run_id = uri.rstrip("/").rpartition("/")
-        return cls(root or ".", run_id)
+        store, run_id = locate(uri)
+        return cls(store.root, run_id)
 
     @cached_property
     def _store(self) -> Store:

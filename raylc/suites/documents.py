@@ -37,7 +37,7 @@ from pydantic import Field, field_validator
 
 from raylc.io.names import UnsafeName, path_segment
 from raylc.io.schemas import Column, TableSchema, declare
-from raylc.io.store import Store, StoreError, read_input
+from raylc.io.store import StoreError, locate, read_input
 from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 from raylc.text.prompts import AUTO, CHOICE_LETTERS
 from raylc.text.units import UnitSpecError, parse_spec, split_units, unit_stats
@@ -378,6 +378,6 @@ def unit_report(uri: str, specs: list[str], task_field: str = "task", context_fi
         tables.append(frame.select("task", "context", spec=pl.lit(spec)).with_columns(units=units["units"]))
     stats = UNIT_STATS.check(unit_stats(pl.concat(tables), tok))
     if out is not None:
-        root, _, name = out.rstrip("/").rpartition("/")
-        Store(root or ".").write_table(stats, name)
+        store, name = locate(out)
+        store.write_table(stats, name)
     return stats

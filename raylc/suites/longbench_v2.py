@@ -36,7 +36,7 @@ import polars as pl
 from pydantic import Field
 
 from raylc.io.schemas import TableSchema, declare
-from raylc.io.store import Store, StoreError, json_records
+from raylc.io.store import StoreError, json_records, locate
 from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
@@ -120,8 +120,7 @@ COT_ANSWER_MAX_TOKENS = 128
 
 
 def _read_bytes(uri: str) -> bytes:
-    root, _, name = uri.rstrip("/").rpartition("/")
-    store = Store(root or ".")
+    store, name = locate(uri)
     if not store.exists(name):
         raise LongBenchV2DataError(f"{uri}: no such file")
     try:
