@@ -257,7 +257,8 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
 
 
 @app.command()
-@_errors(exit1=(*_UNAVAILABLE, "raylc.run.submit:SubmitError"))
+@_errors(exit1=(*_UNAVAILABLE, "raylc.run.submit:SubmitError"),
+         exit2=(*_BAD_INPUT, "raylc.run.submit:AddressError", "raylc.io.names:UnsafeName"))
 def submit(
     job_file: Path = typer.Argument(..., help="Job YAML file inside the working directory."),
     address: str = typer.Option(..., "--address", help="Ray dashboard address, e.g. http://HEAD:8265."),
@@ -292,10 +293,10 @@ def longscore(
     base_lengths: Optional[str] = typer.Option(None, "--base-lengths",
                                                help="Comma-separated base lengths in tokens (default: the runs' own, "
                                                     "else 2048,4096,6144)."),
-    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0,
+    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0, max=100_000,
                                          help="Bootstrap resamples for confidence intervals (needs sample_id; default: "
                                               "a run's own, as its report stated; 0 for score tables)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0,
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**32 - 1,
                                        help="Bootstrap seed (default: a run's own; 0 for score tables)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray",
                                        help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is "
@@ -340,10 +341,11 @@ def compare(
                                           "runs/quickstart-*."),
     out: str = typer.Option(..., "--out",
                             help="Output folder (local or s3://) for the leaderboard tables and figures."),
-    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0,
+    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0, max=100_000,
                                          help="Bootstrap resamples for LongScore's confidence intervals (default: "
                                               "each run's own, as its report stated)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default: each run's own)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**32 - 1,
+                                       help="Bootstrap seed (default: each run's own)."),
 ) -> None:
     """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category
     shares with 95% intervals, agreement between probes, figures."""
@@ -537,7 +539,7 @@ def plan(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer to count with ('default' or hf:<name-or-path>); default: "
                                                  "the job's."),
-    overhead_tokens: Optional[int] = typer.Option(None, "--overhead-tokens", min=0,
+    overhead_tokens: Optional[int] = typer.Option(None, "--overhead-tokens", min=0, max=1_000_000,
                                                   help="Tokens a chat template adds to each request; default: what "
                                                        "the run's prompt-token cap adds (the probe's backend, "
                                                        "measured with its tokenizer; 0 if it cannot be loaded)."),

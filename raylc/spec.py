@@ -44,7 +44,7 @@ class JobSpecError(ValueError):
 class _Strict(BaseModel):
     # serialize_by_alias: a field renamed in Python keeps the key users write (``probe.sampling``
     # is ``generation`` in Python) in every dump, hence in job.yaml, fingerprints and request ids
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
 
 
 Probe = SerializeAsAny[Annotated[ProbeConfig, BeforeValidator(parse_probe)]]
@@ -110,9 +110,10 @@ class RayResources(_Strict):
     address: Optional[str] = Field(default=None, description=(
         "The Ray cluster to join (e.g. `auto`, `ray://HEAD:10001`); null: RAY_ADDRESS, else a local Ray "
         "starts."))
-    num_cpus: Optional[int] = Field(default=None, ge=1, description="CPUs of a local Ray (null: the machine's).")
+    num_cpus: Optional[int] = Field(default=None, ge=1, le=100_000, description=(
+        "CPUs of a local Ray (null: the machine's)."))
     actors: int = Field(default=1, ge=1, description="Actors of a text backend's pool (simulated, openai).")
-    actor_num_cpus: float = Field(default=0.5, gt=0.0, description="Ray CPUs per such actor.")
+    actor_num_cpus: float = Field(default=0.5, gt=0.0, le=1024.0, description="Ray CPUs per such actor.")
     batch_size: int = Field(default=256, ge=1, description="Requests per Ray Data batch.")
     no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0, description=(
         "Ray Data's no-progress timeout of the infer stream; null: Ray Data's default (1800 s), none for vLLM."))
@@ -131,7 +132,7 @@ class Job(_Strict):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
         "The job's name (letters, digits, `_`, `.`, `-`): the start of its run ids."))
-    seed: int = Field(default=0, ge=0, description=(  # numpy's generators take non-negative seeds
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description=(  # numpy's generators: 0 <= seed < 2**32
         "The seed of everything random: the suite's draws, sampling, the simulated probe, bootstraps."))
     suite: SerializeAsAny[Annotated[SuiteConfig, BeforeValidator(parse_suite)]] = Field(
         default=PlantedSuite(), description="What to build: `kind` names the suite.")

@@ -233,6 +233,40 @@ def test_store_addresses_that_name_no_store_are_refused_in_one_line(tmp_path, mo
     assert message in err, err
 
 
+@pytest.mark.parametrize("args, message", [
+    (("plan", "job.yaml", "--set", "fit.em_tol=.inf"), "key 'fit.em_tol': Input should be a finite number"),
+    (("plan", "job.yaml", "--set", "ray.actor_num_cpus=.nan"), "key 'ray.actor_num_cpus': Input should be a finite"),
+    (("plan", "job.yaml", "--set", "ray.num_cpus=100000000000000000000"),
+     "key 'ray.num_cpus': Input should be less than or equal to 100000"),
+    (("plan", "job.yaml", "--set", "sampling.lengths=[]"), "key 'sampling.lengths': Value error, lengths is empty"),
+    (("plan", "job.yaml", "--set", "sampling.lengths=[-5, 0]"), "every length must be L or 0 <= C"),
+    (("plan", "job.yaml", "--set", "sampling.every=99999999999999999999"), "each at most 1,000,000,000"),
+    (("plan", "job.yaml", "--set", "suite.problems_per_task=100000000000"),
+     "key 'suite.problems_per_task': Input should be less than or equal to 1000000"),
+    (("plan", "job.yaml", "--set", "seed=99999999999999"), "key 'seed': Input should be less than or equal to"),
+    (("plan", "openai.yaml", "--set", "probe.base_url=http://\u00fc.invalid\\x00/v1"),
+     "key 'probe.base_url': Value error, not a URL (Invalid IDNA hostname"),
+    (("fit", "obs.parquet", "--out", "out", "--no-ray", "--em-steps-cow", "999999999999999999999"),
+     "--em-steps-cow '999999999999999999999': Input should be less than or equal to 100000"),
+    (("fit", "obs.parquet", "--out", "out", "--no-ray", "--em-tol", "inf"), "--em-tol 'inf': Input should be a finite"),
+    (("runs", "obs.parquet"), "obs.parquet: not a store (a file, not a folder)"),
+    (("submit", "job.yaml", "--address", "not a url", "--no-wait"), "--address 'not a url': not an http(s) URL"),
+    (("submit", "job.yaml", "--address", "http://127.0.0.1:99999", "--no-wait"), "not a URL (Port out of range"),
+    (("submit", "job.yaml", "--address", "http://127.0.0.1:1", "--run-id", "../x", "--no-wait"),
+     "run id '../x' is not a safe name"),
+])
+def test_values_that_would_fail_later_are_refused_before_anything_runs(tmp_path, monkeypatch, args, message):
+    """Values a later stage could not use (an infinite tolerance or CPU count, an empty or negative
+    length list, counts past what a machine holds, a host httpx cannot parse, a malformed dashboard
+    address, an unsafe run id given to submit) are refused up front: one line, exit 2, nothing
+    written. Before, some ran the build and inference and then failed, hung, or left a traceback."""
+    (tmp_path / "job.yaml").write_text((ROOT / "jobs" / "quickstart.yaml").read_text())
+    (tmp_path / "openai.yaml").write_text((ROOT / "jobs" / "openai-endpoint.yaml").read_text())
+    _obs(("p1", "p2")).write_parquet(tmp_path / "obs.parquet")
+    err = _refused(tmp_path, monkeypatch, *args)
+    assert message in err, err
+
+
 def test_observation_rows_are_numbered_from_one():
     with pytest.raises(ObservationError, match=r"column 'C': observation length C exceeds .* e\.g\. row 2: "):
         validate_observations(_obs().with_columns(C=pl.when(pl.int_range(pl.len()) == 1).then(99).otherwise("C")))

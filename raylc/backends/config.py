@@ -27,7 +27,7 @@ class ProbeConfig(BaseModel):
     for ``generation``: job files, fingerprints and request ids keep it). The methods answer what
     the run needs to know of any probe."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
 
     def max_tokens(self) -> int:
         """The default completion bound (``sampling.max_tokens`` of the job file)."""
@@ -108,7 +108,7 @@ class GenerationParams(BaseModel):
     top_p in (0, 1], max_tokens >= 1, no empty stop string), so a job vLLM would refuse request
     by request is refused when it loads, before any GPU time; OpenAI's API has the same ranges."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False, description=(
         "Sampling temperature (0: greedy)."))
@@ -288,10 +288,13 @@ class OpenAIProbe(ModelProbe):
     def _http_url(cls, v: str) -> str:
         from urllib.parse import urlsplit
 
+        import httpx
+
         try:
             parts = urlsplit(v)
             _ = parts.port  # a port out of range or not a number raises
-        except ValueError as exc:
+            httpx.URL(v)  # what the client will parse: a host that is not IDNA, a control character
+        except (ValueError, httpx.InvalidURL) as exc:
             raise ValueError(f"not a URL ({exc})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")

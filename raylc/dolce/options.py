@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 POSTERIOR_FIELDS = ("uncertainty", "uncertainty_steps")
+MAX_STEPS = 100_000  #: EM steps at most (the paper runs 10 and 5); more is a typo, not a fit
 """The fields of the per-problem posterior; fits that compare point estimates (sensitivity) drop them."""
 
 
@@ -26,22 +27,22 @@ class FitOptions(BaseModel):
     Each field's description is the help of its ``raylc fit`` / ``raylc sensitivity`` option.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     scenario: Literal["auto", "cow", "pig"] = Field(
         default="auto", description="auto (Hartigan's dip test per problem, Section 3.1), cow or pig.")
-    em_steps_cow: int = Field(default=10, ge=1, description="EM steps, COW (Algorithm 1).")
-    em_steps_pig: int = Field(default=5, ge=1, description="EM steps, PIG (Algorithm 2).")
+    em_steps_cow: int = Field(default=10, ge=1, le=MAX_STEPS, description="EM steps, COW (Algorithm 1).")
+    em_steps_pig: int = Field(default=5, ge=1, le=MAX_STEPS, description="EM steps, PIG (Algorithm 2).")
     em_tol: float = Field(default=0.0, ge=0.0, description=(
         "Run the EM until the summed objective of step (b) changes by at most this (nats) between steps, up to "
         "--em-max-steps; 0: the fixed steps above (the paper)."))
-    em_max_steps: int = Field(default=1000, ge=1, description="EM steps at most when --em-tol > 0.")
+    em_max_steps: int = Field(default=1000, ge=1, le=MAX_STEPS, description="EM steps at most when --em-tol > 0.")
     uncertainty: Literal["posterior", "none"] = Field(
         default="posterior", description=(
             "posterior: each problem's category and (lambda, k) the posterior's most probable, with its confidence, "
             "category probabilities and a 90% lambda interval (raylc.dolce.uncertainty), and share intervals from its "
             "draws; none: the point fit of the EM steps above, share intervals Wilson's over the problems, faster."))
-    uncertainty_steps: int = Field(default=200, ge=1, description=(
+    uncertainty_steps: int = Field(default=200, ge=1, le=MAX_STEPS, description=(
         "EM steps run before the posterior is read (calibrated at 200: docs/figures.md); the reported "
         "lambda and k stay those of the steps above."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,

@@ -6,6 +6,7 @@ stage is running but whose process is gone (killed, its node lost) is ``interrup
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from typing import Any, Optional
 
@@ -90,6 +91,8 @@ def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
     store does not exist."""
     if not store_exists(root):
         raise StoreError(f"{root}: no such store (the folder does not exist)")
+    if "://" not in root and not os.path.isdir(root):
+        raise StoreError(f"{root}: not a store (a file, not a folder)")
     rows = []
     now = time.time() if now is None else now  # one instant for every run's ages
     for folder in run_folders(root):

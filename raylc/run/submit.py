@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from raylc.io.names import path_segment
 from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
@@ -48,6 +49,28 @@ _END = object()
 
 class SubmitError(RuntimeError):
     """Submission failed (cluster unreachable, job failed); one-line message."""
+
+
+class AddressError(ValueError):
+    """``--address`` is not a dashboard address (bad input, exit 2); one-line message."""
+
+
+def check_address(address: str) -> None:
+    """An ``http(s)`` address (or ``HOST:PORT``) must parse, with a host and a port in range;
+    else :class:`AddressError`, before anything is contacted. A module address such as
+    ``anyscale://`` is left to Ray's client."""
+    from urllib.parse import urlsplit
+
+    url = address if "://" in address else f"http://{address}"
+    if not url.startswith(("http://", "https://")):
+        return
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # out of range or not a number raises
+    except ValueError as exc:
+        raise AddressError(f"--address {address!r}: not a URL ({exc}); e.g. http://HEAD:8265") from None
+    if not parts.hostname or any(c.isspace() or not c.isprintable() for c in address):
+        raise AddressError(f"--address {address!r}: not an http(s) URL with a host; e.g. http://HEAD:8265")
 
 
 def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str], settings: Sequence[str] = (),
@@ -234,6 +257,9 @@ def submit(
     ``notice`` gets its line, ``sleep`` its pauses), and (``wait``) follow its logs; returns (job id,
     final status). ``settings``: ``--set key.path=value`` overrides, checked here and passed on to
     ``raylc run``."""
+    check_address(address)
+    if run_id is not None:
+        path_segment(run_id, "run id")  # the cluster's run would refuse it: refuse it before uploading
     wd = working_dir.resolve()
     try:
         rel = job_file.resolve().relative_to(wd)

@@ -36,7 +36,7 @@ class PlantedSuite(DolceSuite):
                                                                     "and k (the default suite).")
     tasks: list[str] = Field(default=["planted-a", "planted-b"], min_length=1, description=(
         "Task names; each task draws its own problems."))
-    problems_per_task: int = Field(default=100, ge=1, description="Problems per task.")
+    problems_per_task: int = Field(default=100, ge=1, le=1_000_000, description="Problems per task.")
     lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1, description=(
         "The lambdas a problem draws from (clue sentences per run); `L`: the whole context is one run (k = 1)."))
     ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1, description=(

@@ -64,7 +64,7 @@ class SuiteConfig(BaseModel):
     """Base of every suite config (frozen; unknown keys are errors). Fields naming data files
     are read through :meth:`data_path`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     family: ClassVar[str] = ""
     #: the columns the builder adds to its family's table (they pass through to the scores table)
     columns: ClassVar[tuple[Column, ...]] = ()

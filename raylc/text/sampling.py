@@ -9,6 +9,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Length = Union[int, Literal["L"]]  #: a span length; "L" is the whole context
+MAX_UNITS = 10**9  #: a span length or stride above this is a typo (no context has that many units)
 
 
 class Sampling(BaseModel):
@@ -33,7 +34,7 @@ class Sampling(BaseModel):
     spans are always kept.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lengths: Union[Literal["exponential"], list[Length]] = Field(default="exponential", description=(
         "Span lengths C in units: `exponential` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, and L) or a list, `L` "
@@ -62,12 +63,26 @@ class Sampling(BaseModel):
 
         try:
             every = {whole(c): whole(s) for c, s in v.items()} if isinstance(v, dict) else whole(v)
-            bad = every < 1 if isinstance(every, int) else any(c < 0 or s < 1 for c, s in every.items())
+            bad = (not 1 <= every <= MAX_UNITS if isinstance(every, int)
+                   else any(not (0 <= c <= MAX_UNITS and 1 <= s <= MAX_UNITS) for c, s in every.items()))
         except (TypeError, ValueError):
             bad = True
         if bad:
-            raise ValueError("every must be a stride >= 1 or a mapping {length >= 0: stride >= 1}")
+            raise ValueError("every must be a stride >= 1 or a mapping {length >= 0: stride >= 1} "
+                             f"(each at most {MAX_UNITS:,})")
         return dict(sorted(every.items())) if isinstance(every, dict) else every
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v: Any) -> Any:
+        """A list of lengths holds at least one, each "L" or 0 <= C <= MAX_UNITS."""
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("lengths is empty: list span lengths (e.g. [0, 1, 2, L]) or use exponential")
+            bad = [c for c in v if c != "L" and not 0 <= c <= MAX_UNITS]
+            if bad:
+                raise ValueError(f"every length must be L or 0 <= C <= {MAX_UNITS:,} (got {bad[0]})")
+        return v
 
     @model_validator(mode="after")
     def _strategy_params(self) -> "Sampling":
