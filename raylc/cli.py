@@ -96,15 +96,25 @@ def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Calla
     return decorate
 
 
-def _tokens(value: Optional[str], option: str) -> Optional[int]:
-    """A token count given on the command line (``2000000`` or ``2_000_000``), at least 1; else one
-    ``error:`` line naming the option (exit 2). Read here, not by click, whose error is a usage box."""
+def _whole(value: Optional[str], option: str, low: int = 0, high: Optional[int] = None,
+           what: str = "a whole number") -> Optional[int]:
+    """A whole number given on the command line (``2000000`` or ``2_000_000``) in [low, high]; else
+    one ``error:`` line naming the option (exit 2). Read here, not by click, whose error is a usage box."""
     if value is None:
         return None
     digits = value.strip().replace("_", "")
-    if not digits.isdigit() or not digits.isascii() or int(digits) < 1:
-        _fail(f"{option} {value!r}: expected a whole number of tokens >= 1 (e.g. 2000000)")
+    if not digits.isdigit() or not digits.isascii() or not low <= int(digits) <= (high or int(digits)):
+        bounds = f">= {low:,}" if high is None else f"from {low:,} to {high:,}"
+        _fail(f"{option} {value!r}: expected {what} {bounds}")
     return int(digits)
+
+
+def _tokens(value: Optional[str], option: str) -> Optional[int]:
+    """A token count (:func:`_whole`), at least 1."""
+    return _whole(value, option, 1, what="a whole number of tokens (e.g. 2000000)")
+
+
+N_BOOT_MAX, SEED_MAX = 100_000, 2**32 - 1  # bootstrap resamples; numpy's seeds are below 2**32
 
 
 def _preflight(job: Any, job_file: Path, hub: bool = False) -> None:
@@ -293,10 +303,10 @@ def longscore(
     base_lengths: Optional[str] = typer.Option(None, "--base-lengths",
                                                help="Comma-separated base lengths in tokens (default: the runs' own, "
                                                     "else 2048,4096,6144)."),
-    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0, max=100_000,
+    n_boot: Optional[str] = typer.Option(None, "--n-boot", metavar="N",
                                          help="Bootstrap resamples for confidence intervals (needs sample_id; default: "
                                               "a run's own, as its report stated; 0 for score tables)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**32 - 1,
+    seed: Optional[str] = typer.Option(None, "--seed", metavar="N",
                                        help="Bootstrap seed (default: a run's own; 0 for score tables)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray",
                                        help="Aggregate per (model, task) as Ray tasks (default: when RAY_ADDRESS is "
@@ -318,7 +328,8 @@ def longscore(
             _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
     from raylc.run.tasks import task_mapper
 
-    result = run_longscore(scores, out, lengths, n_boot, seed,
+    result = run_longscore(scores, out, lengths, _whole(n_boot, "--n-boot", 0, N_BOOT_MAX),
+                           _whole(seed, "--seed", 0, SEED_MAX),
                            task_mapper(ray, default=bool(os.environ.get("RAY_ADDRESS"))),  # RAY_ADDRESS: a cluster
                            figures=figures)
     from raylc.sweep.report import bootstrap_note
@@ -341,10 +352,10 @@ def compare(
                                           "runs/quickstart-*."),
     out: str = typer.Option(..., "--out",
                             help="Output folder (local or s3://) for the leaderboard tables and figures."),
-    n_boot: Optional[int] = typer.Option(None, "--n-boot", min=0, max=100_000,
+    n_boot: Optional[str] = typer.Option(None, "--n-boot", metavar="N",
                                          help="Bootstrap resamples for LongScore's confidence intervals (default: "
                                               "each run's own, as its report stated)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**32 - 1,
+    seed: Optional[str] = typer.Option(None, "--seed", metavar="N",
                                        help="Bootstrap seed (default: each run's own)."),
 ) -> None:
     """Runs side by side: LongScore per run and task with CIs and rankings, DOLCE category
@@ -352,7 +363,8 @@ def compare(
     from raylc.compare import compare_runs, find_runs
     from raylc.io.tables import console
 
-    _, page = compare_runs(find_runs(runs), out, n_boot=n_boot, seed=seed)
+    n_boot_, seed_ = _whole(n_boot, "--n-boot", 0, N_BOOT_MAX), _whole(seed, "--seed", 0, SEED_MAX)
+    _, page = compare_runs(find_runs(runs), out, n_boot=n_boot_, seed=seed_)
     page.print(console())  # the page's sections, in the page's order
     typer.echo(f"tables, figures and index.html -> {out}", err=True)
 
@@ -460,7 +472,8 @@ def sensitivity(
     set_: Optional[list[str]] = typer.Option(None, "--set",
                                              help="Settings of one experiment, NAME=V1,V2 (repeatable; adds NAME to "
                                                   "--experiments), e.g. sample_rate=0.1,0.3."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random strategies (sample_rate, sample_ip_rate)."),
+    seed: str = typer.Option("0", "--seed", metavar="N",
+                             help="Seed of the random strategies (sample_rate, sample_ip_rate)."),
     ray: Optional[bool] = typer.Option(None, "--ray/--no-ray", help="Grid cells as Ray tasks (default) or in-process."),
     *,
     options: FitOptions,
@@ -488,7 +501,8 @@ def sensitivity(
             _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
     names = [e.strip() for e in experiments.split(",") if e.strip()]
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment
-    sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings, seed=seed,
+    sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings,
+                                seed=_whole(seed, "--seed", 0, SEED_MAX),
                                 mapper=_table_mapper(ray))
     console().print(rich_table(sens.with_columns(pl.selectors.float().round(3)), "DOLCE sensitivity"))
 
@@ -539,7 +553,7 @@ def plan(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer to count with ('default' or hf:<name-or-path>); default: "
                                                  "the job's."),
-    overhead_tokens: Optional[int] = typer.Option(None, "--overhead-tokens", min=0, max=1_000_000,
+    overhead_tokens: Optional[str] = typer.Option(None, "--overhead-tokens", metavar="N",
                                                   help="Tokens a chat template adds to each request; default: what "
                                                        "the run's prompt-token cap adds (the probe's backend, "
                                                        "measured with its tokenizer; 0 if it cannot be loaded)."),
@@ -558,7 +572,8 @@ def plan(
     job = load_job(job_file, parse_overrides(settings))
     _preflight(job, job_file)
     planned = evaluation_for(job).plan(job, budget, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
-                                       tokens_per_s_per_gpu=tokens_per_s_per_gpu, overhead_tokens=overhead_tokens)
+                                       tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+                                       overhead_tokens=_whole(overhead_tokens, "--overhead-tokens", 0, 1_000_000))
     if write is not None:
         try:
             planned.write(write)

@@ -250,6 +250,14 @@ def test_store_addresses_that_name_no_store_are_refused_in_one_line(tmp_path, mo
      "--em-steps-cow '999999999999999999999': Input should be less than or equal to 100000"),
     (("fit", "obs.parquet", "--out", "out", "--no-ray", "--em-tol", "inf"), "--em-tol 'inf': Input should be a finite"),
     (("runs", "obs.parquet"), "obs.parquet: not a store (a file, not a folder)"),
+    (("longscore", "scores.csv", "--out", "out", "--no-ray", "--n-boot", "1000000000000"),
+     "error: --n-boot '1000000000000': expected a whole number from 0 to 100,000"),
+    (("longscore", "scores.csv", "--out", "out", "--no-ray", "--seed", "999999999999999999999999"),
+     "error: --seed '999999999999999999999999': expected a whole number from 0 to 4,294,967,295"),
+    (("compare", "runs/*", "--out", "out", "--seed", "-1"), "error: --seed '-1': expected a whole number from 0"),
+    (("sensitivity", "obs.parquet", "--out", "out", "--no-ray", "--seed", "x"), "error: --seed 'x': expected a whole"),
+    (("plan", "job.yaml", "--overhead-tokens", "999999999999999999999999"),
+     "error: --overhead-tokens '999999999999999999999999': expected a whole number from 0 to 1,000,000"),
     (("submit", "job.yaml", "--address", "not a url", "--no-wait"), "--address 'not a url': not an http(s) URL"),
     (("submit", "job.yaml", "--address", "http://127.0.0.1:99999", "--no-wait"), "not a URL (Port out of range"),
     (("submit", "job.yaml", "--address", "http://127.0.0.1:1", "--run-id", "../x", "--no-wait"),
@@ -263,6 +271,7 @@ def test_values_that_would_fail_later_are_refused_before_anything_runs(tmp_path,
     (tmp_path / "job.yaml").write_text((ROOT / "jobs" / "quickstart.yaml").read_text())
     (tmp_path / "openai.yaml").write_text((ROOT / "jobs" / "openai-endpoint.yaml").read_text())
     _obs(("p1", "p2")).write_parquet(tmp_path / "obs.parquet")
+    _scores().write_csv(tmp_path / "scores.csv")
     err = _refused(tmp_path, monkeypatch, *args)
     assert message in err, err
 
