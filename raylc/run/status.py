@@ -13,7 +13,7 @@ from typing import Any, Optional
 import polars as pl
 
 from raylc.io.errors import StoreError
-from raylc.run.folder import RunFolder, lock_alive, run_folders, store_exists
+from raylc.run.folder import MANIFEST, RunFolder, lock_alive, run_folders, store_exists
 from raylc.run.manifest import Manifest
 from raylc.run.progress import INFER, infer_progress
 
@@ -99,9 +99,11 @@ def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
         try:
             status = run_status(folder, now)
         except StoreError:
-            continue  # not a run (another folder in the store)
+            if folder.has(MANIFEST):  # a run whose manifest this raylc cannot read: listed, not hidden
+                rows.append({"run_id": folder.run_id, "state": "unreadable manifest"})
+            continue  # else not a run (another folder in the store)
         created = _when(status["created_at"])
-        rows.append({**{k: status[k] for k in ("run_id", "job", "model", "state")},
+        rows.append({"run_id": folder.run_id, **{k: status[k] for k in ("job", "model", "state")},
                      "created": None if created is None else dt.datetime.fromtimestamp(created, dt.timezone.utc)
                      .strftime("%Y-%m-%d %H:%M:%S UTC"),
                      "age_s": None if created is None else now - created, "updated_s": status["age_s"]})

@@ -147,6 +147,21 @@ def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
             and missing.output == f"error: {tmp_path}/typo: no such store (the folder does not exist)\n")
 
 
+def test_runs_lists_a_run_whose_manifest_is_unreadable_under_its_folder_name(tmp_path):
+    """A truncated or foreign manifest is a run this raylc cannot read: listed so, not hidden; each
+    run is named by its folder (what `raylc status` and `--run-id` take), not by its manifest."""
+    _write(tmp_path, "good", _manifest({s: {"status": "done"} for s in STAGES}, run_id="elsewhere"))
+    (tmp_path / "good" / MANIFEST).write_text((tmp_path / "good" / MANIFEST).read_text().replace(
+        '"run_id": "good"', '"run_id": "../elsewhere"'))
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / MANIFEST).write_text('{"run_id": "cut", "job": {')
+    table = list_runs(str(tmp_path))
+    assert sorted(table.select("run_id", "state").rows()) == [("cut", "unreadable manifest"), ("good", "done")]
+    file = tmp_path / "cut" / MANIFEST
+    out = RUNNER.invoke(app, ["runs", str(file)])
+    assert out.exit_code == 2 and out.output == f"error: {file}: not a store (a file, not a folder)\n"
+
+
 def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(tmp_path, monkeypatch):
     done = {s: {"status": "done"} for s in STAGES}
     _write(tmp_path / "runs", "r1", _manifest(done, created_at="2026-11-20T10:00:00.123456+00:00",
