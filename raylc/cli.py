@@ -141,7 +141,7 @@ def run(
     run_id: Optional[str] = typer.Option(None, "--run-id",
                                          help="Run id; an existing run with the same job resumes at its first "
                                               "unfinished stage."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed; overrides the job's seed."),
+    seed: Optional[str] = typer.Option(None, "--seed", metavar="N", help="Seed; overrides the job's seed."),
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
     max_prompt_tokens: Optional[str] = typer.Option(None, "--max-prompt-tokens", metavar="N",
@@ -157,12 +157,13 @@ def run(
     from raylc.run.runner import default_run_id
 
     cap = _tokens(max_prompt_tokens, "--max-prompt-tokens")
+    seed_ = _whole(seed, "--seed", 0, SEED_MAX)
     try:
         overrides = parse_overrides(settings)
         if store is not None:
             overrides["store.path"] = store
-        if seed is not None:
-            overrides["seed"] = seed
+        if seed_ is not None:
+            overrides["seed"] = seed_
         if cap is not None:
             overrides["inference.max_prompt_tokens"] = cap
         job = load_job(job_file, overrides)
@@ -490,6 +491,8 @@ def sensitivity(
         th = [float(x) for x in thresholds.split(",") if x.strip()]
     except ValueError:
         _fail(f"--every {every!r} / --thresholds {thresholds!r}: expected comma-separated numbers")
+    if not ev and "take_every" in experiments:
+        _fail(f"--every {every!r}: expected comma-separated strides, e.g. 2,5,10")
     settings = {}
     for item in set_ or []:
         name, _, values = item.partition("=")
