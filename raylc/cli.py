@@ -97,7 +97,7 @@ def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Calla
 
 
 def _whole(value: Optional[str], option: str, low: int = 0, high: Optional[int] = None,
-           what: str = "a whole number") -> Optional[int]:
+           what: str = "a whole number", example: str = "") -> Optional[int]:
     """A whole number given on the command line (``2000000`` or ``2_000_000``) in [low, high]; else
     one ``error:`` line naming the option (exit 2). Read here, not by click, whose error is a usage box."""
     if value is None:
@@ -105,13 +105,13 @@ def _whole(value: Optional[str], option: str, low: int = 0, high: Optional[int] 
     digits = value.strip().replace("_", "")
     if not digits.isdigit() or not digits.isascii() or not low <= int(digits) <= (high or int(digits)):
         bounds = f">= {low:,}" if high is None else f"from {low:,} to {high:,}"
-        _fail(f"{option} {value!r}: expected {what} {bounds}")
+        _fail(f"{option} {value!r}: expected {what} {bounds}{example}")
     return int(digits)
 
 
 def _tokens(value: Optional[str], option: str) -> Optional[int]:
     """A token count (:func:`_whole`), at least 1."""
-    return _whole(value, option, 1, what="a whole number of tokens (e.g. 2000000)")
+    return _whole(value, option, 1, what="a whole number of tokens", example=" (e.g. 2000000)")
 
 
 N_BOOT_MAX, SEED_MAX = 100_000, 2**32 - 1  # bootstrap resamples; numpy's seeds are below 2**32

@@ -88,7 +88,7 @@ def test_an_unfinished_run_written_by_14bd8b5_has_no_report(store):
 
 def test_a_manifest_this_raylc_cannot_read_is_one_line(store):
     """A later format, or a file that is not a manifest: one line naming the file, exit 2, for
-    ``raylc status`` and ``raylc report``; ``raylc runs`` leaves the folder out."""
+    ``raylc status`` and ``raylc report``; ``raylc runs`` lists the run as ``unreadable manifest``."""
     path = store / RUNS[0] / "manifest.json"
     newer = {**json.loads(path.read_text()), "version": 99}
     path.write_text(json.dumps(newer))
@@ -101,7 +101,9 @@ def test_a_manifest_this_raylc_cannot_read_is_one_line(store):
     out = raylc("status", store / RUNS[0])
     assert out.returncode == 2 and out.stderr.startswith(f"error: {path}: not a raylc manifest (run_id: ")
     listed = raylc("runs", store, env={"COLUMNS": "200"})
-    assert listed.returncode == 0 and RUNS[0] not in listed.stdout and RUNS[1] in listed.stdout
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 2}
+    assert listed.returncode == 0 and "unreadable manifest" in rows[RUNS[0]], listed.stdout
+    assert "unreadable" not in rows[RUNS[1]], listed.stdout
 
 
 def test_a_manifest_written_now_has_the_current_version_and_the_old_keys(tmp_path):
