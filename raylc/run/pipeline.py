@@ -357,6 +357,30 @@ def infer(folder: RunFolder, job: Job, pending: Iterable[pl.DataFrame], progress
         folder.drop_requests()
 
 
+def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], None]) -> None:
+    """Each stage's actor must fit on one alive node: its CPUs, GPUs and accelerator type. Ray
+    Data waits for its actors without a limit, so an actor no node can hold is a run that never
+    ends. A local Ray started here never grows: RuntimeError; a cluster's autoscaler may add a
+    node that fits: a warning."""
+    import ray
+
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    for stage in stages:
+        need = {"CPU": stage.num_cpus, "GPU": stage.options.get("num_gpus") or 0}
+        if stage.options.get("accelerator_type"):
+            need[f"accelerator_type:{stage.options['accelerator_type']}"] = 0.001
+        need = {k: v for k, v in need.items() if v}
+        if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+            continue
+        largest = ", ".join(f"{k} {max((n.get(k, 0) for n in nodes), default=0):g}" for k in need)
+        msg = (f"each {stage.label or stage.name} actor needs " + ", ".join(f"{k} {v:g}" for k, v in need.items())
+               + f" on one node; the Ray cluster's largest node has {largest}")
+        if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
+            raise RuntimeError(msg + " and this local Ray instance cannot grow (lower the actor's CPUs, e.g. "
+                                     "ray.actor_num_cpus or probe.engine_num_cpus, or raise ray.num_cpus)")
+        log(f"warning: {msg}; Ray waits until the cluster adds a node that fits")
+
+
 def write_shards(folder: RunFolder, job: Job, batches: Iterable[pl.DataFrame], progress: InferProgress,
                  log: Callable[[str], None], shards: str = SHARDS) -> None:
     """Write ``batches`` (a lazy stream from the actor pools) as shards as they come, each flush
@@ -368,6 +392,7 @@ def write_shards(folder: RunFolder, job: Job, batches: Iterable[pl.DataFrame], p
     ensure_ray(job)
     try:
         backend.check_cluster(job, log)
+        check_placeable(backend.stages(job, verbose()), job, log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None
     writer = folder.shard_writer(job.inference.shard_rows, job.inference.shard_seconds, progress.stored, shards)
