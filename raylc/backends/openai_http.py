@@ -96,6 +96,7 @@ from raylc.backends.base import (
     request_raw,
 )
 from raylc.backends.config import OpenAIProbe
+from raylc.io.deadline import call_within
 from raylc.text.tokenize import get_tokenizer
 from raylc.text.truncation import PromptTooLong, fit_to_window
 
@@ -488,10 +489,14 @@ class OpenAIBackend(Backend):
 
     def check_endpoint(self, section: str = "probe") -> EndpointInfo:
         """Raise a one-line :class:`EndpointRefused` naming the endpoint if it cannot serve ``model``
-        (one ``GET /models``, at most ``min(timeout_s, 10)`` s); else what ``/models`` told."""
+        (one ``GET /models``, at most ``min(timeout_s, 10)`` s a read and twice that in all,
+        :func:`raylc.io.deadline.call_within`); else what ``/models`` told."""
         url = self.base_url
+        limit = min(self.probe.timeout_s, 10.0)
         try:
-            data = self._send(f"{url}/models", None, min(self.probe.timeout_s, 10.0))
+            data = call_within(lambda: self._send(f"{url}/models", None, limit), 2 * limit)
+        except TimeoutError as exc:
+            raise EndpointRefused(f"OpenAI endpoint {url} is unavailable: {exc}", "base_url") from None
         except _Auth as exc:
             raise EndpointRefused(f"OpenAI endpoint {url} rejected the request: {exc}", "api_key_env") from None
         except (_Retry, _Fatal) as exc:

@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from raylc.io.deadline import call_within
 from raylc.io.names import path_segment
 from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
@@ -110,15 +111,20 @@ def _silent(address: str, timeout_s: float, doing: str, hint: str = "") -> Submi
 
 
 def check_dashboard(address: str, timeout_s: float) -> None:
-    """``GET <address>/api/version`` within ``timeout_s`` (each of connect and read): any HTTP
-    reply will do (the client's own requests judge it); a refused, unresolvable or silent
-    address is a :class:`SubmitError`."""
+    """``GET <address>/api/version`` within ``timeout_s`` (each of connect and read) and twice that
+    in all (a server that trickles bytes; :func:`raylc.io.deadline.call_within`): any HTTP reply
+    will do (the client's own requests judge it); a refused, unresolvable or silent address is a
+    :class:`SubmitError`."""
     url = (address if "://" in address else f"http://{address}").rstrip("/") + "/api/version"
     if not url.startswith(("http://", "https://")):
         return  # a module address (e.g. anyscale://): left to the client
-    try:
+
+    def get() -> None:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             resp.read(1 << 16)
+
+    try:
+        call_within(get, 2 * timeout_s)
     except urllib.error.HTTPError:
         return  # it answered
     except Exception as exc:  # URLError (refused, DNS), timeouts, resets

@@ -58,6 +58,60 @@ class SilentPort:
             c.close()
 
 
+class TricklingPort(SilentPort):
+    """A socket on 127.0.0.1 that answers every connection one byte every ``every_s`` seconds,
+    forever (an HTTP status line, then headers that never end): each read is quick, the reply
+    never complete."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.every_s = every_s
+        super().__init__()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self.sock.accept()[0]
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10**6
+        for i in range(len(data)):
+            try:
+                conn.sendall(data[i:i + 1])
+            except OSError:
+                return
+            time.sleep(self.every_s)
+
+
+def test_a_server_that_trickles_bytes_is_given_up_in_twice_the_read_limit():
+    """Each read of a trickling server is quick, so a per-read timeout never trips; the dashboard
+    check of `raylc submit` and the endpoint check of an OpenAI probe bound the whole call
+    (`raylc/io/deadline.py`): they fail in one line within twice their limit."""
+    from raylc.backends.base import BackendUnavailable
+    from raylc.backends.config import OpenAIProbe
+    from raylc.backends.openai_http import OpenAIBackend
+    from raylc.run.submit import SubmitError, check_dashboard
+
+    port = TricklingPort()
+    try:
+        start = time.monotonic()
+        with pytest.raises(SubmitError, match=r"^127\.0\.0\.1:\d+: did not answer within 1 s to GET /api/version"):
+            check_dashboard(f"127.0.0.1:{port.port}", 1.0)
+        assert time.monotonic() - start < 10, "the check waited past its limit"
+        url = f"http://127.0.0.1:{port.port}/v1"
+        backend = OpenAIBackend(OpenAIProbe(backend="openai", base_url=url, model="m", timeout_s=1.0))
+        start = time.monotonic()
+        with pytest.raises(BackendUnavailable, match=r"is unavailable: no complete answer within 2 s"):
+            backend.check_endpoint()
+        assert time.monotonic() - start < 10, "the check waited past its limit"
+        backend.close()
+    finally:
+        port.close()
+
+
 @pytest.fixture
 def silent():
     port = SilentPort()
