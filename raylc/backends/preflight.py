@@ -61,12 +61,12 @@ import math
 import os
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from raylc.backends.config import BLOCK_SIZE, GIB, VLLM_VERSION, VLLMProbe
+from raylc.io.deadline import call_within
 from raylc.spec import Job, JobSpecError
 
 HUB_TIMEOUT_S = 10.0
@@ -127,31 +127,25 @@ def _hub_config(repo_id: str, timeout_s: float) -> tuple[Optional[dict[str, Any]
     except ImportError:
         return None, "hub: huggingface_hub is not installed"
     folder = tempfile.mkdtemp(prefix="raylc-config-")
-    result: dict[str, Any] = {}
-
-    def fetch() -> None:
-        try:
-            result["path"] = hf_hub_download(repo_id, "config.json", local_dir=folder, etag_timeout=timeout_s)
-        except Exception as exc:  # offline, gated, missing repo, bad id: one line for the report
-            text = str(exc).strip().splitlines()
-            result["error"] = f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
-
     hub_logger = logging.getLogger("huggingface_hub")  # its retry messages would break the one-line report
     level = hub_logger.level
     hub_logger.setLevel(logging.ERROR)
-    worker = threading.Thread(target=fetch, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
+    error = "no config.json"
     try:
-        if "path" in result:
-            return _read_config(Path(result["path"])), "the Hugging Face Hub"
-        return None, f"hub: {result.get('error', f'no answer within {timeout_s:g} s')}"
+        path = call_within(lambda: hf_hub_download(repo_id, "config.json", local_dir=folder,
+                                                   etag_timeout=timeout_s), timeout_s)
+    except TimeoutError:  # still retrying: leave it quiet; it dies with the process
+        atexit.register(shutil.rmtree, folder, True)
+        return None, f"hub: no answer within {timeout_s:g} s"
+    except Exception as exc:  # offline, gated, missing repo, bad id: one line for the report
+        text = str(exc).strip().splitlines()
+        path = None
+        error = f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+    try:
+        return (_read_config(Path(path)), "the Hugging Face Hub") if path else (None, f"hub: {error}")
     finally:
-        if worker.is_alive():  # still retrying: leave it quiet; it dies with the process
-            atexit.register(shutil.rmtree, folder, True)
-        else:
-            hub_logger.setLevel(level)
-            shutil.rmtree(folder, ignore_errors=True)
+        hub_logger.setLevel(level)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def resolve_hf_config(probe: VLLMProbe, *, source: Optional[Union[str, Path]] = None, hub: bool = True,

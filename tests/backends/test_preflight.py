@@ -394,6 +394,30 @@ def test_hub_download_and_a_missing_model_through_the_cli(tmp_path):
     assert "hub: " in err and err.strip().endswith("set probe.hf_config: path/to/config.json")
 
 
+def test_the_hub_fetch_is_bounded_in_all_and_its_error_is_one_line(monkeypatch, tmp_path):
+    """A Hub that does not answer in time is given up at the limit (its download left running,
+    quiet); one that fails says why in one line."""
+    import huggingface_hub
+
+    from raylc.backends.preflight import _hub_config
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: time.sleep(30))
+    start = time.monotonic()
+    assert _hub_config("org/slow", 0.5) == (None, "hub: no answer within 0.5 s")
+    assert time.monotonic() - start < 5
+
+    def gated(*args, **kwargs):
+        raise PermissionError("gated repo\nsecond line")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", gated)
+    assert _hub_config("org/gated", 5.0) == (None, "hub: PermissionError: gated repo")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: str(tmp_path / "config.json"))
+    config, where = _hub_config("org/ok", 5.0)
+    assert where == "the Hugging Face Hub" and config["model_type"] == "llama"
+
+
 # ---- prompts ------------------------------------------------------------------------------------
 
 def test_prompt_fit_counts_what_plan_counts(tmp_path):
