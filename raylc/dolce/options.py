@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 POSTERIOR_FIELDS = ("uncertainty", "uncertainty_steps")
-MAX_STEPS = 100_000  #: EM steps at most (the paper runs 10 and 5); more is a typo, not a fit
 """The fields of the per-problem posterior; fits that compare point estimates (sensitivity) drop them."""
+MAX_STEPS = 100_000  #: EM steps at most (the paper runs 10 and 5); more is a typo, not a fit
 
 
 class FitOptions(BaseModel):
