@@ -364,6 +364,8 @@ def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], 
     node that fits: a warning."""
     import ray
 
+    if not ray.is_initialized():  # no cluster to ask (a stream run in process)
+        return
     nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
     for stage in stages:
         need = {"CPU": stage.num_cpus, "GPU": stage.options.get("num_gpus") or 0}

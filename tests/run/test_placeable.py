@@ -22,6 +22,7 @@ def _stage(num_cpus=0.5, **options) -> PipelineStage:
 @pytest.fixture(autouse=True)
 def _nodes(monkeypatch):
     monkeypatch.setattr(ray, "nodes", lambda: NODES)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
@@ -48,3 +49,10 @@ def test_an_actor_no_alive_node_holds_fails_on_a_local_ray_and_warns_on_a_cluste
     check_placeable([stage], Job(name="j", ray={"address": "ray://head:10001"}), lines.append)
     assert len(lines) == 1 and lines[0].startswith("warning: each vLLM engine actor needs ")
     assert lines[0].endswith("Ray waits until the cluster adds a node that fits")
+
+
+def test_without_a_ray_session_there_is_nothing_to_check(monkeypatch):
+    """A stream run in process (no Ray started) has no nodes to ask; ray.nodes() would raise."""
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "nodes", lambda: pytest.fail("asked a cluster that is not there"))
+    check_placeable([_stage(1e3)], Job(name="j"), print)
