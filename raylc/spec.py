@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import types
 import typing
@@ -121,6 +122,13 @@ class RayResources(_Strict):
     connect_timeout_s: float = Field(default=60.0, gt=0.0, description=(
         "How long the cluster (or the Jobs API of `raylc submit`) may take to answer before the run fails in one "
         "line."))
+
+    def cluster(self) -> tuple[Optional[str], str]:
+        """The cluster a run joins and where its address came from: ``address``, else RAY_ADDRESS;
+        ``(None, "RAY_ADDRESS")`` when neither is set and a local Ray starts here (one that never grows)."""
+        if self.address:
+            return self.address, "ray.address"
+        return os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
 
 
 class Job(_Strict):

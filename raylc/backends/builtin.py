@@ -4,7 +4,6 @@ its implementation only when it is used."""
 
 from __future__ import annotations
 
-import os
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -121,7 +120,7 @@ class VLLM(BackendPlugin):
         if have >= need:
             return
         msg = f"probe.backend vllm needs {need} GPU(s) per replica; the Ray cluster has {have:g} GPU(s) now"
-        if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
+        if not job.ray.cluster()[0]:
             raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster, "
                                      "or set probe.device: cpu with vLLM's CPU build)")
         log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")

@@ -377,7 +377,7 @@ def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], 
         largest = ", ".join(f"{k} {max((n.get(k, 0) for n in nodes), default=0):g}" for k in need)
         msg = (f"each {stage.label or stage.name} actor needs " + ", ".join(f"{k} {v:g}" for k, v in need.items())
                + f" on one node; the Ray cluster's largest node has {largest}")
-        if not (job.ray.address or os.environ.get("RAY_ADDRESS")):
+        if not job.ray.cluster()[0]:
             raise RuntimeError(msg + " and this local Ray instance cannot grow (lower the actor's CPUs, e.g. "
                                      "ray.actor_num_cpus or probe.engine_num_cpus, or raise ray.num_cpus)")
         log(f"warning: {msg}; Ray waits until the cluster adds a node that fits")

@@ -364,7 +364,7 @@ def run_job(job: Job, evaluation: Evaluation, run_id: Optional[str] = None, log:
     run: Optional[Run] = None
     with _signals_interrupt():
         try:
-            if job.ray.address or os.environ.get("RAY_ADDRESS"):
+            if job.ray.cluster()[0]:
                 session.ensure_ray(job)
             opened, stages = _opened(job, evaluation, run_id, log, overrides)
             run = opened

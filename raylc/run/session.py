@@ -23,8 +23,7 @@ def ensure_ray(job: Job) -> None:
     """Join the cluster at ``ray.address`` or RAY_ADDRESS, else start a local Ray sized to the
     machine. A cluster that does not answer within ``ray.connect_timeout_s`` is a
     :class:`RayUnavailable` (one line naming the address and where it came from)."""
-    address, source = ((job.ray.address, "ray.address") if job.ray.address
-                       else (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"))
+    address, source = job.ray.cluster()
     init_ray(address, job.ray.num_cpus, job.ray.include_dashboard, timeout_s=job.ray.connect_timeout_s, source=source)
 
 

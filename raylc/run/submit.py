@@ -56,14 +56,20 @@ class AddressError(ValueError):
     """``--address`` is not a dashboard address (bad input, exit 2); one-line message."""
 
 
+def _http(address: str) -> Optional[str]:
+    """The dashboard's http(s) URL of ``address`` (``HOST:PORT`` is http); None for a module
+    address such as ``anyscale://``, which is left to Ray's client."""
+    url = address if "://" in address else f"http://{address}"
+    return url if url.startswith(("http://", "https://")) else None
+
+
 def check_address(address: str) -> None:
     """An ``http(s)`` address (or ``HOST:PORT``) must parse, with a host and a port in range;
-    else :class:`AddressError`, before anything is contacted. A module address such as
-    ``anyscale://`` is left to Ray's client."""
+    else :class:`AddressError`, before anything is contacted (:func:`_http`)."""
     from urllib.parse import urlsplit
 
-    url = address if "://" in address else f"http://{address}"
-    if not url.startswith(("http://", "https://")):
+    url = _http(address)
+    if url is None:
         return
     try:
         parts = urlsplit(url)
@@ -115,9 +121,10 @@ def check_dashboard(address: str, timeout_s: float) -> None:
     in all (a server that trickles bytes; :func:`raylc.io.deadline.call_within`): any HTTP reply
     will do (the client's own requests judge it); a refused, unresolvable or silent address is a
     :class:`SubmitError`."""
-    url = (address if "://" in address else f"http://{address}").rstrip("/") + "/api/version"
-    if not url.startswith(("http://", "https://")):
-        return  # a module address (e.g. anyscale://): left to the client
+    base = _http(address)
+    if base is None:
+        return
+    url = base.rstrip("/") + "/api/version"
 
     def get() -> None:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
