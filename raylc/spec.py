@@ -117,7 +117,8 @@ class RayResources(_Strict):
     actor_num_cpus: float = Field(default=0.5, gt=0.0, le=1024.0, description="Ray CPUs per such actor.")
     batch_size: int = Field(default=256, ge=1, description="Requests per Ray Data batch.")
     no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0, description=(
-        "Ray Data's no-progress timeout of the infer stream; null: Ray Data's default (1800 s), none for vLLM."))
+        "Ray Data's no-progress timeout of the infer stream; null: Ray Data's default (1800 s), none for vLLM. "
+        "Also how long the per-task Ray tasks (DOLCE fits, LongScore) may go without one finishing; null: 1800 s."))
     include_dashboard: bool = Field(default=False, description="Start Ray's dashboard with a local Ray.")
     connect_timeout_s: float = Field(default=60.0, gt=0.0, description=(
         "How long the cluster (or the Jobs API of `raylc submit`) may take to answer before the run fails in one "

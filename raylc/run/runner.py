@@ -21,6 +21,7 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Protocol, Sequence
 
 import polars as pl
@@ -251,10 +252,11 @@ class Run:
 
     def mapper(self) -> Callable[..., list[Any]]:
         """A mapper of per-task work, ``mapper(fn, items, *args)``: one Ray task per item from
-        the driver (:func:`raylc.run.tasks.map_tasks`; Ray joined or started), results in order.
+        the driver (:func:`raylc.run.tasks.map_tasks`; Ray joined or started), results in order,
+        waited for at most ``ray.no_progress_timeout_s`` without one finishing (null: 1800 s).
         An error raised by ``fn`` is raised as itself, not Ray's wrapper."""
         session.ensure_ray(self.job)
-        return raising_own_errors(map_tasks)
+        return raising_own_errors(partial(map_tasks, no_progress_s=self.job.ray.no_progress_timeout_s))
 
 
 def open_run(job: Job, run_id: Optional[str]) -> Run:

@@ -1,15 +1,24 @@
 """Ray tasks for per-task work (the DOLCE fits, LongScore per model and task): one task per
-frame from the driver, results in order, a task's own error raised as itself."""
+frame from the driver, results in order, a task's own error raised as itself, and a limit on
+how long the driver waits without any task finishing."""
 
 from __future__ import annotations
 
 import os
 import sys
+from contextlib import ExitStack, suppress
 from typing import Any, Callable, Optional
 
 import polars as pl
 
-from raylc.run.session import init_ray
+from raylc.run.session import RayUnavailable, init_ray
+
+NO_PROGRESS_S = 1800.0  # the default limit without a finished task (Ray Data's no-progress default)
+
+
+class TasksStalled(RayUnavailable):
+    """No Ray task of a :func:`map_tasks` call finished within its limit (no node to run it,
+    or a task that hangs); the message is one line. The pending tasks were cancelled."""
 
 
 def task_mapper(use_ray: Optional[bool], default: bool) -> Optional[Callable[..., list[Any]]]:
@@ -22,24 +31,45 @@ def task_mapper(use_ray: Optional[bool], default: bool) -> Optional[Callable[...
     return map_tasks
 
 
-def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any) -> list[Any]:
+def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any,
+              no_progress_s: Optional[float] = None) -> list[Any]:
     """Run ``fn(frame, *args)`` as one Ray task per frame; results in input order. The shared
     ``args`` go to the object store once (not once per task); on a terminal a progress bar
-    counts the finished tasks."""
+    counts the finished tasks. A task's error is raised as soon as it arrives;
+    :class:`TasksStalled` when no task finishes for ``no_progress_s`` seconds (None:
+    :data:`NO_PROGRESS_S`; a job's ``ray.no_progress_timeout_s``). Either way, and on Ctrl-C,
+    the tasks still pending are cancelled."""
     import ray
 
+    limit = NO_PROGRESS_S if no_progress_s is None else no_progress_s
+    name = getattr(fn, "__name__", "task")
     remote = ray.remote(fn)
     shared = [ray.put(a) for a in args]
     refs = [remote.remote(frame, *shared) for frame in frames]
-    if len(refs) > 1 and sys.stderr.isatty():
-        from rich.progress import Progress
+    with ExitStack() as stack:
+        bar = None
+        if len(refs) > 1 and sys.stderr.isatty():
+            from rich.progress import Progress
 
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"{getattr(fn, '__name__', 'task')}: {len(refs)} Ray tasks", total=len(refs))
-            pending = refs
+            bar = stack.enter_context(Progress(transient=True))
+            counted = bar.add_task(f"{name}: {len(refs)} Ray tasks", total=len(refs))
+        pending = refs
+        try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                bar.advance(task, len(done))
+                done, pending = ray.wait(pending, num_returns=1, timeout=limit)
+                if not done:
+                    raise TasksStalled(
+                        f"{name}: no Ray task finished in {limit:g} s ({len(pending)} of {len(refs)} still pending, "
+                        "now cancelled): is a node with a free CPU alive? A job's ray.no_progress_timeout_s sets "
+                        "this limit; a table command runs in process with --no-ray")
+                ray.get(done)  # a task's error, now rather than after the others
+                if bar is not None:
+                    bar.advance(counted, len(done))
+        except BaseException:  # a stall, a task's error, Ctrl-C: the others stop too
+            for ref in pending:
+                with suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
     return ray.get(refs)
 
 

@@ -314,3 +314,40 @@ def test_live_gcs_passes_the_check(ray_session):
             check_ray_address(api.address.removeprefix("http://"), 5, "ray.address")
     finally:
         api.close()
+
+
+
+@pytest.mark.ray
+def test_per_task_ray_tasks_fail_within_their_no_progress_limit(ray_session):
+    """`map_tasks` (the DOLCE fits, LongScore as Ray tasks) waits at most its no-progress limit for a
+    task to finish, then fails in one line and cancels the tasks still pending: the session's two
+    CPUs are free again, so the next map runs (without the cancel it would stall too)."""
+    import polars as pl
+
+    from raylc.run.session import RayUnavailable
+    from raylc.run.tasks import TasksStalled, map_tasks, raising_own_errors
+
+    def _height_after(frame, seconds):  # defined here, so Ray pickles it by value (workers cannot import doubles)
+        time.sleep(seconds)
+        return frame.height
+
+    def _fails_if_short(frame, seconds):
+        if frame.height == 1:
+            raise ValueError("task: bad frame")
+        time.sleep(seconds)
+        return frame.height
+
+    frames = [pl.DataFrame({"x": [1, 2]}), pl.DataFrame({"x": [1, 2, 3]})]
+    t0 = time.monotonic()
+    with pytest.raises(TasksStalled, match=r"^_height_after: no Ray task finished in 2 s \(2 of 2 still pending, "
+                                           r"now cancelled\): is a node with a free CPU alive\?") as raised:
+        map_tasks(_height_after, frames, 600.0, no_progress_s=2)
+    assert time.monotonic() - t0 < 60 and isinstance(raised.value, RayUnavailable)  # exit 1 on the command line
+    assert "\n" not in str(raised.value)
+    assert map_tasks(_height_after, frames, 0.0, no_progress_s=120) == [2, 3]
+    # a task's own error arrives as soon as it is raised; the sleeping one is cancelled, not waited for
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="^task: bad frame$"):
+        raising_own_errors(map_tasks)(_fails_if_short, [frames[0], pl.DataFrame({"x": [1]})], 600.0)
+    assert time.monotonic() - t0 < 120
+    assert map_tasks(_height_after, frames, 0.0, no_progress_s=120) == [2, 3]
