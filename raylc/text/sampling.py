@@ -6,13 +6,15 @@ import hashlib
 from typing import Any, Literal, Optional, Union
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from raylc.io.job_model import JobModel
 
 Length = Union[int, Literal["L"]]  #: a span length; "L" is the whole context
 MAX_UNITS = 10**9  #: a span length or stride above this is a typo (no context has that many units)
 
 
-class Sampling(BaseModel):
+class Sampling(JobModel):
     """Observation spans (DOLCE Section 3.1) and the sampling strategies of Appendix K.1.
 
     ``lengths`` is ``"exponential"`` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, plus L) or an
@@ -34,7 +36,6 @@ class Sampling(BaseModel):
     spans are always kept.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lengths: Union[Literal["exponential"], list[Length]] = Field(default="exponential", description=(
         "Span lengths C in units: `exponential` (0, 1, 2, 5, 10, 20, 50, 100, ... below L, and L) or a list, `L` "
