@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import math
 import os
 import sys
 import warnings
@@ -107,6 +108,20 @@ def _whole(value: Optional[str], option: str, low: int = 0, high: Optional[int] 
         bounds = f">= {low:,}" if high is None else f"from {low:,} to {high:,}"
         _fail(f"{option} {value!r}: expected {what} {bounds}{example}")
     return int(digits)
+
+
+def _number(value: Optional[str], option: str, low: float = 0.0, above: bool = False) -> Optional[float]:
+    """A finite number given on the command line, at least ``low`` (above it when ``above``);
+    else one ``error:`` line naming the option (exit 2), not click's usage box."""
+    if value is None:
+        return None
+    try:
+        number = float(value.strip().replace("_", ""))
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < low or (above and number == low):
+        _fail(f"{option} {value!r}: expected a number {'>' if above else '>='} {low:g}")
+    return number
 
 
 def _tokens(value: Optional[str], option: str) -> Optional[int]:
@@ -549,10 +564,10 @@ def plan(
                                                 help="Prompt-token budget: DOLCE, the smallest take-every strides (per "
                                                      "length) that fit; a length sweep, the most samples per length "
                                                      "that fit. The planned job gets it as its run-time cap."),
-    price_per_mtok: Optional[float] = typer.Option(None, "--price-per-mtok",
-                                                   help="Price in dollars per million (prompt + generated) tokens."),
-    tokens_per_s_per_gpu: Optional[float] = typer.Option(None, "--tokens-per-s-per-gpu",
-                                                         help="Throughput in tokens/s per GPU, for GPU-hours."),
+    price_per_mtok: Optional[str] = typer.Option(None, "--price-per-mtok", metavar="X",
+                                                 help="Price in dollars per million (prompt + generated) tokens."),
+    tokens_per_s_per_gpu: Optional[str] = typer.Option(None, "--tokens-per-s-per-gpu", metavar="X",
+                                                       help="Throughput in tokens/s per GPU, for GPU-hours."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
                                             help="Tokenizer to count with ('default' or hf:<name-or-path>); default: "
                                                  "the job's."),
@@ -572,11 +587,13 @@ def plan(
     from raylc.io.tables import console, rich_table
 
     budget = _tokens(budget_tokens, "--budget-tokens")
+    price, speed = _number(price_per_mtok, "--price-per-mtok"), _number(tokens_per_s_per_gpu, "--tokens-per-s-per-gpu",
+                                                                         above=True)
+    overhead = _whole(overhead_tokens, "--overhead-tokens", 0, 1_000_000)
     job = load_job(job_file, parse_overrides(settings))
     _preflight(job, job_file)
-    planned = evaluation_for(job).plan(job, budget, tokenizer=tokenizer, price_per_mtok=price_per_mtok,
-                                       tokens_per_s_per_gpu=tokens_per_s_per_gpu,
-                                       overhead_tokens=_whole(overhead_tokens, "--overhead-tokens", 0, 1_000_000))
+    planned = evaluation_for(job).plan(job, budget, tokenizer=tokenizer, price_per_mtok=price,
+                                       tokens_per_s_per_gpu=speed, overhead_tokens=overhead)
     if write is not None:
         try:
             planned.write(write)
@@ -598,8 +615,9 @@ def plan(
 @_errors(exit1=(*_UNAVAILABLE, ImportError))  # JobSpecError: a bad job, what vLLM would refuse, an endpoint down
 def check(
     job_file: Path = typer.Argument(..., help="Job YAML file (see jobs/dolce-vllm.yaml)."),
-    gpu_memory_gib: Optional[float] = typer.Option(None, "--gpu-memory-gib", min=1.0,
-                                                   help="GPU memory in GiB (default: from probe.accelerator_type)."),
+    gpu_memory_gib: Optional[str] = typer.Option(None, "--gpu-memory-gib", metavar="GIB",
+                                                 help="GPU memory in GiB, at least 1 (default: from "
+                                                      "probe.accelerator_type)."),
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
 ) -> None:
@@ -608,8 +626,9 @@ def check(
     from raylc.backends.preflight import preflight
     from raylc.evaluate import evaluation_for
 
+    gib = _number(gpu_memory_gib, "--gpu-memory-gib", 1.0)
     job = load_job(job_file, parse_overrides(settings))
-    reports = preflight(job, source=job_file, gpu_memory_gib=gpu_memory_gib, hub=True, prompts=evaluation_for(job),
+    reports = preflight(job, source=job_file, gpu_memory_gib=gib, hub=True, prompts=evaluation_for(job),
                         endpoints=True)
     if not reports:
         backends = ", ".join(sorted({getattr(job, s).backend for s in ("probe", "judge")

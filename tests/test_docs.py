@@ -449,7 +449,7 @@ def test_the_command_finder_can_fail():
     assert synopsis_errors("raylc [-v] plan JOB.yaml [--budget-tokens N] [--ray/--no-ray] [--nope X]") == [
         "--ray is no option of plan", "--no-ray is no option of plan", "--nope is no option of plan"]
     assert synopsis_errors("raylc planz JOB.yaml") == ["planz is no raylc command"]
-    assert parse_errors(["check", "jobs/quickstart.yaml", "--gpu-memory-gib", "x"])
+    assert parse_errors(["check"])  # no job file
     assert _job_errors(["run", "jobs/quickstart.yaml", "--seed", "x"])
     assert parse_errors(["--version"]) == [] and parse_errors(["-v", "status", "runs/x"]) == []
     assert _job_errors(["run", "jobs/helmet-recall.yaml", "--set", "suite.lengths=[4096, 8192]"])

@@ -179,7 +179,7 @@ def test_cli_plan_prints_the_table_and_writes(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(bad)])
     assert result.exit_code == 2 and result.output.startswith(f"error: {bad}: key 'sampling.every'")
     result = CliRunner().invoke(app, ["plan", str(small), "--tokens-per-s-per-gpu", "0"])
-    assert result.exit_code == 2 and "--tokens-per-s-per-gpu must be a number > 0" in result.output
+    assert result.exit_code == 2 and "--tokens-per-s-per-gpu '0': expected a number > 0" in result.output
 
 
 def test_costs_and_generated_tokens():
