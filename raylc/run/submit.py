@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from raylc.io.deadline import call_within
 from raylc.io.names import path_segment
+from raylc.io.urls import check_http_url
 from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
@@ -64,20 +65,15 @@ def _http(address: str) -> Optional[str]:
 
 
 def check_address(address: str) -> None:
-    """An ``http(s)`` address (or ``HOST:PORT``) must parse, with a host and a port in range;
+    """An ``http(s)`` address (or ``HOST:PORT``) must be one (:func:`raylc.io.urls.check_http_url`);
     else :class:`AddressError`, before anything is contacted (:func:`_http`)."""
-    from urllib.parse import urlsplit
-
     url = _http(address)
     if url is None:
         return
     try:
-        parts = urlsplit(url)
-        _ = parts.port  # out of range or not a number raises
+        check_http_url(url, "http://HEAD:8265")
     except ValueError as exc:
-        raise AddressError(f"--address {address!r}: not a URL ({exc}); e.g. http://HEAD:8265") from None
-    if not parts.hostname or any(c.isspace() or not c.isprintable() for c in address):
-        raise AddressError(f"--address {address!r}: not an http(s) URL with a host; e.g. http://HEAD:8265")
+        raise AddressError(f"--address {address!r}: {exc}") from None
 
 
 def build_entrypoint(job_file: str, store: Optional[str], run_id: Optional[str], settings: Sequence[str] = (),

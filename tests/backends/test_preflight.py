@@ -682,7 +682,7 @@ def test_check_refuses_an_unknown_engine_argument_and_an_invalid_sampling_settin
         "argument (not among vLLM 0.33.0's (not installed here) EngineArgs fields; did you mean 'enforce_eager'?)",
         # refused by the job's own checks: the error names the option (the file alone is valid)
         "probe.engine_args.max_model_len=9": "error: --set probe.engine_args.max_model_len=9: key 'probe.engine_args': "
-        "Value error, engine_args.max_model_len is set by raylc: use probe.max_model_len",
+        "engine_args.max_model_len is set by raylc: use probe.max_model_len",
         "probe.sampling.temperature=3": "error: --set probe.sampling.temperature=3: key 'probe.sampling.temperature': "
         "Input should be less than or equal to 2",
         "probe.sampling.temperature=.nan": "error: --set probe.sampling.temperature=nan: key "

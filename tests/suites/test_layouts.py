@@ -119,10 +119,10 @@ def test_prompts_render_the_spans_paragraphs(table):
     ({"kinds": []}, "key 'suite.kinds': List should have at least 1 item"),
     ({"kinds": ["lookup", "nope"]}, "key 'suite.kinds.1': Input should be 'lookup', 'repeated', 'closed_book' or "
                                     "'two_paragraphs'"),
-    ({"kinds": ["lookup", "lookup"]}, "key 'suite.kinds': Value error, kind 'lookup' is listed twice"),
+    ({"kinds": ["lookup", "lookup"]}, "key 'suite.kinds': kind 'lookup' is listed twice"),
     ({"problems_per_kind": 0}, "key 'suite.problems_per_kind': Input should be greater than or equal to 1"),
     ({"paragraphs": 2}, "key 'suite.paragraphs': Input should be greater than or equal to 3"),
-    ({"copies": [1, 2]}, "key 'suite.copies': Value error, every number of copies must be >= 2 (one copy is a lookup)"),
+    ({"copies": [1, 2]}, "key 'suite.copies': every number of copies must be >= 2 (one copy is a lookup)"),
     ({"paragraphs": 4}, "paragraphs must be >= 5 for 3 non-adjacent copies (got 4)"),
     ({"problems_per_task": 4}, "unknown key 'suite.problems_per_task' (allowed: kind, kinds, problems_per_kind, "
                                "paragraphs, copies)"),
