@@ -30,7 +30,6 @@ class ProbeConfig(JobModel):
     for ``generation``: job files, fingerprints and request ids keep it). The methods answer what
     the run needs to know of any probe."""
 
-
     def max_tokens(self) -> int:
         """The default completion bound (``sampling.max_tokens`` of the job file)."""
         return GenerationParams().max_tokens
@@ -109,7 +108,6 @@ class GenerationParams(JobModel):
     The ranges are vLLM's own (``sampling_params.py:653-733``: a finite temperature in [0, 2],
     top_p in (0, 1], max_tokens >= 1, no empty stop string), so a job vLLM would refuse request
     by request is refused when it loads, before any GPU time; OpenAI's API has the same ranges."""
-
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False, description=(
         "Sampling temperature (0: greedy)."))

@@ -29,7 +29,6 @@ class FitOptions(JobModel):
     Each field's description is the help of its ``raylc fit`` / ``raylc sensitivity`` option.
     """
 
-
     scenario: Literal["auto", "cow", "pig"] = Field(
         default="auto", description="auto (Hartigan's dip test per problem, Section 3.1), cow or pig.")
     em_steps_cow: int = Field(default=10, ge=1, le=MAX_STEPS, description="EM steps, COW (Algorithm 1).")

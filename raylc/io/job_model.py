@@ -41,5 +41,3 @@ class JobModel(BaseModel):
                 raise PydanticCustomError("bool_for_number", "expected {what}, not true or false",
                                           {"what": "a number" if isinstance(value, bool) else "numbers"})
         return value
-
-
