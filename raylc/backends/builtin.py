@@ -106,25 +106,6 @@ class VLLM(BackendPlugin):
         spec, chat_template = _engine_tokenizer(probe)
         return added_tokens(spec, chat_template and not raw)
 
-    def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
-        """Engines on GPUs need ``tensor_parallel_size`` GPUs each (``probe.device: cpu`` engines
-        need none). A local Ray started here can never gain GPUs, so that is an error; a cluster
-        may still scale GPU workers up, so a warning."""
-        import ray
-
-        probe: Any = job.probe
-        if probe.device == "cpu":
-            return
-        have = ray.cluster_resources().get("GPU", 0)
-        need = probe.tensor_parallel_size
-        if have >= need:
-            return
-        msg = f"probe.backend vllm needs {need} GPU(s) per replica; the Ray cluster has {have:g} GPU(s) now"
-        if not job.ray.cluster()[0]:
-            raise RuntimeError(msg + " and this local Ray instance cannot gain any (submit the job to a GPU cluster, "
-                                     "or set probe.device: cpu with vLLM's CPU build)")
-        log(f"warning: {msg}; waiting for the autoscaler to add GPU workers")
-
     def preflight(self, job: Job, section: str, **options: Any) -> Any:
         from raylc.backends.preflight import check_vllm
 

@@ -7,8 +7,8 @@
   :class:`~raylc.backends.stages.PipelineStage` (each a stage function and its ``map_batches``
   settings, as ray.data.llm's ``StatefulStage``), which the run layer maps over Ray Data;
 - its checks: :meth:`~BackendPlugin.preflight` (``raylc run``'s refusal and ``raylc check``),
-  :meth:`~BackendPlugin.check_endpoint` (before Ray starts), :meth:`~BackendPlugin.check_cluster`
-  (once Ray is up);
+  :meth:`~BackendPlugin.check_endpoint` (before Ray starts); once Ray is up, the run layer checks
+  that each of its stages' actors fits on a node (its CPUs, GPUs and accelerator type);
 - what it asks of Ray beyond its stages: ``block_factor`` and ``no_progress_guard``;
 - :meth:`~BackendPlugin.added_tokens`: the prompt tokens it adds to a request's text (a chat
   template), for the run's prompt-token cap and ``raylc plan``.
@@ -46,9 +46,6 @@ class BackendPlugin:
 
     def check_endpoint(self, job: Job) -> None:
         """Fail fast (:class:`~raylc.backends.base.BackendUnavailable`) before Ray starts."""
-
-    def check_cluster(self, job: Job, log: Callable[[str], None]) -> None:
-        """Fail (RuntimeError) or warn once Ray is up, e.g. when the cluster lacks GPUs."""
 
     def prompt_counter(self, job: Any, problems: Callable[[], Any]) -> Optional[Callable[[Any], Any]]:
         """The prompt tokens this backend will send for each request row, exactly (its own

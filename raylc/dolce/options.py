@@ -44,7 +44,7 @@ class FitOptions(JobModel):
             "draws; none: the point fit of the EM steps above, share intervals Wilson's over the problems, faster."))
     uncertainty_steps: int = Field(default=200, ge=1, le=MAX_STEPS, description=(
         "EM steps run before the posterior is read (calibrated at 200: docs/figures.md); the reported "
-        "lambda and k stay those of the steps above."))
+        "lambda and k are then the posterior's most probable pair."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")
     not_covered: Literal["fitted", "idk"] = Field(

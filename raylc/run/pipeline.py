@@ -357,6 +357,14 @@ def infer(folder: RunFolder, job: Job, pending: Iterable[pl.DataFrame], progress
         folder.drop_requests()
 
 
+#: what to change when a local Ray lacks a resource an actor needs (GPUs first: the usual case)
+_REMEDIES = {
+    "GPU": "submit the job to a cluster with GPUs, or run vLLM on CPUs: probe.device: cpu with vLLM's CPU build",
+    "accelerator": "submit the job to a cluster with that accelerator, or remove probe.accelerator_type",
+    "CPU": "lower the actor's CPUs, e.g. ray.actor_num_cpus or probe.engine_num_cpus, or raise ray.num_cpus",
+}
+
+
 def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], None]) -> None:
     """Each stage's actor must fit on one alive node: its CPUs, GPUs and accelerator type. Ray
     Data waits for its actors without a limit, so an actor no node can hold is a run that never
@@ -374,26 +382,28 @@ def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], 
         need = {k: v for k, v in need.items() if v}
         if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
             continue
-        largest = ", ".join(f"{k} {max((n.get(k, 0) for n in nodes), default=0):g}" for k in need)
+        most = {k: max((n.get(k, 0) for n in nodes), default=0) for k in need}
+        largest = ", ".join(f"{k} {v:g}" for k, v in most.items())
         msg = (f"each {stage.label or stage.name} actor needs " + ", ".join(f"{k} {v:g}" for k, v in need.items())
                + f" on one node; the Ray cluster's largest node has {largest}")
         if not job.ray.cluster()[0]:
-            raise RuntimeError(msg + " and this local Ray instance cannot grow (lower the actor's CPUs, e.g. "
-                                     "ray.actor_num_cpus or probe.engine_num_cpus, or raise ray.num_cpus)")
+            short = {k.partition("_type:")[0] for k, v in need.items() if most[k] < v}  # accelerator_type:X
+            remedy = next((text for kind, text in _REMEDIES.items() if kind in short), _REMEDIES["CPU"])
+            raise RuntimeError(f"{msg} and this local Ray instance cannot grow ({remedy})")
         log(f"warning: {msg}; Ray waits until the cluster adds a node that fits")
 
 
 def write_shards(folder: RunFolder, job: Job, batches: Iterable[pl.DataFrame], progress: InferProgress,
                  log: Callable[[str], None], shards: str = SHARDS) -> None:
     """Write ``batches`` (a lazy stream from the actor pools) as shards as they come, each flush
-    counted in ``progress``. First the backend's checks: its endpoint before Ray starts (fail
-    fast, before any shard), the cluster (GPUs) once Ray is up; a failed pipeline keeps what
-    finished and raises :class:`InferenceFailed` with its root cause."""
+    counted in ``progress``. First the checks: the backend's endpoint before Ray starts (fail
+    fast, before any shard), then that every actor fits on an alive node
+    (:func:`check_placeable`); a failed pipeline keeps what finished and raises
+    :class:`InferenceFailed` with its root cause."""
     backend = backend_of(job.probe)
     backend.check_endpoint(job)
     ensure_ray(job)
     try:
-        backend.check_cluster(job, log)
         check_placeable(backend.stages(job, verbose()), job, log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None

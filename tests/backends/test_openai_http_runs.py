@@ -131,7 +131,8 @@ def test_vllm_without_gpus_fails_fast_in_one_line(tmp_path):
                           timeout=300, env=env)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: probe.backend vllm needs 1 GPU(s) per replica") and "Traceback" not in proc.stderr
+    assert last.startswith("error: each vLLM engine actor needs ") and "Traceback" not in proc.stderr
+    assert "GPU 1 on one node; the Ray cluster's largest node has" in last and "probe.device: cpu" in last
 
 
 def test_root_cause_is_the_innermost_error():

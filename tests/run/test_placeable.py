@@ -34,17 +34,22 @@ def test_an_actor_one_alive_node_holds_passes(stage):
     assert lines == []
 
 
-@pytest.mark.parametrize("stage, message", [
-    (_stage(8.5), "each vLLM engine actor needs CPU 8.5 on one node; the Ray cluster's largest node has CPU 8"),
-    (_stage(1.0, num_gpus=2), "needs CPU 1, GPU 2 on one node; the Ray cluster's largest node has CPU 8, GPU 1"),
-    (_stage(1.0, num_gpus=1, accelerator_type="H100"), "accelerator_type:H100 0.001 on one node"),
-    (_stage(16.0, num_gpus=4), "the Ray cluster's largest node has CPU 8, GPU 1"),  # only a dead node holds it
+CPUS, GPUS, ACCELERATOR = "raise ray.num_cpus", "probe.device: cpu", "remove probe.accelerator_type"
+
+
+@pytest.mark.parametrize("stage, message, remedy", [
+    (_stage(8.5), "each vLLM engine actor needs CPU 8.5 on one node; the Ray cluster's largest node has CPU 8", CPUS),
+    (_stage(1.0, num_gpus=2), "needs CPU 1, GPU 2 on one node; the Ray cluster's largest node has CPU 8, GPU 1", GPUS),
+    (_stage(1.0, num_gpus=1, accelerator_type="H100"), "accelerator_type:H100 0.001 on one node", ACCELERATOR),
+    (_stage(16.0, num_gpus=4), "the Ray cluster's largest node has CPU 8, GPU 1", GPUS),  # only a dead node holds it
 ])
-def test_an_actor_no_alive_node_holds_fails_on_a_local_ray_and_warns_on_a_cluster(stage, message):
+def test_an_actor_no_alive_node_holds_fails_on_a_local_ray_and_warns_on_a_cluster(stage, message, remedy):
+    """The error names what to change for the resource that is short (GPUs before the rest)."""
     with pytest.raises(RuntimeError) as exc:
         check_placeable([_stage(), stage], Job(name="j"), print)
     assert "this local Ray instance cannot grow" in str(exc.value)
-    assert message in str(exc.value), exc.value
+    assert message in str(exc.value) and remedy in str(exc.value), exc.value
+    assert not [other for other in {CPUS, GPUS, ACCELERATOR} - {remedy} if other in str(exc.value)]
     lines = []
     check_placeable([stage], Job(name="j", ray={"address": "ray://head:10001"}), lines.append)
     assert len(lines) == 1 and lines[0].startswith("warning: each vLLM engine actor needs ")
