@@ -261,7 +261,8 @@ class OpenAIProbe(ModelProbe):
     concurrency: int = Field(default=8, ge=1, description="Requests in flight per actor.")
     max_retries: int = Field(default=5, ge=0, description="Retries of a request (HTTP 408/429/5xx, timeouts).")
     backoff_s: float = Field(default=1.0, ge=0.0, description="The first retry's sleep; it doubles, up to 60 s.")
-    timeout_s: float = Field(default=120.0, gt=0.0, description="Seconds a request may take.")
+    timeout_s: float = Field(default=120.0, gt=0.0, description=(
+        "Seconds a request may wait for each read; its reply must be complete within twice that."))
     retry_budget_s: float = Field(default=300.0, ge=0.0, allow_inf_nan=False, description=(
         "Retry while the request and the endpoint's outage are younger than this (0: `max_retries` only), so a "
         "server restart is waited out."))

@@ -7,7 +7,8 @@ message) or ``{base_url}/completions`` (mode ``completions``). Per actor, a thre
 ``concurrency`` connections open between requests (HTTP/1.1 keep-alive: no TCP and TLS
 handshake per request; an idle connection is dropped after :data:`KEEPALIVE_S`, before
 uvicorn's, hence ``vllm serve``'s, 5 s); :meth:`OpenAIBackend.close` closes them. Every wait on
-the server (connecting, sending, each read, a free pooled connection) is limited to ``timeout_s``.
+the server (connecting, sending, each read, a free pooled connection) is limited to ``timeout_s``,
+and a reply's body must be complete within twice that of the request (a body that trickles in).
 Each request is retried on HTTP 408/429/5xx, timeouts
 and connection errors while retries remain (attempt ``n <= max_retries``) **or** while both the
 request and the endpoint's current outage are younger than ``retry_budget_s`` (default 300 s,
@@ -277,13 +278,20 @@ class OpenAIBackend(Backend):
         return headers
 
     def _send(self, url: str, body: Optional[bytes], timeout: float) -> Any:
-        """JSON response of one request; :class:`_Retry` or :class:`_Fatal` on failure."""
+        """JSON response of one request; :class:`_Retry` or :class:`_Fatal` on failure. A reply
+        whose body has not all arrived ``2 * timeout`` seconds after the request was sent is a
+        :class:`_Retry` (each read is bounded by ``timeout``; a body that trickles is not)."""
+        deadline = time.monotonic() + 2 * timeout
         try:
             with self._http().stream("POST" if body else "GET", url, content=body, headers=self._headers(),
                                      timeout=timeout) as resp:
                 status = resp.status_code
                 if 200 <= status < 300:
-                    raw = resp.read()
+                    raw = bytearray()
+                    for chunk in resp.iter_bytes():
+                        raw += chunk
+                        if time.monotonic() > deadline:
+                            raise _Retry(f"no complete answer within {2 * timeout:g} s")
                 else:
                     try:
                         detail, text = _error_detail(resp.read() or b"")

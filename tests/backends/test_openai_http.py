@@ -631,6 +631,8 @@ def test_exact_error_texts(planted):
         ({"drop_rate": 1.0}, {"max_retries": 1},
          "connection error (Server disconnected without sending a response.) after 2 attempts"),
         ({"stall_rate": 1.0, "stall_s": 0.6}, {"max_retries": 0, "timeout_s": 0.2}, "timed out after 0.2 s"),
+        # a body that trickles (each read quick, the whole about 20 s): given up at twice the read limit
+        ({"trickle_s": 0.05}, {"max_retries": 0, "timeout_s": 0.5}, "no complete answer within 1 s"),
     ]
     for server_kw, probe_kw, error in cases:
         with SimulatedOpenAIServer(sim, **server_kw) as server:

@@ -20,7 +20,8 @@ under-reports usage), and ``echo_key`` makes every error reply repeat the reques
 and proxies that do; the client must scrub it). Test hooks, all off by default: ``drop_rate``
 closes the connection without a reply (a crashed worker or proxy), ``bad_json_rate`` answers
 HTTP 200 with a body that is not JSON (a proxy's HTML page), ``error_body`` replaces the JSON
-body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``, and
+body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``,
+``trickle_s`` sends each reply's body one byte every ``trickle_s`` seconds (its headers at once), and
 ``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes)
 in :attr:`SimulatedOpenAIServer.requests`. :attr:`SimulatedOpenAIServer.stats` counts requests,
 injected failures, null replies, the maximum number of requests in flight, and the TCP
@@ -100,7 +101,13 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        every = self.server.owner.trickle_s
+        if not every:
+            return self.wfile.write(data)
+        for i in range(len(data)):  # each read is quick; the reply takes len(data) * every seconds
+            self.wfile.write(data[i:i + 1])
+            self.wfile.flush()
+            time.sleep(every)
 
     def _record(self, raw: bytes) -> None:
         owner = self.server.owner
@@ -260,6 +267,7 @@ class SimulatedOpenAIServer:
         bad_json_rate: float = 0.0,
         error_body: Optional[bytes] = None,
         stall_models_s: float = 0.0,
+        trickle_s: float = 0.0,
         record: bool = False,
         tls: Optional[tuple[str, str]] = None,
     ):
@@ -273,7 +281,7 @@ class SimulatedOpenAIServer:
         self.auth_status, self.listed_models, self.usage_scale = auth_status, listed_models, usage_scale
         self.echo_key = echo_key
         self.drop_rate, self.bad_json_rate, self.error_body = drop_rate, bad_json_rate, error_body
-        self.stall_models_s, self.record = stall_models_s, record
+        self.stall_models_s, self.record, self.trickle_s = stall_models_s, record, trickle_s
         self.tls = tls
         self.requests: list[dict[str, Any]] = []  # with record: every request, in arrival order
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,
