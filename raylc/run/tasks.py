@@ -53,7 +53,7 @@ def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any,
 
             bar = stack.enter_context(Progress(transient=True))
             counted = bar.add_task(f"{name}: {len(refs)} Ray tasks", total=len(refs))
-        pending = refs
+        pending, results, index = refs, [None] * len(refs), {ref: i for i, ref in enumerate(refs)}
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1, timeout=limit)
@@ -62,7 +62,8 @@ def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any,
                         f"{name}: no Ray task finished in {limit:g} s ({len(pending)} of {len(refs)} still pending, "
                         "now cancelled): is a node with a free CPU alive? A job's ray.no_progress_timeout_s sets "
                         "this limit; a table command runs in process with --no-ray")
-                ray.get(done)  # a task's error, now rather than after the others
+                for ref, value in zip(done, ray.get(done)):  # a task's error, now rather than after the others
+                    results[index[ref]] = value
                 if bar is not None:
                     bar.advance(counted, len(done))
         except BaseException:  # a stall, a task's error, Ctrl-C: the others stop too
@@ -70,7 +71,7 @@ def map_tasks(fn: Callable[..., Any], frames: list[pl.DataFrame], *args: Any,
                 with suppress(Exception):
                     ray.cancel(ref, force=True)
             raise
-    return ray.get(refs)
+    return results
 
 
 def raising_own_errors(map_tasks: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
