@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Optional, get_args, get_origin
 import polars as pl
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from raylc import __version__
 from raylc.dolce.options import POSTERIOR_FIELDS, FitOptions
@@ -22,7 +23,38 @@ from raylc.io.errors import StoreError, StoreUnavailable
 from raylc.run.session import RayUnavailable
 from raylc.spec import JobSpecError, load_job, parse_overrides
 
+try:  # the click that typer runs: its own copy in recent typer, else the click package
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - typer before it vendored click
+    from click import exceptions as _click_errors  # type: ignore[no-redef]
+
+
+class _OneLineErrors(TyperGroup):
+    """The command line's own mistakes (an unknown option or command, a missing argument, a value
+    click cannot parse) as one ``error:`` line naming the command, exit 2, not click's usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _click_errors.NoArgsIsHelpError as exc:  # a bare command: its help (printed), exit 2
+            code = exc.exit_code
+        except _click_errors.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "raylc"
+            typer.echo(f"error: {where}: {exc.format_message()} (see {where} --help)", err=True)
+            code = exc.exit_code
+        except _click_errors.ClickException as exc:
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            code = exc.exit_code
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            code = 1
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="raylc",
     help="Distributed long-context LLM evaluation on Ray: DOLCE focus categories, length sweeps, LongScore.",
     no_args_is_help=True,
@@ -78,9 +110,9 @@ def _classes(errors: _Errors) -> tuple[type[BaseException], ...]:
 def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Callable[[Callable[..., None]],
                                                                                 Callable[..., None]]:
     """The one place a command's exceptions become exit codes: an exception of ``exit1`` (a
-    service that did not answer, a missing optional package) is one ``error: <message>`` line
-    and exit 1, one of ``exit2`` (bad input) the same line and exit 2; ``exit1`` is tried first,
-    so a subclass listed there (StoreUnavailable of StoreError) wins. Anything else escapes. A
+    service that did not answer, a missing optional package; also running out of memory) is one
+    ``error: <message>`` line and exit 1, one of ``exit2`` (bad input) the same line and exit 2;
+    ``exit1`` is tried first, so a subclass listed there (StoreUnavailable of StoreError) wins. Anything else escapes. A
     class may be named ``"module:Class"``, so the command line imports its module only on failure."""
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
@@ -88,6 +120,8 @@ def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Calla
             try:
                 command(*args, **kwargs)
             except Exception as exc:  # typer.Exit and click's errors are in neither tuple: they escape
+                if isinstance(exc, MemoryError):  # numpy's names the size it could not allocate
+                    _fail(f"out of memory ({str(exc).strip() or 'no detail'})", 1)
                 if isinstance(exc, _classes(exit1)):
                     _fail(str(exc), 1)
                 if isinstance(exc, _classes(exit2)):
@@ -104,7 +138,8 @@ def _whole(value: Optional[str], option: str, low: int = 0, high: Optional[int] 
     if value is None:
         return None
     digits = value.strip().replace("_", "")
-    if not digits.isdigit() or not digits.isascii() or not low <= int(digits) <= (high or int(digits)):
+    if (not digits.isdigit() or not digits.isascii() or len(digits) > 30  # past any bound (and Python's 4,300)
+            or not low <= int(digits) <= (high or int(digits))):
         bounds = f">= {low:,}" if high is None else f"from {low:,} to {high:,}"
         _fail(f"{option} {value!r}: expected {what} {bounds}{example}")
     return int(digits)
@@ -499,7 +534,9 @@ def sensitivity(
     posterior)."""
 
     from raylc.dolce.commands import run_sensitivity_grid
+    from raylc.dolce.sensitivity import WHOLE_SETTINGS
     from raylc.io.tables import console, rich_table
+    from raylc.text.sampling import MAX_UNITS
 
     try:
         ev = [int(x) for x in every.split(",") if x.strip()]
@@ -517,6 +554,11 @@ def sensitivity(
             settings[name.strip()] = None
         if settings[name.strip()] is None:
             _fail(f"--set {item!r}: expected NAME=V1,V2 with numbers")
+        whole = name.strip() in WHOLE_SETTINGS  # strides and lengths: whole numbers of units
+        if not all(math.isfinite(v) and (not whole or (v.is_integer() and 0 <= v <= MAX_UNITS))
+                   for v in settings[name.strip()]):
+            _fail(f"--set {item!r}: expected finite numbers"
+                  + (f", whole ones from 0 to {MAX_UNITS:,} for {name.strip()}" if whole else ""))
     names = [e.strip() for e in experiments.split(",") if e.strip()]
     names += [n for n in settings if n not in names]  # --set NAME adds the experiment
     sens = run_sensitivity_grid(observations, out, names, ev, th, options, settings=settings,

@@ -9,11 +9,12 @@ from typing import Optional, Sequence
 import polars as pl
 
 from raylc.compare import find_runs, length_scores, merge_longscore, relabel, runs_longscore
+from raylc.io.errors import why_unreadable
 from raylc.io.parallel import Mapper
 from raylc.io.schemas import check_tables
 from raylc.io.store import Store, StoreError, read_input
 from raylc.run.folder import MANIFEST, RunFolder
-from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, longscore, task_correlation
+from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, check_name_columns, longscore, task_correlation
 from raylc.sweep.report import write_longscore_result
 from raylc.sweep.tables import LONGSCORE_TABLES
 
@@ -35,6 +36,10 @@ def _table_scores(uris: Sequence[str]) -> tuple[list[pl.DataFrame], list[pl.Data
             hint = " (a run's own score table: pass the run folder instead)" if missing == ["model"] else ""
             raise StoreError(f"{uri}: scores is missing columns {missing} (needed: model, task, length, score "
                              f"[, sample_id]){hint}")
+        try:
+            check_name_columns(scores)
+        except ValueError as exc:
+            raise StoreError(f"{uri}: {exc}") from None
         frames.append(scores)
         labels.append(scores.select(pl.col("model").cast(pl.String).unique().alias("label")).with_columns(
             run_id=pl.lit(None, pl.String), model=pl.col("label")))
@@ -82,8 +87,8 @@ def run_longscore(
             results.insert(0, longscore(pl.concat(frames, how="diagonal_relaxed"),
                                         DEFAULT_BASE_LENGTHS if base_lengths is None else base_lengths,
                                         n_boot=n_boot or 0, seed=seed or 0, mapper=mapper))
-        except ValueError as exc:
-            raise StoreError(f"{', '.join(tables)}: {exc}") from None
+        except (ValueError, pl.exceptions.PolarsError) as exc:  # a bad table; tables whose columns' types clash
+            raise StoreError(f"{', '.join(tables)}: {why_unreadable(exc)}") from None
     scores = pl.concat(frames_all, how="diagonal_relaxed")
     result = merge_longscore(results)
     if scores["model"].n_unique() >= 3 and scores["task"].n_unique() >= 2:

@@ -32,6 +32,7 @@ from pydantic import (
 from raylc.backends.config import ProbeConfig, SimulatedProbe
 from raylc.backends.registry import parse_probe, probe_config_of
 from raylc.dolce.options import FitOptions
+from raylc.io.errors import why_unreadable
 from raylc.io.job_model import JobModel
 from raylc.suites import PlantedSuite
 from raylc.suites.registry import SuiteConfig, config_of, parse_suite
@@ -259,6 +260,16 @@ def _walk(loc: tuple[Any, ...], data: Any = None) -> tuple[Optional[type[BaseMod
     return (models[0] if len(models) == 1 else None), path
 
 
+def _got(value: Any, limit: int = 200) -> str:
+    """A value as an error line shows it: its repr, cut at ``limit`` characters; an integer past
+    Python's 4,300 digits by its length."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _describe(err: dict[str, Any], data: Any = None) -> str:
     loc = tuple(err["loc"])
     parent = _walk(loc[:-1], data)[0] if loc else Job
@@ -278,7 +289,7 @@ def _describe(err: dict[str, Any], data: Any = None) -> str:
     message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix to a validator's own message
     if not loc:  # a check across sections
         return message
-    return f"key '{key}': {message} (got {err.get('input')!r})"
+    return f"key '{key}': {message} (got {_got(err.get('input'))})"
 
 
 def parse_job(data: Any, source: str = "<job>") -> Job:
@@ -333,6 +344,16 @@ class _JobLoader(yaml.SafeLoader):
 _KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+def _shown(value: Any) -> str:
+    """An override's value as the error line shows it: as given, or quoted (repr) when it holds
+    a line break or another character that is not printable (the error stays one line)."""
+    try:
+        text = str(value)
+    except ValueError:  # an integer past Python's 4,300 digits
+        return _got(value)
+    return text if text.isprintable() else _got(value)
+
+
 def parse_overrides(settings: Sequence[str]) -> dict[str, Any]:
     """``--set key.path=value`` options as :func:`load_job` overrides; each value is read as
     YAML (``3``, ``0.5``, ``true``, ``null``, ``[1024, 2048]``, ``{a: 1}``, else a string).
@@ -347,6 +368,8 @@ def parse_overrides(settings: Sequence[str]) -> dict[str, Any]:
             out[key] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise JobSpecError(f"--set {setting!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        except (ValueError, RecursionError) as exc:
+            raise JobSpecError(f"--set {_got(setting, 60)}: unreadable value ({why_unreadable(exc)})") from None
     return out
 
 
@@ -379,6 +402,8 @@ def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Jo
         raise JobSpecError(f"{path}: invalid YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise JobSpecError(f"{path}: not a UTF-8 text file") from None
+    except (ValueError, RecursionError) as exc:  # an integer past Python's 4,300 digits, nesting
+        raise JobSpecError(f"{path}: unreadable YAML ({why_unreadable(exc)})") from None
     as_written = copy.deepcopy(data)
     if isinstance(data, dict) and overrides:
         data = _overridden(data, overrides, path)
@@ -395,7 +420,7 @@ def load_job(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> Jo
                 return True
             return False
         blamed = [k for k in overrides if fails(k)] or list(overrides)  # else only their combination fails
-        sets = " ".join(f"--set {k}={overrides[k]}" for k in blamed)
+        sets = " ".join(f"--set {k}={_shown(overrides[k])}" for k in blamed)
         job = parse_job(data, sets)  # raises, naming the options
     job.suite._job_dir = str(p.parent)  # relative data paths (SuiteConfig.data_path), as the user wrote the job path
     return job

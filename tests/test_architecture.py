@@ -219,10 +219,11 @@ def test_every_break_of_the_promise_benchmark_still_applies():
 # --- the run folder is the only door to a run's storage (issue 38, acceptance 1) ----------------
 
 #: who may import the store module: the run folder, and the commands and suites that open the
-#: user's own locations (input tables, data files, run folders named on the command line, --out)
+#: user's own locations (input tables, data files, run folders named on the command line, --out),
+#: or check one's address (submit: the cluster's store)
 STORE_IMPORTERS = {"raylc.run.folder", "raylc.compare", "raylc.longscore", "raylc.dolce.commands",
                    "raylc.suites.documents", "raylc.suites.context", "raylc.suites.longbench",
-                   "raylc.suites.longbench_v2"}
+                   "raylc.suites.longbench_v2", "raylc.run.submit"}
 #: the store's methods that take path parts: a run id among their arguments pairs it with a store
 STORE_METHODS = {"path", "uri", "exists", "write_table", "read_table", "parquet_files", "folders", "table_ok",
                  "write_json", "read_json", "write_text", "write_bytes", "delete", "open_input", "open_output",

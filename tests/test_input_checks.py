@@ -292,6 +292,69 @@ def test_values_that_would_fail_later_are_refused_before_anything_runs(tmp_path,
     assert message in err, err
 
 
+@pytest.mark.parametrize("args, message", [
+    # the command line's own mistakes: one line naming the command, not click's usage box
+    (("plan", "job.yaml", "--bogus"), "error: raylc plan: No such option: --bogus (see raylc plan --help)"),
+    (("fit", "obs.parquet"), "error: raylc fit: Missing option '--out'. (see raylc fit --help)"),
+    (("plna", "job.yaml"), "error: raylc: No such command 'plna'. Did you mean 'plan'? (see raylc --help)"),
+    (("plan", "job.yaml", "--set"), "Option '--set' requires an argument."),
+    # a registry name that is not a name; suite sizes past any machine; tasks one folder apart
+    (("plan", "job.yaml", "--set", "suite.kind=[planted]"), "key 'suite.kind': ['planted'] is not one of"),
+    (("plan", "job.yaml", "--set", "probe.backend={a: 1}"), "key 'probe.backend': {'a': 1} is not one of"),
+    (("plan", "job.yaml", "--set", "suite.max_units=1000000000000"),
+     "key 'suite.max_units': Input should be less than or equal to 1000000"),
+    (("plan", "job.yaml", "--set", "suite.tasks=[QA, qa]"), "tasks 'QA' and 'qa' differ only in case"),
+    # values Python cannot read: nesting past its recursion limit, integers past its 4,300 digits
+    (("plan", "job.yaml", "--set", "seed=" + "[" * 3000), "--set 'seed=[[[[["),
+    (("plan", "job.yaml", "--set", "seed=" + "9" * 5000), "unreadable value (Exceeds the limit (4300 digits)"),
+    (("plan", "job.yaml", "--set", "seed=0x" + "f" * 5000), "(got a number of about 6,020 digits)"),
+    (("run", "job.yaml", "--seed", "9" * 5000), "expected a whole number from 0 to 4,294,967,295"),
+    (("plan", "job.yaml", "--set", 'name="a\\nb"'), "error: --set name='a\\nb': key 'name'"),  # still one line
+    # sensitivity's settings: finite, whole where they are strides or lengths
+    (("sensitivity", "obs.parquet", "--out", "out", "--no-ray", "--set", "max_length=inf"),
+     "--set 'max_length=inf': expected finite numbers, whole ones from 0 to 1,000,000,000 for max_length"),
+    (("sensitivity", "obs.parquet", "--out", "out", "--no-ray", "--set", "min_length=2.5"), "whole ones"),
+    # submit checks the store's address before it contacts the cluster (port 1: nothing listens)
+    (("submit", "job.yaml", "--address", "http://127.0.0.1:1", "--store", "foo://x", "--no-wait"),
+     "error: foo://x: not a store address"),
+    (("submit", "job.yaml", "--address", "http://127.0.0.1:1", "--working-dir", "job.yaml", "--no-wait"),
+     "error: job.yaml: --working-dir is not a folder"),
+])
+def test_mistakes_found_by_the_second_input_audit_are_one_line(tmp_path, monkeypatch, args, message):
+    """Each was a usage box, a traceback (exit 1), two lines, or (submit) exit 1 after contacting
+    the cluster; each is now one line, exit 2, nothing written."""
+    (tmp_path / "job.yaml").write_text((ROOT / "jobs" / "quickstart.yaml").read_text())
+    _obs(("p1", "p2")).write_parquet(tmp_path / "obs.parquet")
+    err = _refused(tmp_path, monkeypatch, *args)
+    assert message in err, err
+
+
+def test_tables_found_by_the_second_input_audit_are_one_line(tmp_path, monkeypatch):
+    """Nested columns, lengths past any context, tables whose columns' types clash, and JSON that
+    Python cannot read are one line naming the file, exit 2; they were tracebacks."""
+    _scores(task=[["t"]] * 4).write_parquet(tmp_path / "nested.parquet")
+    assert "column 'task': must hold names (text), got List(String)" in _refused(
+        tmp_path, monkeypatch, "longscore", "nested.parquet", "--out", "out", "--no-ray")
+    _scores(length=[4096.0, 1e21] * 2).write_parquet(tmp_path / "long.parquet")
+    assert "column 'length': more than 1,000,000,000 tokens" in _refused(
+        tmp_path, monkeypatch, "longscore", "long.parquet", "--out", "out", "--no-ray")
+    _scores(model=[1, 1, 2, 2]).write_parquet(tmp_path / "ints.parquet")
+    _scores(model=[["m"]] * 4).write_parquet(tmp_path / "lists.parquet")
+    assert _refused(tmp_path, monkeypatch, "longscore", "ints.parquet", "lists.parquet", "--out", "out",
+                    "--no-ray") == "error: lists.parquet: column 'model': must hold names (text), got List(String)"
+    _obs().with_columns(L=pl.lit(2**62)).write_parquet(tmp_path / "huge.parquet")
+    assert "column 'L': more than 1,000,000,000 units" in _refused(
+        tmp_path, monkeypatch, "fit", "huge.parquet", "--out", "out", "--no-ray")
+    (tmp_path / "parts").mkdir()
+    _obs().write_parquet(tmp_path / "parts" / "a.parquet")
+    _obs().with_columns(score=pl.lit([0.5])).write_parquet(tmp_path / "parts" / "b.parquet")
+    assert "parts: its Parquet files disagree on a column's type" in _refused(
+        tmp_path, monkeypatch, "fit", "parts", "--out", "out", "--no-ray")
+    (tmp_path / "big.jsonl").write_text('{"task": "qa", "id": ' + "9" * 5000 + "}\n")
+    assert "big.jsonl: line 1: unreadable JSON (Exceeds the limit (4300 digits)" in _refused(
+        tmp_path, monkeypatch, "units", "big.jsonl")
+
+
 def test_observation_rows_are_numbered_from_one():
     with pytest.raises(ObservationError, match=r"column 'C': observation length C exceeds .* e\.g\. row 2: "):
         validate_observations(_obs().with_columns(C=pl.when(pl.int_range(pl.len()) == 1).then(99).otherwise("C")))

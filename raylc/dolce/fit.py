@@ -38,6 +38,7 @@ from raylc.dolce.scenario import (
 )
 from raylc.dolce.shares import task_share_columns
 from raylc.io.parallel import Mapper, in_process
+from raylc.text.sampling import MAX_UNITS
 
 __all__ = [
     "DolceFit",
@@ -164,6 +165,7 @@ def validate_observations(obs: pl.DataFrame) -> pl.DataFrame:
         else:
             _fail(obs, c, f"must be an integer column, got {dt}")
         _fail(obs, c, "null value", pl.col(c).is_null())
+        _fail(obs, c, f"more than {MAX_UNITS:,} units", pl.col(c) > MAX_UNITS)  # a typo; Int64 overflows past it
         obs = obs.with_columns(pl.col(c).cast(pl.Int64))
     _fail(obs, "L", "context length L must be >= 1 (negative or zero L)", pl.col("L") < 1)
     _fail(obs, "C", "observation length C must be >= 0", pl.col("C") < 0)

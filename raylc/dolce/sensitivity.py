@@ -97,6 +97,7 @@ SAMPLING_EXPERIMENTS = {
     "max_length": (lambda v: {"strategy": "enumerate", "max_length": int(v)}, (10.0,)),
 }
 EXPERIMENTS = (*SAMPLING_EXPERIMENTS, "threshold")
+WHOLE_SETTINGS = ("take_every", "min_length", "max_length")  #: experiments whose settings are whole numbers of units
 
 
 # ------------------------------------------------------------------------------ metrics

@@ -26,17 +26,17 @@ Why refuse rather than encode (e.g. percent-encoding everything else):
 * the byte limit keeps ``task=<name>`` under the 255-byte segment limit of common
   filesystems (a CJK character is 3 bytes: about 66 of them).
 
-What is not decided here: two names that differ only in case (``QA`` and ``qa``) are two
-safe names, but one folder on a case-insensitive filesystem (macOS, Windows); the documents
-suite refuses such a pair of tasks (:mod:`raylc.suites.documents`).
+Two names that differ only in case (``QA`` and ``qa``) are two safe names, but one folder on
+a case-insensitive filesystem (macOS, Windows): :func:`case_clash` finds such a pair, which
+the suites refuse among their tasks.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
-__all__ = ["MAX_BYTES", "RULE", "UnsafeName", "check_name", "path_segment"]
+__all__ = ["MAX_BYTES", "RULE", "UnsafeName", "case_clash", "check_name", "path_segment"]
 
 MAX_BYTES = 200
 _EXTRA = frozenset("._- ")
@@ -78,3 +78,14 @@ def path_segment(value: Any, field: str, row: Optional[object] = None, source: O
     where = "".join(f"{part}: " for part in (source, None if row is None else f"row {row}") if part)
     shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:77] + "...")
     raise UnsafeName(f"{where}{field} {shown} is not a safe name ({why}; allowed: {RULE})")
+
+
+def case_clash(names: Iterable[str]) -> Optional[tuple[str, str]]:
+    """The first two of ``names`` (in order) that differ only in case, which would be one folder
+    on a case-insensitive filesystem; None when there are none (equal names do not clash)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        first = seen.setdefault(name.casefold(), name)
+        if first != name:
+            return first, name
+    return None

@@ -85,7 +85,7 @@ class Registry(Generic[T]):
         return entry
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return isinstance(name, str) and name in self._entries  # a list or mapping names nothing
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._entries))

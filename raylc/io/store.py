@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raylc.io.errors import StoreError, StoreUnavailable
+from raylc.io.errors import StoreError, StoreUnavailable, why_unreadable
 
 __all__ = ["Store", "StoreError", "StoreUnavailable", "json_records", "locate", "read_input"]
 
@@ -41,6 +41,12 @@ def _io(where: str) -> Iterator[None]:
     except OSError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StoreUnavailable(f"{where}: storage error: {detail}") from None
+
+
+def check_address(uri: str) -> None:
+    """A :class:`StoreError` unless ``uri`` is a store address (a folder, or ``s3://bucket[/prefix]``);
+    nothing is contacted (``raylc submit``: the store is the cluster's)."""
+    _split(uri)
 
 
 def _split(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -82,6 +88,8 @@ def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
             items = json.loads(text)
         except json.JSONDecodeError as exc:
             raise StoreError(f"{uri}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise StoreError(f"{uri}: unreadable JSON ({why_unreadable(exc)})") from None
         return [(f"record {i}", item) for i, item in enumerate(items)]
     out = []
     for n, line in enumerate(text.splitlines(), start=1):
@@ -91,6 +99,8 @@ def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
             out.append((f"line {n}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise StoreError(f"{uri}: line {n}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise StoreError(f"{uri}: line {n}: unreadable JSON ({why_unreadable(exc)})") from None
     return out
 
 
@@ -266,7 +276,12 @@ class Store:
             frames.append(frame.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive))  # type: ignore[union-attr]
         if not frames:
             raise StoreError(f"{uri}: folder holds no Parquet files")
-        return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+        if len(frames) == 1:
+            return frames[0]
+        try:
+            return pl.concat(frames, how="diagonal_relaxed")
+        except (pl.exceptions.SchemaError, pl.exceptions.InvalidOperationError) as exc:
+            raise StoreError(f"{uri}: its Parquet files disagree on a column's type ({why_unreadable(exc)})") from None
 
     def table_ok(self, *parts: str) -> bool:
         """True when ``parts`` is a readable Parquet file, or a folder of them (footers checked)."""
@@ -306,8 +321,8 @@ class Store:
             return None
         try:
             return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{self.uri(*parts)}: not valid JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # a syntax error, an integer past Python's 4,300 digits, nesting
+            raise StoreError(f"{self.uri(*parts)}: not valid JSON ({why_unreadable(exc)})") from None
 
     def write_text(self, text: str, *parts: str) -> None:
         self._write_bytes(text.encode(), *parts)
@@ -334,4 +349,8 @@ class Store:
         if not self.exists(*parts):
             return None
         with _io(self.uri(*parts)), self.fs.open_input_stream(self.path(*parts)) as fh:
-            return fh.read().decode()
+            data = fh.read()
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise StoreError(f"{self.uri(*parts)}: not UTF-8 text (byte {exc.start})") from None

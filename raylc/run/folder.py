@@ -41,18 +41,22 @@ def _lock_record() -> dict[str, Any]:
 
 
 def lock_alive(held: dict[str, Any]) -> bool:
-    """Whether the lock's owner may still be running: same host -> its pid exists; else a recent heartbeat."""
+    """Whether the lock's owner may still be running: same host -> its pid exists; else a recent
+    heartbeat. A lock without a usable pid or heartbeat (raylc did not write it) is not alive."""
     if held.get("host") == socket.gethostname():
         if held.get("pid") == os.getpid():
             return False
         try:
             os.kill(int(held.get("pid", -1)), 0)
-        except ProcessLookupError:
+        except (ProcessLookupError, TypeError):
             return False
         except (PermissionError, ValueError, OverflowError):
             return True
         return True
-    return time.time() - float(held.get("heartbeat", 0)) < LOCK_STALE_S
+    try:
+        return time.time() - float(held.get("heartbeat", 0)) < LOCK_STALE_S
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -193,8 +197,10 @@ class RunFolder:
         self._store.write_json(_lock_record(), *self._parts(LOCK))
 
     def lock(self) -> Optional[dict[str, Any]]:
-        """The run's lock record (host, pid, start, heartbeat); None when the run holds none."""
-        return self._store.read_json(*self._parts(LOCK))
+        """The run's lock record (host, pid, start, heartbeat); None when the run holds none, or
+        holds one that is not a record (raylc did not write it)."""
+        held = self._store.read_json(*self._parts(LOCK))
+        return held if isinstance(held, dict) else None
 
     def acquire(self) -> None:
         """Take the run's lock; refuse (:class:`RunError`) while another live process holds it."""

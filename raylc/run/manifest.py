@@ -69,6 +69,11 @@ class StageRecord(BaseModel):
     budget: Optional[Budget] = Field(default=None, description="Where a `stopped` stage stopped at its cap.")
 
 
+def _text(value: Any) -> Optional[str]:
+    """A manifest's name as text for a table (None stays None; a list or number is shown as written)."""
+    return None if value is None else str(value)
+
+
 class Manifest(BaseModel):
     """``manifest.json``: ``job`` is the resolved job as JSON (:meth:`raylc.spec.Job.resolved`),
     so a reader needs no backend or suite to show it; ``plan`` the stages to run, in order."""
@@ -104,13 +109,14 @@ class Manifest(BaseModel):
 
     @property
     def job_name(self) -> Optional[str]:
-        return self.job.get("name")
+        return _text(self.job.get("name"))
 
     @property
     def model(self) -> Optional[str]:
-        """The probe's model (its backend's name when it has none)."""
-        probe = self.job.get("probe") or {}
-        return probe.get("model") or probe.get("backend")
+        """The probe's model (its backend's name when it has none); None for a probe section that
+        is not a mapping (a manifest this raylc did not write)."""
+        probe = self.job.get("probe")
+        return _text(probe.get("model") or probe.get("backend")) if isinstance(probe, dict) else None
 
     def finished(self) -> bool:
         """Whether the run ended with every stage done."""

@@ -18,6 +18,15 @@ from raylc.run.manifest import Manifest
 from raylc.run.progress import INFER, infer_progress
 
 
+def _utc(seconds: Optional[float]) -> Optional[str]:
+    """Epoch seconds as UTC text to the second; None for none, or for a time no calendar year holds."""
+    try:
+        return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def _when(value: Any) -> Optional[float]:
     """Epoch seconds of a manifest time (ISO text or a number)."""
     if value is None:
@@ -26,7 +35,7 @@ def _when(value: Any) -> Optional[float]:
         return float(value)
     try:
         return dt.datetime.fromisoformat(str(value)).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):  # not a time, or one that has no epoch seconds (year 1, +14:00)
         return None
 
 
@@ -104,8 +113,7 @@ def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
             continue  # else not a run (another folder in the store)
         created = _when(status["created_at"])
         rows.append({"run_id": folder.run_id, **{k: status[k] for k in ("job", "model", "state")},
-                     "created": None if created is None else dt.datetime.fromtimestamp(created, dt.timezone.utc)
-                     .strftime("%Y-%m-%d %H:%M:%S UTC"),
+                     "created": _utc(created),
                      "age_s": None if created is None else now - created, "updated_s": status["age_s"]})
     schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
               "created": pl.String, "age_s": pl.Float64, "updated_s": pl.Float64}

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from raylc.io.deadline import call_within
 from raylc.io.names import path_segment
+from raylc.io.store import check_address as check_store_address
 from raylc.io.urls import check_http_url
 from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
@@ -270,12 +271,15 @@ def submit(
     if run_id is not None:
         path_segment(run_id, "run id")  # the cluster's run would refuse it: refuse it before uploading
     wd = working_dir.resolve()
+    if not wd.is_dir():
+        raise JobSpecError(f"{working_dir}: --working-dir is not a folder")
     try:
         rel = job_file.resolve().relative_to(wd)
     except ValueError:
         raise JobSpecError(f"{job_file}: job file must be inside the working directory {wd}") from None
-    overrides = {**parse_overrides(settings), **({"store.path": store} if store else {})}
+    overrides = {**parse_overrides(settings), **({"store.path": store} if store is not None else {})}
     job = load_job(job_file, overrides)  # fail fast, locally, on a bad job file
+    check_store_address(job.store.path)  # the cluster's store: its address only, nothing contacted
     timeout_s = job.ray.connect_timeout_s
     check_dashboard(address, timeout_s)
     try:

@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
-from raylc.io.names import UnsafeName, path_segment
+from raylc.io.names import UnsafeName, case_clash, path_segment
 from raylc.io.schemas import Column, TableSchema, declare
 from raylc.io.store import StoreError, locate, read_input
 from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
@@ -221,19 +221,20 @@ def read_documents(uri: str) -> pl.DataFrame:
 def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
     """Every task is a safe path segment (:func:`raylc.io.names.path_segment`, named at its first
     row) and no two tasks differ only in case (one folder on a case-insensitive filesystem)."""
-    firsts = frame.with_row_index("_i").group_by("task", maintain_order=True).agg(pl.col("_i").first())
-    folded: dict[str, tuple[str, int]] = {}
-    for task, i in firsts.iter_rows():
+    firsts = dict(frame.with_row_index("_i").group_by("task", maintain_order=True).agg(pl.col("_i").first())
+                  .iter_rows())
+    for task, i in firsts.items():
         try:
             path_segment(task, "task", f"{i + 1}{_id_of(frame, i)}", uri)
         except UnsafeName as exc:
             raise DocumentsError(str(exc)) from None
-        other = folded.setdefault(task.casefold(), (task, i))
-        if other[0] != task:
-            raise DocumentsError(
-                f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other[0]!r} (row "
-                f"{other[1] + 1}) "
-                "only in case (their infer/task=<task> folders would be one on a case-insensitive filesystem)")
+    clash = case_clash(firsts)
+    if clash:
+        (other, task), i = clash, firsts[clash[1]]
+        raise DocumentsError(
+            f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other!r} (row "
+            f"{firsts[other] + 1}) "
+            "only in case (their infer/task=<task> folders would be one on a case-insensitive filesystem)")
 
 
 def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:

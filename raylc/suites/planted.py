@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from raylc.io.names import UnsafeName, path_segment
+from raylc.io.names import UnsafeName, case_clash, path_segment
 from raylc.io.schemas import declare
 from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 from raylc.text.sampling import Length
@@ -41,8 +41,8 @@ class PlantedSuite(DolceSuite):
         "The lambdas a problem draws from (clue sentences per run); `L`: the whole context is one run (k = 1)."))
     ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1, description=(
         "The ks a problem draws from (copies of its run), those with k x lambda <= max_units."))
-    min_units: int = Field(default=50, ge=2, description="Fewest units (sentences) in a context.")
-    max_units: int = Field(default=400, ge=2, description="Most units (sentences) in a context.")
+    min_units: int = Field(default=50, ge=2, le=1_000_000, description="Fewest units (sentences) in a context.")
+    max_units: int = Field(default=400, ge=2, le=1_000_000, description="Most units (sentences) in a context.")
 
     columns = declare(("evidence_starts", pl.List(pl.Int64), "The first unit of each planted run of clues."))
 
@@ -72,6 +72,10 @@ class PlantedSuite(DolceSuite):
         twice = sorted({t for t in v if v.count(t) > 1})
         if twice:
             raise ValueError(f"task {twice[0]!r} is listed twice")
+        clash = case_clash(v)
+        if clash:
+            raise ValueError(f"tasks {clash[0]!r} and {clash[1]!r} differ only in case (their infer/task=<task> "
+                             "folders would be one on a case-insensitive filesystem)")
         return v
 
     @model_validator(mode="after")

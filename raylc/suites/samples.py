@@ -31,10 +31,16 @@ from raylc.suites.registry import SweepSuite
 LENGTHS_DEFAULT = [2048, 4096, 6144, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
+MAX_AXIS = 2**24  #: a length (tokens) or piece count above this is a typo: the longest windows are about 10M tokens
+
+
 def check_axis(axis: list[int], base: list[int], name: str, base_name: str, smallest: int) -> None:
-    """Every value of a length axis is >= ``smallest`` and LongScore's base values lie on it."""
+    """Every value of a length axis is from ``smallest`` to :data:`MAX_AXIS` and LongScore's base
+    values lie on it."""
     if any(x < smallest for x in axis):
         raise ValueError(f"every value of {name} must be >= {smallest}")
+    if any(x > MAX_AXIS for x in axis):
+        raise ValueError(f"every value of {name} must be <= {MAX_AXIS:,}")
     missing = sorted(set(base) - set(axis))
     if missing:
         raise ValueError(f"{base_name} {missing} are not in {name}")
@@ -50,7 +56,7 @@ class LengthSuite(SweepSuite):
         "Target context lengths in tokens; every sample is rebuilt at each."))
     base_lengths: list[int] = Field(default=[2048, 4096, 6144], min_length=1, description=(
         "LongScore's Base: the mean score over these lengths (a subset of `lengths`; 100-LongBench Eq. 1)."))
-    samples_per_length: int = Field(default=100, ge=1, description="Samples per task and length.")
+    samples_per_length: int = Field(default=100, ge=1, le=1_000_000, description="Samples per task and length.")
     tokenizer: Optional[str] = Field(default=None, description=(
         "Tokenizer contexts are counted and built with: null, the offline default; `hf:<name-or-path>`, a real "
         "one (the model's on a cluster)."))

@@ -67,7 +67,7 @@ class ThesisSuite(SweepSuite):
         "Piece (candidate) counts: the length axis, each >= 2."))
     base_pieces: list[int] = Field(default=[16], min_length=1, description=(
         "LongScore's Base: the mean score over these piece counts (a subset of `pieces`)."))
-    samples_per_setting: int = Field(default=50, ge=1, description="Samples per task and piece count.")
+    samples_per_setting: int = Field(default=50, ge=1, le=1_000_000, description="Samples per task and piece count.")
     selectivity: float = Field(default=0.2, ge=0.0, le=1.0, description=(
         "The fraction of candidates that satisfy every predicate (filter, exclusion; Section 5.2)."))
     exclusion: float = Field(default=0.1, ge=0.0, le=1.0, description=(

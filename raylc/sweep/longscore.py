@@ -97,6 +97,16 @@ def _check_scores(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
 SCORE_RANGE = (0.0, 100.0)
 """Scores are fractions in [0, 1] or percentages in [0, 100] (the papers' tables); LC_l is a ratio, so the
 scale cancels within a (model, task), but the ``overall`` rows average tasks: use one scale per table."""
+MAX_TOKENS = 10**9  #: a length above this is a typo (no model reads that many tokens)
+
+
+def check_name_columns(scores: pl.DataFrame) -> None:
+    """``model`` and ``task`` hold names (text or whole numbers), not lists or records: else a
+    one-line ValueError naming the column."""
+    for col in ("model", "task"):
+        kind = scores.schema[col]
+        if not (kind in (pl.String, pl.Categorical, pl.Enum, pl.Null) or kind.is_integer()):
+            raise ValueError(f"column {col!r}: must hold names (text), got {kind}")
 
 
 def _row_text(row: dict) -> str:
@@ -137,6 +147,7 @@ def validate_scores(
         _refuse(frame, pl.col(col).is_null(), f"column {col!r} has nulls")
     if frame.schema["score"] == pl.String and frame["score"].null_count() == frame.height:
         frame = frame.with_columns(pl.col("score").cast(pl.Null))  # an empty CSV column is read as text
+    check_name_columns(frame)
     length, score = frame.schema["length"], frame.schema["score"]
     if length.is_float():
         _refuse(frame, ~pl.col("length").is_finite() | (pl.col("length") != pl.col("length").floor()),
@@ -144,6 +155,7 @@ def validate_scores(
     elif not length.is_integer():
         raise ValueError(f"column 'length': must hold integers (tokens), got {length}")
     _refuse(frame, pl.col("length") < 1, "column 'length': must be >= 1")
+    _refuse(frame, pl.col("length") > MAX_TOKENS, f"column 'length': more than {MAX_TOKENS:,} tokens")
     if not (score.is_numeric() or score == pl.Null):
         raise ValueError(f"column 'score': must be numeric (fractions in [0, 1] or percentages), got {score}")
     frame = frame.with_columns(

@@ -236,3 +236,30 @@ def test_the_infer_stage_logs_its_own_count_of_stored_requests(monkeypatch):
     assert lines == ["[infer] 200/300 requests stored (67%), about 5 s left, 2 errors",
                      "[infer] 300/300 requests stored (100%), 2 errors"]
     assert manifest.stages["infer"].progress.done == 300
+
+
+@pytest.mark.parametrize("lock", [[1], "x", {"host": socket.gethostname(), "pid": None},
+                                  {"host": socket.gethostname(), "pid": [1]}, {"host": "elsewhere", "heartbeat": "x"},
+                                  {"host": "elsewhere", "heartbeat": None}])
+def test_a_lock_raylc_did_not_write_is_not_a_live_run(tmp_path, lock):
+    """A damaged lock (not a record, a pid or heartbeat of the wrong type) is no live owner:
+    `status` and `runs` show the run as interrupted; they were tracebacks."""
+    folder = _write(tmp_path, "r", _manifest({"build": {"status": "running"}}))
+    Store(str(tmp_path)).write_json(lock, "r", LOCK)
+    assert run_status(folder)["state"] == "interrupted"
+    out = RUNNER.invoke(app, ["runs", str(tmp_path)])
+    assert out.exit_code == 0 and "interrupted" in out.output, out.output
+
+
+def test_a_manifest_with_odd_names_and_times_still_lists(tmp_path):
+    """A job name that is a list, a probe that is not a mapping, a creation time no calendar
+    holds: `runs` lists the run (it raised for the whole store) and `status` shows it."""
+    job = {**_manifest({})["job"], "name": ["a", "b"], "probe": "x"}
+    _write(tmp_path, "odd", _manifest({"build": {"status": "done"}}, job=job,
+                                      created_at="0001-01-01T00:00:00+14:00"))
+    table = list_runs(str(tmp_path))
+    assert table.select("run_id", "job", "model", "created").rows() == [("odd", "['a', 'b']", None, None)]
+    assert RUNNER.invoke(app, ["status", str(tmp_path / "odd")]).exit_code == 0
+    (tmp_path / "odd" / MANIFEST).write_bytes(b"\xff\xfe\x00")  # not UTF-8: one line, exit 2
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "odd")])
+    assert out.exit_code == 2 and out.output.strip().endswith("manifest.json: not UTF-8 text (byte 0)"), out.output
