@@ -348,7 +348,10 @@ def test_tables_found_by_the_second_input_audit_are_one_line(tmp_path, monkeypat
     (tmp_path / "parts").mkdir()
     _obs().write_parquet(tmp_path / "parts" / "a.parquet")
     _obs().with_columns(score=pl.lit([0.5])).write_parquet(tmp_path / "parts" / "b.parquet")
-    assert "parts: its Parquet files disagree on a column's type" in _refused(
+    assert "parts: its Parquet files give column 'score' different types (Float64, List(Float64))" in _refused(
+        tmp_path, monkeypatch, "fit", "parts", "--out", "out", "--no-ray")
+    _obs().with_columns(task=pl.struct(t=pl.lit("t"))).write_parquet(tmp_path / "parts" / "b.parquet")
+    assert "column 'task' different types (String, Struct({'t': String}))" in _refused(  # it was read as text
         tmp_path, monkeypatch, "fit", "parts", "--out", "out", "--no-ray")
     (tmp_path / "big.jsonl").write_text('{"task": "qa", "id": ' + "9" * 5000 + "}\n")
     assert "big.jsonl: line 1: unreadable JSON (Exceeds the limit (4300 digits)" in _refused(

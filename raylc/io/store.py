@@ -278,6 +278,11 @@ class Store:
             raise StoreError(f"{uri}: folder holds no Parquet files")
         if len(frames) == 1:
             return frames[0]
+        for name in {c for f in frames for c in f.columns}:  # numbers widen; a list or record never becomes text
+            kinds = {f.schema[name] for f in frames if name in f.columns}
+            if len(kinds) > 1 and any(k.is_nested() for k in kinds):
+                raise StoreError(f"{uri}: its Parquet files give column {name!r} different types "
+                                 f"({', '.join(sorted(map(str, kinds)))})")
         try:
             return pl.concat(frames, how="diagonal_relaxed")
         except (pl.exceptions.SchemaError, pl.exceptions.InvalidOperationError) as exc:
