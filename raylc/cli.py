@@ -112,8 +112,9 @@ def _errors(exit1: _Errors = _UNAVAILABLE, exit2: _Errors = _BAD_INPUT) -> Calla
     """The one place a command's exceptions become exit codes: an exception of ``exit1`` (a
     service that did not answer, a missing optional package; also running out of memory) is one
     ``error: <message>`` line and exit 1, one of ``exit2`` (bad input) the same line and exit 2;
-    ``exit1`` is tried first, so a subclass listed there (StoreUnavailable of StoreError) wins. Anything else escapes. A
-    class may be named ``"module:Class"``, so the command line imports its module only on failure."""
+    ``exit1`` is tried first, so a subclass listed there (StoreUnavailable of StoreError) wins.
+    Anything else escapes. A class may be named ``"module:Class"``, so the command line imports
+    its module only on failure."""
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> None:
