@@ -285,9 +285,16 @@ def _map_batches(stage: PipelineStage, first: bool) -> dict[str, Any]:
             **stage.options}
 
 
-def stream(source: RequestFiles, job: Job, ledger: Any = None) -> Iterator[pl.DataFrame]:
-    """Completion rows of the requests through the stages of ``job.probe``'s backend, streamed in
-    batches as they finish (any order). An engine pipeline (a stage with ``max_restarts``) records
+def pipeline_stages(job: Job) -> list[PipelineStage]:
+    """The stages of ``job.probe``'s backend, which :func:`check_placeable` checks and
+    :func:`stream` runs."""
+    return backend_of(job.probe).stages(job, verbose())
+
+
+def stream(source: RequestFiles, job: Job, ledger: Any = None,
+           stages: Optional[list[PipelineStage]] = None) -> Iterator[pl.DataFrame]:
+    """Completion rows of the requests through ``stages`` (default :func:`pipeline_stages`),
+    streamed in batches as they finish (any order). An engine pipeline (a stage with ``max_restarts``) records
     its actors in ``ledger`` (an :class:`EngineLedger` actor, a new one by default); when its
     stream fails, is interrupted or is abandoned, they are killed (:func:`release_actors`), so
     that they hold no GPU or CPU in a long-lived Ray session."""
@@ -295,9 +302,8 @@ def stream(source: RequestFiles, job: Job, ledger: Any = None) -> Iterator[pl.Da
         return
     import ray
 
-    backend = backend_of(job.probe)
-    _configure_data(job, backend)
-    stages = backend.stages(job, verbose())
+    _configure_data(job, backend_of(job.probe))
+    stages = pipeline_stages(job) if stages is None else stages
     if any(stage.max_restarts is not None for stage in stages):
         ledger = ledger if ledger is not None else ray.remote(num_cpus=0)(EngineLedger).remote()
     else:
@@ -352,7 +358,9 @@ def infer(folder: RunFolder, job: Job, pending: Iterable[pl.DataFrame], progress
     progress.save()  # the planned count, before the first completion
     try:
         if files:
-            write_shards(folder, job, stream(RequestFiles(folder, files, table), job), progress, log, shards)
+            stages = pipeline_stages(job)
+            write_shards(folder, job, stages, stream(RequestFiles(folder, files, table), job, stages=stages), progress,
+                         log, shards)
     finally:
         folder.drop_requests()
 
@@ -393,18 +401,17 @@ def check_placeable(stages: list[PipelineStage], job: Job, log: Callable[[str], 
         log(f"warning: {msg}; Ray waits until the cluster adds a node that fits")
 
 
-def write_shards(folder: RunFolder, job: Job, batches: Iterable[pl.DataFrame], progress: InferProgress,
-                 log: Callable[[str], None], shards: str = SHARDS) -> None:
-    """Write ``batches`` (a lazy stream from the actor pools) as shards as they come, each flush
-    counted in ``progress``. First the checks: the backend's endpoint before Ray starts (fail
-    fast, before any shard), then that every actor fits on an alive node
+def write_shards(folder: RunFolder, job: Job, stages: list[PipelineStage], batches: Iterable[pl.DataFrame],
+                 progress: InferProgress, log: Callable[[str], None], shards: str = SHARDS) -> None:
+    """Write ``batches`` (a lazy stream from the actor pools of ``stages``) as shards as they
+    come, each flush counted in ``progress``. First the checks: the backend's endpoint before Ray
+    starts (fail fast, before any shard), then that every actor of ``stages`` fits on an alive node
     (:func:`check_placeable`); a failed pipeline keeps what finished and raises
     :class:`InferenceFailed` with its root cause."""
-    backend = backend_of(job.probe)
-    backend.check_endpoint(job)
+    backend_of(job.probe).check_endpoint(job)
     ensure_ray(job)
     try:
-        check_placeable(backend.stages(job, verbose()), job, log)
+        check_placeable(stages, job, log)
     except RuntimeError as exc:
         raise InferenceFailed(str(exc)) from None
     writer = folder.shard_writer(job.inference.shard_rows, job.inference.shard_seconds, progress.stored, shards)

@@ -174,7 +174,7 @@ def _in_process(monkeypatch) -> None:
 
     from raylc.run import pipeline
 
-    def stream(source, job, ledger=None):
+    def stream(source, job, ledger=None, stages=None):
         problems = source.folder.read(source.table)
         for f in source.files:
             yield infer_frame(source.rows(pa.table({pipeline.FILE: [f]})), problems, job)
