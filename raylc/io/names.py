@@ -36,7 +36,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any, Iterable, Optional
 
-__all__ = ["MAX_BYTES", "RULE", "UnsafeName", "case_clash", "check_name", "path_segment"]
+__all__ = ["CASE_CLASH_WHY", "MAX_BYTES", "RULE", "UnsafeName", "case_clash", "check_name", "path_segment"]
 
 MAX_BYTES = 200
 _EXTRA = frozenset("._- ")
@@ -78,6 +78,10 @@ def path_segment(value: Any, field: str, row: Optional[object] = None, source: O
     where = "".join(f"{part}: " for part in (source, None if row is None else f"row {row}") if part)
     shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:77] + "...")
     raise UnsafeName(f"{where}{field} {shown} is not a safe name ({why}; allowed: {RULE})")
+
+
+#: Why two task names may not differ only in case, for the error that names them.
+CASE_CLASH_WHY = "their infer/task=<task> folders would be one on a case-insensitive filesystem"
 
 
 def case_clash(names: Iterable[str]) -> Optional[tuple[str, str]]:

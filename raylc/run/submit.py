@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from raylc.io.deadline import call_within
 from raylc.io.names import path_segment
-from raylc.io.store import check_address as check_store_address
+from raylc.io.store import check_address
 from raylc.io.urls import check_http_url
 from raylc.run.session import verbose
 from raylc.spec import JobSpecError, load_job, parse_overrides
@@ -65,7 +65,7 @@ def _http(address: str) -> Optional[str]:
     return url if url.startswith(("http://", "https://")) else None
 
 
-def check_address(address: str) -> None:
+def check_cluster_address(address: str) -> None:
     """An ``http(s)`` address (or ``HOST:PORT``) must be one (:func:`raylc.io.urls.check_http_url`);
     else :class:`AddressError`, before anything is contacted (:func:`_http`)."""
     url = _http(address)
@@ -267,7 +267,7 @@ def submit(
     ``notice`` gets its line, ``sleep`` its pauses), and (``wait``) follow its logs; returns (job id,
     final status). ``settings``: ``--set key.path=value`` overrides, checked here and passed on to
     ``raylc run``."""
-    check_address(address)
+    check_cluster_address(address)
     if run_id is not None:
         path_segment(run_id, "run id")  # the cluster's run would refuse it: refuse it before uploading
     wd = working_dir.resolve()
@@ -279,7 +279,7 @@ def submit(
         raise JobSpecError(f"{job_file}: job file must be inside the working directory {wd}") from None
     overrides = {**parse_overrides(settings), **({"store.path": store} if store is not None else {})}
     job = load_job(job_file, overrides)  # fail fast, locally, on a bad job file
-    check_store_address(job.store.path)  # the cluster's store: its address only, nothing contacted
+    check_address(job.store.path)  # the cluster's store: its address only, nothing contacted
     timeout_s = job.ray.connect_timeout_s
     check_dashboard(address, timeout_s)
     try:

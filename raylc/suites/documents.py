@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator
 
-from raylc.io.names import UnsafeName, case_clash, path_segment
+from raylc.io.names import CASE_CLASH_WHY, UnsafeName, case_clash, path_segment
 from raylc.io.schemas import Column, TableSchema, declare
 from raylc.io.store import StoreError, locate, read_input
 from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
@@ -234,7 +234,7 @@ def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
         raise DocumentsError(
             f"{uri}: row {i + 1}{_id_of(frame, i)}: task {task!r} differs from task {other!r} (row "
             f"{firsts[other] + 1}) "
-            "only in case (their infer/task=<task> folders would be one on a case-insensitive filesystem)")
+            f"only in case ({CASE_CLASH_WHY})")
 
 
 def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:

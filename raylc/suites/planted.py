@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from pydantic import Field, field_validator, model_validator
 
-from raylc.io.names import UnsafeName, case_clash, path_segment
+from raylc.io.names import CASE_CLASH_WHY, UnsafeName, case_clash, path_segment
 from raylc.io.schemas import declare
 from raylc.suites.registry import DOLCE_LENGTHS, JOB_METRIC, PROBE_BUDGET, DolceSuite, SuiteInfo, Task, register_suite
 from raylc.text.sampling import Length
@@ -74,8 +74,7 @@ class PlantedSuite(DolceSuite):
             raise ValueError(f"task {twice[0]!r} is listed twice")
         clash = case_clash(v)
         if clash:
-            raise ValueError(f"tasks {clash[0]!r} and {clash[1]!r} differ only in case (their infer/task=<task> "
-                             "folders would be one on a case-insensitive filesystem)")
+            raise ValueError(f"tasks {clash[0]!r} and {clash[1]!r} differ only in case ({CASE_CLASH_WHY})")
         return v
 
     @model_validator(mode="after")
