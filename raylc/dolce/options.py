@@ -21,7 +21,8 @@ class FitOptions(JobModel):
     ``threshold`` binarizes continuous scores for COW. ``em_steps_cow`` / ``em_steps_pig``:
     the paper's 10 / 5 by default; ``em_tol`` > 0 runs to a tolerance instead (at most
     ``em_max_steps``). ``uncertainty`` = ``posterior`` adds the per-problem posterior of
-    :mod:`raylc.dolce.uncertainty`, read after ``uncertainty_steps`` EM steps; ``none`` skips it.
+    :mod:`raylc.dolce.uncertainty`, read after ``uncertainty_steps`` EM steps shared by its starts
+    (to the tolerance when ``em_tol`` > 0); ``none`` skips it.
     ``not_covered``: what COW's oracle answers on a span without its evidence, fitted per task
     (default) or IDK as Eq. 3 prints it. ``pig_likelihood`` / ``pig_hit_rate``: options of
     :class:`raylc.dolce.pig.PIGFit` (``paper`` / ``mode`` = Algorithm 2; the default likelihood
@@ -43,8 +44,9 @@ class FitOptions(JobModel):
             "category probabilities and a 90% lambda interval (raylc.dolce.uncertainty), and share intervals from its "
             "draws; none: the point fit of the EM steps above, share intervals Wilson's over the problems, faster."))
     uncertainty_steps: int = Field(default=200, ge=1, le=MAX_STEPS, description=(
-        "EM steps run before the posterior is read (calibrated at 200: docs/figures.md); the reported "
-        "lambda and k are then the posterior's most probable pair."))
+        "EM steps run before the posterior is read, shared by the posterior's EM starts (COW: two starts of 100 "
+        "steps each by default; PIG: one of 200); with --em-tol above 0 the runs go to the tolerance instead "
+        "(calibrated at 200: docs/figures.md). The reported lambda and k are the posterior's most probable pair."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")
     not_covered: Literal["fitted", "idk"] = Field(

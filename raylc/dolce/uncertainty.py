@@ -2,9 +2,10 @@ r"""Per-problem uncertainty of a DOLCE fit: a posterior over the candidate pairs
 
 Step (b) of Algorithms 1 and 2 scores every valid pair (lambda, k) of problem i's candidate set
 (Section 4) by l_i(lambda, k) = sum_j log[P_ij(x_ij | O; lambda, k) P_i(O) + P(x_ij | N) P_i(N)]
-(Eq. 1; Eq. 5 for PIG) and keeps the argmax. The reported (lambda, k) stay that argmax after the
-paper's T steps; the posterior only measures how far to trust them, and gives the category
-shares their intervals (:mod:`raylc.dolce.shares`).
+(Eq. 1; Eq. 5 for PIG) and keeps the argmax. The posterior weighs every pair instead, and a
+fit with it reports its most probable category and (lambda, k) in place of the paper's argmax
+after T steps, with the confidence in them, and gives the category shares their intervals
+(:mod:`raylc.dolce.shares`).
 
 **P_nonpar integrated out** (COW). Below lambda (C_ij < lambda, Eq. 4) an observation's
 probability is q(x) = P_nonpar,i(x | O; lambda) P_i(O) + P(x | N) P_i(N), one categorical over
