@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 import polars as pl
 
 from raylc.dolce.categories import CATEGORIES
+from raylc.dolce.tables import CATEGORIES_TABLE, FIT_PROBLEMS, FIT_TASKS, PROBLEMS
 from raylc.io.figures import png_bytes
 from raylc.io.page import Page, image_html, table_html, text_html
 from raylc.io.parallel import Mapper
@@ -32,7 +33,7 @@ from raylc.run.manifest import Manifest
 from raylc.spec import Job, JobSpecError, parse_job
 from raylc.sweep.longscore import rank_tables
 from raylc.sweep.report import longscore_figures
-from raylc.sweep.tables import PER_LENGTH, SUMMARY
+from raylc.sweep.tables import PER_LENGTH, SCORES, SUMMARY
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,10 @@ class RunRef:
     def model(self) -> str:
         return self.job.model_name()
 
-    def read(self, rel: str) -> pl.DataFrame:
-        return self.folder.read(rel)
+    def read(self, schema: TableSchema, stage: str, columns: Optional[list[str]] = None) -> pl.DataFrame:
+        """The run's table ``schema`` (its ``columns``), written by its ``stage``, checked
+        (:meth:`raylc.run.folder.RunFolder.read_declared`)."""
+        return self.folder.read_declared(schema, columns, stage)
 
 
 def _candidates(pattern: str) -> list[RunFolder]:
@@ -140,7 +143,7 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
     labels = _labels(sweep)
     frames, bases, task_bases = [], set(), {}
     for ref, label in zip(sweep, labels["label"]):
-        scores = ref.read("score/scores.parquet")
+        scores = ref.read(SCORES, "score")
         frames.append(scores_for_longscore(scores.filter(pl.col("kept")), label, ref.job.suite.axis))
         base = tuple(ref.job.suite.longscore_base())
         bases.add(base)
@@ -169,11 +172,7 @@ def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:
     for ref in runs:
         if ref.job.suite.family != "dolce":
             continue
-        table = ref.read("report/categories.parquet")
-        if "n_problems" not in table.columns:  # written before the shares had their own module
-            table = table.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
-        if "interval" not in table.columns:
-            table = table.with_columns(interval=pl.lit(None, pl.String))
+        table = ref.read(CATEGORIES_TABLE, "report")
         frames.append(table.select(pl.lit(ref.run_id).alias("run_id"), pl.lit(ref.model).alias("model"),
                                    *[pl.col(c).cast(t) for c, t in schema.items() if c not in ("run_id", "model")]))
     if not frames:
@@ -191,7 +190,7 @@ def probe_agreement(runs: Sequence[RunRef]) -> pl.DataFrame:
     from raylc.dolce.sensitivity import COMPARE_SCHEMA, compare_fits
 
     dolce = [r for r in runs if r.job.suite.family == "dolce"]
-    fits = {r.uri: (r.read("fits/problems.parquet"), r.read("fits/tasks.parquet")) for r in dolce}
+    fits = {r.uri: (r.read(FIT_PROBLEMS, "fit"), r.read(FIT_TASKS, "fit")) for r in dolce}
     rows = []
     for a, b, same in _shared_problems(dolce):
         keep = [fits[a.uri][0].join(same, on=["task", "problem_id"], how="semi"),
@@ -219,7 +218,7 @@ def _problem_content(ref: RunRef) -> pl.DataFrame:
     """(task, problem_id, content): a hash of each problem's question and units, so that only
     the same problems are matched across runs (one id may name other problems under another
     seed or data file)."""
-    problems = ref.read("build/problems.parquet").select("task", "problem_id", "question", "units")
+    problems = ref.read(PROBLEMS, "build", ["task", "problem_id", "question", "units"])
     return problems.select("task", "problem_id", content=pl.struct("question", "units").hash())
 
 
@@ -243,9 +242,9 @@ def runs_longscore(runs: Sequence[RunRef], base_lengths: Optional[Sequence[int]]
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
     out = []
     for ref, label in zip(sweep, _labels(sweep)["label"]):
-        stored = ref.read("report/summary.parquet") if ref.folder.exists("report/summary.parquet") else None
+        stored = ref.folder.read_declared(SUMMARY, stage="report", missing_ok=True)
         own_boot, own_seed = run_bootstrap(ref.job, stored)
-        kept = ref.read("score/scores.parquet").filter(pl.col("kept"))
+        kept = ref.read(SCORES, "score").filter(pl.col("kept"))
         try:
             result = longscore_of_run(kept, ref.job, own_boot if n_boot is None else n_boot,
                                       own_seed if seed is None else seed, mapper, base_lengths)

@@ -13,6 +13,7 @@ import polars as pl
 
 from raylc.dolce.evaluation import DolceEvaluation
 from raylc.io.errors import StoreError
+from raylc.io.schemas import TableSchema
 from raylc.run.folder import MANIFEST, RunFolder
 from raylc.run.manifest import Manifest
 from raylc.run.runner import Evaluation, Run, run_job
@@ -50,8 +51,9 @@ def load_report(run_dir: str) -> tuple[dict[str, pl.DataFrame], Manifest, Evalua
         raise StoreError(f"{run_dir}: not a raylc run (no manifest.json)")
     job = _run_job(folder, manifest)
     evaluation = evaluation_for(job)
-    tables = {name: folder.read(f"report/{name}.parquet")
-              for name in evaluation.report_tables(job) if folder.exists(f"report/{name}.parquet")}
+    read = {schema.name: folder.read_declared(schema, stage="report", missing_ok=True)
+            for schema in evaluation.report_tables(job)}
+    tables = {name: table for name, table in read.items() if table is not None}
     if not tables:
         stopped = manifest.stopped()
         if stopped is not None:
@@ -69,9 +71,9 @@ def report_page(run_dir: str) -> Any:
     tables, manifest, evaluation = load_report(run_dir)
     folder = RunFolder.at(run_dir)
 
-    def read(rel: str) -> Any:
-        if not folder.exists(rel):
-            return None
-        return folder.read(rel) if rel.endswith(".parquet") else folder.read_bytes(rel)
+    def read(what: str | TableSchema, stage: Optional[str] = None) -> Any:
+        if isinstance(what, TableSchema):
+            return folder.read_declared(what, stage=stage, missing_ok=True)
+        return folder.read_bytes(what)
 
     return evaluation.report_page(_run_job(folder, manifest), tables, manifest.record(), read)

@@ -16,7 +16,7 @@ from raylc.io.store import Store, StoreError, read_input
 from raylc.run.folder import MANIFEST, RunFolder
 from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, check_name_columns, longscore, task_correlation
 from raylc.sweep.report import write_longscore_result
-from raylc.sweep.tables import LONGSCORE_TABLES
+from raylc.sweep.tables import LONGSCORE_TABLES, SCORES
 
 
 def is_run_source(source: str) -> bool:
@@ -30,6 +30,9 @@ def _table_scores(uris: Sequence[str]) -> tuple[list[pl.DataFrame], list[pl.Data
     """The score tables at ``uris`` and their labels (each model its own, no run id)."""
     frames, labels = [], []
     for uri in uris:
+        if RunFolder.at(uri).exists(SCORES.path):  # a run's folder that lost its manifest: not a table
+            raise StoreError(f"{uri}: a run folder without its {MANIFEST}, so not a finished run; pass a finished "
+                             "run or a score table")
         scores = read_input(uri)
         missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
         if missing:

@@ -89,6 +89,29 @@ def test_find_runs_by_folder_and_glob(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "compare"])
+@pytest.mark.parametrize("edit, message", [
+    pytest.param(lambda t: t.drop("task"), "column 'task' is missing", id="dropped"),
+    pytest.param(lambda t: t.with_columns(pl.col("share").cast(pl.String)),
+                 "column 'share' is String, declared Float64", id="retyped"),
+])
+def test_a_stored_table_that_raylc_did_not_write_is_one_line(tmp_path, command, edit, message):
+    """A report table edited by hand (a column dropped, or of another type) is one line naming
+    the file and the column, exit 2, and compare writes nothing; a column added is kept."""
+    from raylc.dolce.tables import CATEGORIES_TABLE
+
+    run = _fake_run(tmp_path, "q-1")
+    (run / "report").mkdir()
+    edit(pl.DataFrame(schema=CATEGORIES_TABLE.dtypes).with_columns(pl.lit(1).alias("mine"))).write_parquet(
+        run / "report" / "categories.parquet")
+    out = RUNNER.invoke(app, [command, str(run), *(["--out", str(tmp_path / "out")] if command == "compare" else [])])
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().splitlines() == [
+        f"error: {run}/report/categories.parquet: {message}; it is not the table raylc wrote (edited, or written by "
+        "another program?)"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_runs_own_score_table_is_pointed_at_its_run_folder(tmp_path):
     pl.DataFrame({"task": ["t"], "length": [2048], "score": [1.0]}).write_parquet(tmp_path / "scores.parquet")
     out = RUNNER.invoke(app, ["longscore", str(tmp_path / "scores.parquet"), "--out", str(tmp_path / "o")])

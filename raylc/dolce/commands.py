@@ -12,7 +12,7 @@ from raylc.dolce.report import figures as draw_figures
 from raylc.dolce.tables import FIT_COMMAND_TABLES, SENSITIVITY
 from raylc.io.figures import png_bytes
 from raylc.io.parallel import Mapper
-from raylc.io.schemas import check_tables
+from raylc.io.schemas import check_tables, stored_table
 from raylc.io.store import Store, StoreError, read_input
 
 
@@ -52,7 +52,8 @@ def run_fit(
     ref = None
     if compare_uri is not None:
         ref_store = Store(compare_uri)
-        ref = ref_store.read_table("problems.parquet"), ref_store.read_table("tasks.parquet")
+        ref = tuple(stored_table(schema, ref_store.read_table(schema.path), ref_store.uri(schema.path))
+                    for schema in FIT_COMMAND_TABLES[:2])
     problems, tasks = fit_observations(obs, options, mapper)
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:

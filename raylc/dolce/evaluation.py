@@ -17,7 +17,7 @@ import polars as pl
 
 from raylc.backends.registry import added_tokens
 from raylc.backends.stages import PROBLEM_ROW_GROUP
-from raylc.dolce import stages
+from raylc.dolce import stages, tables
 from raylc.dolce.plan import (
     Plan,
     plan,
@@ -27,7 +27,9 @@ from raylc.dolce.plan import (
     short_documents_warning,
     span_tokens,
 )
+from raylc.dolce.tables import FIT_PROBLEMS, FIT_TASKS, REPORT_TABLES
 from raylc.io.plans import plan_tokenizer
+from raylc.io.schemas import TableSchema
 
 if TYPE_CHECKING:
     from raylc.run.runner import Rows, Run, Stage
@@ -43,6 +45,11 @@ SPANS = "sample/spans.parquet"
 OBSERVATIONS = "score/observations.parquet"
 
 
+def _problems(run: Run) -> pl.DataFrame:
+    """The build stage's problems, checked (:meth:`raylc.run.folder.RunFolder.read_declared`)."""
+    return run.folder.read_declared(tables.PROBLEMS, stage="build")
+
+
 def build_stage(run: Run) -> Rows:
     problems = run.built if run.built is not None else stages.build(run.job)
     run.folder.write(problems, PROBLEMS, row_group_size=PROBLEM_ROW_GROUP)
@@ -50,7 +57,7 @@ def build_stage(run: Run) -> Rows:
 
 
 def sample_stage(run: Run) -> Rows:
-    problems = run.folder.read(PROBLEMS).sort("task", "problem_id")
+    problems = _problems(run).sort("task", "problem_id")
     note = short_documents_warning(problems["L"], run.job.sampling)
     if note:
         run.log(f"[sample] warning: {note}")
@@ -71,7 +78,8 @@ def _span_counter(job: Job, problems: pl.DataFrame) -> Callable[[pl.DataFrame], 
 def infer_stage(run: Run) -> Rows:
     """Every span without a stored completion through the probe, spans sharing a prefix (same
     problem and start) back to back for vLLM's prefix cache."""
-    problems = run.folder.read(PROBLEMS)
+    problems = _problems(run)
+    run.folder.check_declared(tables.SPANS, "sample")
     total = run.folder.num_rows(SPANS)
     done = run.folder.completed()
     add_ids = stages.request_ids(problems, run.job)
@@ -100,7 +108,7 @@ def score_stage(run: Run) -> Rows:
     ``score/.parts/b<bucket>/part-<shard>.parquet``; pass 2 merges each bucket's parts
     (:func:`stages.merge_observations`, in shard order) and streams the buckets into the table."""
     job = run.job
-    problems = run.folder.read(PROBLEMS).sort("task", "problem_id")
+    problems = _problems(run).sort("task", "problem_id")
     per_bucket = max(1, OBS_BUCKET_ROWS * problems.height // max(run.folder.num_rows(SPANS), 1))
     buckets = problems.select("problem_id", _bucket=pl.int_range(pl.len(), dtype=pl.Int64) // per_bucket)
     run.folder.delete("score/.parts")  # left by an interrupted attempt
@@ -120,7 +128,8 @@ def score_stage(run: Run) -> Rows:
 
 def fit_stage(run: Run) -> Rows:
     """Validation and scenario selection on the driver, one Ray task per (task, subset) fit."""
-    problems, tasks = stages.fit(run.folder.read(OBSERVATIONS), run.job, mapper=run.mapper())
+    observations = run.folder.read_declared(tables.OBSERVATIONS, stage="score")
+    problems, tasks = stages.fit(observations, run.job, mapper=run.mapper())
     run.folder.write(problems, "fits/problems.parquet")
     run.folder.write(tasks, "fits/tasks.parquet")
     return {"problems": problems.height, "tasks": tasks.height}
@@ -129,12 +138,12 @@ def fit_stage(run: Run) -> Rows:
 def report_stage(run: Run) -> Rows:
     from raylc.dolce.report import figures, markdown, page, print_report
 
-    fits = run.folder.read("fits/problems.parquet"), run.folder.read("fits/tasks.parquet")
+    fits = run.folder.read_declared(FIT_PROBLEMS, stage="fit"), run.folder.read_declared(FIT_TASKS, stage="fit")
     # lambda_q per chunk, then over the chunks: memory holds one chunk of the observations
     lam_q = stages.longest_partial(pl.concat(
         [stages.longest_partial(chunk) for chunk in run.folder.iter_rows(OBSERVATIONS, OBS_BUCKET_ROWS)]
         or [pl.DataFrame(schema={"problem_id": pl.String, "lam_q": pl.Int64})]))
-    tables = stages.report(*fits, run.folder.read(PROBLEMS), lam_q)
+    tables = stages.report(*fits, _problems(run), lam_q)
     pngs, manifest = figures(*fits), run.manifest.record()
     run.folder.write_outputs("report", tables, {**pngs, "summary.md": markdown(tables, manifest),
                                                 "index.html": page(tables, pngs, manifest, fits[1]).render()})
@@ -146,8 +155,8 @@ class DolceEvaluation:
     """The DOLCE family for the stage runner (:class:`raylc.run.runner.Evaluation`)."""
 
     @staticmethod
-    def report_tables(job: Job) -> tuple[str, ...]:
-        return ("categories", "probe", "recovery", "problems")
+    def report_tables(job: Job) -> tuple[TableSchema, ...]:
+        return REPORT_TABLES
 
     @staticmethod
     def tokenizer_spec(job: Job) -> Optional[str]:
@@ -176,13 +185,14 @@ class DolceEvaluation:
 
     @staticmethod
     def report_page(job: Job, tables: dict[str, pl.DataFrame], manifest: dict[str, Any],
-                    read: Callable[[str], Any]) -> Any:
-        """The run's page (:func:`raylc.dolce.report.page`) from its stored report; ``read(rel)``
-        reads a file of the run (a table for ``.parquet``, bytes otherwise)."""
+                    read: Callable[..., Any]) -> Any:
+        """The run's page (:func:`raylc.dolce.report.page`) from its stored report; ``read``
+        reads a file of the run (bytes, or None when missing) or a declared table (and the stage
+        that wrote it: :meth:`raylc.run.folder.RunFolder.read_declared`)."""
         from raylc.dolce.report import page
 
         pngs = {name: read(f"report/{name}") or b"" for name in ("categories.png", "lambda_k.png")}
-        return page(tables, pngs, manifest, read("fits/tasks.parquet"))
+        return page(tables, pngs, manifest, read(FIT_TASKS, "fit"))
 
     def stages(self, job: Job) -> Sequence[Stage]:
         return (

@@ -14,7 +14,6 @@ from raylc.io.figures import png_bytes
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 
-REPORT_TABLES = ("categories", "probe", "recovery", "problems")
 PROBE_HEADING = "Probe check: does the probe say IDK where DOLCE's oracle would?"
 PROBE_PCT = ("idk_closed_book", "idk_not_covered", "not_covered_wrong", "not_covered_idk")
 

@@ -102,7 +102,8 @@ FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.
     "dip_pvalue": "The dip test p-value of the task's continuous-metric scores (null: a binary metric).",
     "em_steps": "EM steps run.",
     "em_ll_change": "The last step's change of the summed objective (nats).",
-    **_PROBE_CHECK}))
+    **{name: f"{text} Absent from fits written before the probe check." for name, text in _PROBE_CHECK.items()}},
+    optional=tuple(_PROBE_CHECK)))
 
 CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
     "The category shares per task subset, as every output prints them."), described(

@@ -11,9 +11,11 @@ length-run tables in :mod:`raylc.sweep.tables`, the samples contract in
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import polars as pl
+
+from raylc.io.errors import StoreError
 
 
 class SchemaError(AssertionError):
@@ -57,6 +59,10 @@ class TableSchema:
         """This table as another command writes it, under ``path``."""
         return replace(self, path=path)
 
+    def only(self, names: Sequence[str]) -> "TableSchema":
+        """This declaration restricted to the columns ``names`` (what a reader needs of the table)."""
+        return replace(self, columns=tuple(c for c in self.columns if c.name in names))
+
     @property
     def dtypes(self) -> dict[str, pl.DataType]:
         """The declared columns and their dtypes, in order."""
@@ -66,18 +72,43 @@ class TableSchema:
         """``frame`` when it holds every required column with its declared dtype and no column
         that is neither declared nor one of ``extra`` (a suite's own columns); else a
         :class:`SchemaError` naming the column. A column of nulls (dtype Null) passes."""
+        wrong = self.mismatch(frame, extra)
+        if wrong is not None:
+            hint = (" (declare it with the table's other columns, then run `make reference`)"
+                    if wrong.endswith("not declared") else "")
+            raise SchemaError(f"table {self.path}: {wrong}{hint}")
+        return frame
+
+    def mismatch(self, frame: pl.DataFrame, extra: Sequence[Column] = (), undeclared: bool = False) -> Optional[str]:
+        """What keeps ``frame`` from being this table, in a few words naming the column (a column
+        missing, of another dtype, or, unless ``undeclared``, not declared), or None."""
         declared = {c.name: c for c in (*self.columns, *extra)}
         for name, dtype in frame.schema.items():
             column = declared.get(name)
-            if column is None:
-                raise SchemaError(f"table {self.path}: column {name!r} is not declared (declare it with the "
-                                  "table's other columns, then run `make reference`)")
-            if dtype != column.dtype and dtype != pl.Null:
-                raise SchemaError(f"table {self.path}: column {name!r} is {dtype}, declared {column.dtype}")
+            if column is None and not undeclared:
+                return f"column {name!r} is not declared"
+            if column is not None and dtype != column.dtype and dtype != pl.Null:
+                return f"column {name!r} is {dtype}, declared {column.dtype}"
         missing = [c.name for c in self.columns if not c.optional and c.name not in frame.schema]
-        if missing:
-            raise SchemaError(f"table {self.path}: column {missing[0]!r} is missing")
-        return frame
+        return f"column {missing[0]!r} is missing" if missing else None
+
+
+def stored_table(schema: TableSchema, frame: pl.DataFrame, uri: str, columns: Optional[Sequence[str]] = None,
+                 wrote: Optional[int] = None, stage: Optional[str] = None, rows: Optional[int] = None) -> pl.DataFrame:
+    """``frame``, read from ``uri``, when it is the table ``schema`` (its ``columns`` only, if
+    given; a column the declaration lacks, such as a suite's own, is kept) and, where the run's
+    ``stage`` recorded ``wrote`` rows, holds that many (``rows``: the stored table's, when
+    ``frame`` is only its columns); else a :class:`StoreError` naming the file and the column: a
+    table edited, or written by something other than raylc."""
+    if columns is not None:
+        schema = schema.only(columns)
+    rows = frame.height if rows is None else rows
+    wrong = schema.mismatch(frame, undeclared=True)
+    if wrong is None and wrote is not None and rows != wrote:
+        wrong = f"{rows:,} rows, where the run's {stage} stage wrote {wrote:,}"
+    if wrong is not None:
+        raise StoreError(f"{uri}: {wrong}; it is not the table raylc wrote (edited, or written by another program?)")
+    return frame if columns is None else frame.select(columns)
 
 
 def described(dtypes: Mapping[str, pl.DataType], descriptions: Mapping[str, str],

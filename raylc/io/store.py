@@ -40,6 +40,8 @@ def _io(where: str) -> Iterator[None]:
         raise StoreError(f"{where}: {what} ({exc.strerror or type(exc).__name__})") from None
     except OSError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if detail.endswith("is a directory"):  # pyarrow's local filesystem: a plain OSError, no errno
+            raise StoreError(f"{where}: a folder where a file belongs") from None
         raise StoreUnavailable(f"{where}: storage error: {detail}") from None
 
 
@@ -271,7 +273,7 @@ class Store:
             except Exception as exc:  # corrupt or truncated file: never read silently
                 if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
                     raise
-                raise StoreError(f"{f}: unreadable Parquet ({type(exc).__name__}: {exc})") from None
+                raise StoreError(f"{f}: unreadable Parquet ({type(exc).__name__}: {why_unreadable(exc)})") from None
             hive = [seg.split("=", 1) for seg in f[len(target):].split("/")[:-1] if "=" in seg]
             frames.append(frame.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive))  # type: ignore[union-attr]
         if not frames:

@@ -26,7 +26,7 @@ import polars as pl
 
 from raylc.backends.base import GENERATION
 from raylc.io.names import path_segment
-from raylc.io.schemas import TableSchema, declare
+from raylc.io.schemas import TableSchema, declare, stored_table
 
 if TYPE_CHECKING:
     from raylc.run.folder import RunFolder
@@ -44,6 +44,10 @@ SHARDS = (
         "A length run's judge calls (100-LongBench's judged tasks), checkpointed like the probe's."), GENERATION,
         extra=_REQUEST_COLUMNS),
 )
+_SHARD_OF = {schema.path.split("/")[0]: schema for schema in SHARDS}  # by folder: infer, judge
+#: the shard columns every reader needs (the others are counts, which a shard of an earlier
+#: raylc may lack), checked in each shard as it is read
+SHARD_READ = ("completion", "error")
 #: the request table of judge calls (the families declare their own)
 JUDGE_REQUESTS = TableSchema("judge requests", "requests/<attempt>/part-<n>.parquet", (
     "A length run's pending judge calls (removed when the stage ends)."), declare(
@@ -73,9 +77,11 @@ def iter_shards(folder: RunFolder, shards: str = SHARD_DIR,
                 columns: Optional[list[str]] = None) -> Iterator[pl.DataFrame]:
     """Each stored shard, one at a time, with its hive columns (``task``): memory holds one
     shard, never the whole stage. ``columns``: read only these (hive columns are always added)."""
+    schema = _SHARD_OF[shards.split("/")[0]].only(columns or SHARD_READ)
     for rel in _shard_files(folder, shards):
         hive = [seg.split("=", 1) for seg in rel.split("/")[1:-1] if "=" in seg]
-        yield folder.read(rel, columns=columns).with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
+        frame = stored_table(schema, folder.read(rel, columns=columns), folder.uri(rel))
+        yield frame.with_columns(pl.lit(v, pl.String).alias(k) for k, v in hive)
 
 
 def request_keys(ids: pl.Series) -> np.ndarray:
@@ -136,8 +142,11 @@ def load_completions(folder: RunFolder, shards: str = SHARD_DIR) -> pl.DataFrame
 
     Unreadable shards are deleted first (see :func:`_shard_files`).
     """
-    if not _shard_files(folder, shards):
+    files = _shard_files(folder, shards)
+    if not files:
         return pl.DataFrame()
+    for rel in files:  # each shard's own columns: read together, a column one lacks would be nulls
+        folder.check_declared(_SHARD_OF[shards.split("/")[0]].only(SHARD_READ), rel=rel)
     table = folder.read(shards)
     return (
         table.with_columns(_ok=pl.col("error").is_null())

@@ -22,6 +22,7 @@ import polars as pl
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from raylc.io.schemas import TableSchema, stored_table
 from raylc.io.store import Store, StoreError, locate
 from raylc.run import checkpoint
 from raylc.run.errors import RunError
@@ -89,6 +90,43 @@ class RunFolder:
     # ---- tables and files -------------------------------------------------------------------
     def read(self, rel: str, columns: Optional[list[str]] = None) -> pl.DataFrame:
         return self._store.read_table(*self._parts(rel), columns=columns)
+
+    def read_declared(self, schema: TableSchema, columns: Optional[list[str]] = None, stage: Optional[str] = None,
+                      missing_ok: bool = False) -> Any:
+        """The stored table ``schema.path`` (its ``columns`` only, if given), checked: its columns
+        are the declaration's (a column the declaration lacks, such as a suite's own, is kept)
+        and, given the ``stage`` that wrote it, it is there and holds the rows the manifest
+        records for it. Else a :class:`StoreError` naming the file: a table edited, deleted or
+        written by something other than raylc. ``missing_ok``: None for a table that is not
+        there and that the manifest does not record."""
+        uri, wrote, there = self._expected(schema, stage)
+        if not there and missing_ok:
+            return None
+        return stored_table(schema, self.read(schema.path), uri, columns, wrote, stage)
+
+    def check_declared(self, schema: TableSchema, stage: Optional[str] = None, rel: Optional[str] = None) -> None:
+        """:meth:`read_declared`'s checks of one stored Parquet file from its footer alone (its
+        columns and rows), for a table read in chunks; ``rel``: one file of the table, if not
+        ``schema.path``."""
+        rel = rel or schema.path
+        uri, wrote, _ = self._expected(schema, stage) if rel == schema.path else (self.uri(rel), None, True)
+        with self._store.open_input(*self._parts(rel)) as fh:
+            meta = pq.read_metadata(fh)
+        columns = pl.from_arrow(meta.schema.to_arrow_schema().empty_table())
+        stored_table(schema, columns, uri, wrote=wrote, stage=stage, rows=meta.num_rows)  # type: ignore[arg-type]
+
+    def _expected(self, schema: TableSchema, stage: Optional[str]) -> tuple[str, Optional[int], bool]:
+        """The table's address, the rows the manifest records for it under ``stage`` (None: not
+        recorded) and whether it exists; a :class:`StoreError` when it is recorded and missing."""
+        uri, wrote, there = self.uri(schema.path), None, self.exists(schema.path)
+        manifest = None if stage is None else self.manifest()
+        record = None if manifest is None else manifest.stages.get(stage)
+        if record is not None and record.status == "done" and record.rows:
+            rows = record.rows.get(schema.name)
+            wrote = rows if isinstance(rows, int) else None
+        if wrote is not None and not there:
+            raise StoreError(f"{uri}: missing; the run's {stage} stage wrote it ({wrote:,} rows)")
+        return uri, wrote, there
 
     def write(self, df: pl.DataFrame, rel: str, row_group_size: Optional[int] = None) -> None:
         self._store.write_table(df, *self._parts(rel), row_group_size=row_group_size)

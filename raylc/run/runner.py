@@ -30,6 +30,7 @@ from raylc import __version__
 from raylc.backends.registry import backend_of
 from raylc.io.errors import StoreUnavailable
 from raylc.io.names import UnsafeName, path_segment
+from raylc.io.schemas import TableSchema
 from raylc.run import pipeline, session
 from raylc.run.budget import Count, TokenBudget
 from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids
@@ -68,7 +69,7 @@ class Evaluation(Protocol):
 
     def request_lengths(self, job: Job, tokenizer: Any, samples_cap: int) -> tuple[Any, Any, float]: ...
 
-    def report_tables(self, job: Job) -> tuple[str, ...]: ...
+    def report_tables(self, job: Job) -> tuple[TableSchema, ...]: ...
 
     def print_report(self, tables: dict[str, pl.DataFrame]) -> None: ...
 

@@ -18,10 +18,13 @@ import polars as pl
 
 from raylc.backends.registry import added_tokens
 from raylc.io.plans import plan_tokenizer
+from raylc.io.schemas import TableSchema
 from raylc.scoring.judge import judge_sample_scores
+from raylc.suites.samples import SAMPLES as SAMPLES_TABLE
 from raylc.sweep import stages
 from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens, sent_tokens
-from raylc.sweep.report import REPORT_TABLES, print_length_report
+from raylc.sweep.report import print_length_report
+from raylc.sweep.tables import REPORT_TABLES
 from raylc.sweep.tables import SCORES as SCORE_TABLE
 
 if TYPE_CHECKING:
@@ -71,7 +74,7 @@ def build_stage(run: Run) -> Rows:
 
 
 def infer_stage(run: Run) -> Rows:
-    samples = run.folder.read(SAMPLES)
+    samples = run.folder.read_declared(SAMPLES_TABLE, stage="build")
     tokenizer = functools.cache(lambda: plan_tokenizer(run.job.suite.tokenizer_spec()))
     added = functools.cache(lambda: (added_tokens(run.job.probe), added_tokens(run.job.probe, raw=True)))
 
@@ -88,7 +91,7 @@ def infer_stage(run: Run) -> Rows:
 
 def score_stage(run: Run) -> Rows:
     job = run.job
-    samples = run.folder.read(SAMPLES)
+    samples = run.folder.read_declared(SAMPLES_TABLE, stage="build")
     first, second = _rounds(run, samples)
     final = stages.final_completions(samples, first, second)
     answered = final.filter(pl.col("error").is_null() & pl.col("completion").is_not_null())
@@ -113,7 +116,7 @@ def score_stage(run: Run) -> Rows:
 def report_stage(run: Run) -> Rows:
     from raylc.sweep.report import write_length_report
 
-    tables = write_length_report(run, run.job, run.folder.read(SCORES))
+    tables = write_length_report(run, run.job, run.folder.read_declared(SCORE_TABLE, stage="score"))
     return {name: t.height for name, t in tables.items()}
 
 
@@ -129,8 +132,8 @@ class SweepEvaluation:
         return stages.build_samples(job)
 
     @staticmethod
-    def report_tables(job: Job) -> tuple[str, ...]:
-        return (*REPORT_TABLES, *(section.name for section in job.suite.sections))
+    def report_tables(job: Job) -> tuple[TableSchema, ...]:
+        return (*REPORT_TABLES, *job.suite.sections)
 
     def plan(self, job: Job, budget_tokens: Optional[int] = None, **options: Any) -> SweepPlan:
         """:func:`raylc.sweep.plan.plan_sweep`: with ``budget_tokens``, the samples per length that fit."""
@@ -154,13 +157,14 @@ class SweepEvaluation:
 
     @staticmethod
     def report_page(job: Job, tables: dict[str, pl.DataFrame], manifest: dict[str, Any],
-                    read: Callable[[str], Any]) -> Any:
-        """The run's page (:func:`raylc.sweep.report.length_page`) from its stored report; ``read(rel)``
-        reads a file of the run (a table for ``.parquet``, bytes otherwise, None when missing)."""
+                    read: Callable[..., Any]) -> Any:
+        """The run's page (:func:`raylc.sweep.report.length_page`) from its stored report; ``read``
+        reads a file of the run (bytes, or None when missing) or a declared table (and the stage
+        that wrote it: :meth:`raylc.run.folder.RunFolder.read_declared`)."""
         from raylc.sweep.report import length_page
 
         pngs = {name: read(f"report/{name}") for name in ("score_vs_length.png", "longscore_vs_length.png")}
-        headings = {name: heading for name, heading, _ in job.suite.report_sections(read(SCORES))}
+        headings = {name: heading for name, heading, _ in job.suite.report_sections(read(SCORE_TABLE, "score"))}
         return length_page(tables, {k: v for k, v in pngs.items() if v is not None}, manifest, headings,
                            job.suite.axis)
 

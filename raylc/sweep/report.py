@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from raylc.run.runner import Run
     from raylc.spec import Job
 
-REPORT_TABLES = ("per_task_length", "summary")  # plus the suite's sections (report_sections)
 RUN_N_BOOT = 200  #: bootstrap resamples of a run's LongScore intervals; the seed is the job's
 
 

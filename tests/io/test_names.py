@@ -103,8 +103,8 @@ def test_shard_writer_refuses_an_unsafe_task_before_writing(tmp_path):
 def test_unicode_tasks_round_trip_through_shards_polars_and_duckdb(tmp_path):
     tasks = ["数学", "résumé", "Single-doc QA", "v1.2"]
     writer = ShardWriter(RunFolder(str(tmp_path / "store"), "run"), max_rows=10**6, max_seconds=1e9)
-    writer.add(pl.DataFrame({"task": tasks, "request_id": [f"r{i}" for i in range(4)], "error": [None] * 4},
-                            schema_overrides={"error": pl.String}))
+    writer.add(pl.DataFrame({"task": tasks, "request_id": [f"r{i}" for i in range(4)], "completion": ["x"] * 4,
+                             "error": [None] * 4}, schema_overrides={"error": pl.String}))
     writer.flush()
     assert {p.name for p in (tmp_path / "store" / "run" / "infer").iterdir()} == {f"task={t}" for t in tasks}
     back = pl.concat(list(iter_shards(RunFolder(str(tmp_path / "store"), "run"))))

@@ -1,0 +1,139 @@
+"""A run's stored tables are checked as they are read (``RunFolder.read_declared`` and
+``check_declared``, the checkpoint shards, ``raylc fit --compare``): a table edited, emptied or
+deleted after its stage wrote it is one line naming the file (exit 2), never a traceback or a
+result silently shorter than the run's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from raylc.cli import app
+from raylc.dolce.tables import CATEGORIES_TABLE, FIT_PROBLEMS, PROBE, SPANS
+from raylc.io.errors import StoreError
+from raylc.io.schemas import TableSchema
+from raylc.run import checkpoint
+from raylc.run.folder import RunFolder
+from raylc.spec import load_job
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = CliRunner()
+
+
+def _rows(schema: TableSchema, n: int) -> pl.DataFrame:
+    """``n`` rows of nulls with the declared dtypes."""
+    return pl.DataFrame([pl.Series(name, [None] * n, dtype=dtype) for name, dtype in schema.dtypes.items()])
+
+
+def _run(tmp_path: Path, stages: dict) -> RunFolder:
+    """A finished quickstart run whose manifest records ``stages`` (name: rows)."""
+    job = load_job(ROOT / "jobs" / "quickstart.yaml")
+    records = {name: {"status": "done", "rows": rows} for name, rows in stages.items()}
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "manifest.json").write_text(json.dumps(
+        {"run_id": "r", "job": job.resolved(), "stages": records, "finished_at": "t"}))
+    return RunFolder(str(tmp_path), "r")
+
+
+def test_a_table_is_read_when_it_is_what_its_stage_wrote(tmp_path):
+    folder = _run(tmp_path, {"fit": {"problems": 2, "tasks": 1}})
+    folder.write(_rows(FIT_PROBLEMS, 2).with_columns(pl.lit("mine").alias("extra")), FIT_PROBLEMS.path)
+    assert folder.read_declared(FIT_PROBLEMS, stage="fit").columns[-1] == "extra"  # an added column is kept
+    assert folder.read_declared(FIT_PROBLEMS, ["task", "lam"], stage="fit").columns == ["task", "lam"]
+    assert folder.read_declared(PROBE, stage="report", missing_ok=True) is None  # not written, not recorded
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: f.write(_rows(FIT_PROBLEMS, 1), FIT_PROBLEMS.path),
+     "fits/problems.parquet: 1 rows, where the run's fit stage wrote 2;"),
+    (lambda f: f.write(_rows(FIT_PROBLEMS, 0), FIT_PROBLEMS.path),
+     "fits/problems.parquet: 0 rows, where the run's fit stage wrote 2;"),
+    (lambda f: None, "fits/problems.parquet: missing; the run's fit stage wrote it (2 rows)"),
+    (lambda f: f.write(_rows(FIT_PROBLEMS, 2).drop("lam"), FIT_PROBLEMS.path),
+     "fits/problems.parquet: column 'lam' is missing;"),
+])
+def test_a_table_that_is_not_what_its_stage_wrote_is_one_line_naming_it(tmp_path, edit, message):
+    folder = _run(tmp_path, {"fit": {"problems": 2, "tasks": 1}})
+    edit(folder)
+    with pytest.raises(StoreError) as err:
+        folder.read_declared(FIT_PROBLEMS, stage="fit", missing_ok=True)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_table_read_in_chunks_is_checked_from_its_footer(tmp_path):
+    folder = _run(tmp_path, {"sample": {"spans": 3}})
+    folder.write(_rows(SPANS, 3), SPANS.path)
+    folder.check_declared(SPANS, "sample")
+    folder.write(_rows(SPANS, 3).drop("start"), SPANS.path)
+    with pytest.raises(StoreError, match=r"sample/spans.parquet: column 'start' is missing"):
+        folder.check_declared(SPANS, "sample")
+    folder.write(_rows(SPANS, 2), SPANS.path)
+    with pytest.raises(StoreError, match=r"sample/spans.parquet: 2 rows, where the run's sample stage wrote 3"):
+        folder.check_declared(SPANS, "sample")
+
+
+def test_a_checkpoint_shard_without_its_columns_is_one_line_naming_it(tmp_path):
+    folder = _run(tmp_path, {})
+    shard = _rows(checkpoint.SHARDS[0], 1).with_columns(request_id=pl.lit("a"))
+    folder.write(shard, "infer/task=t/part-0-0.parquet")
+    folder.write(shard.drop("completion"), "infer/task=t/part-0-1.parquet")
+    with pytest.raises(StoreError, match=r"infer/task=t/part-0-1.parquet: column 'completion' is missing"):
+        list(checkpoint.iter_shards(folder))
+    with pytest.raises(StoreError, match=r"infer/task=t/part-0-1.parquet: .*column \"completion\""):
+        list(checkpoint.iter_shards(folder, columns=["request_id", "completion"]))
+
+
+def test_report_of_a_run_whose_recorded_table_was_deleted_is_one_line(tmp_path):
+    folder = _run(tmp_path, {"report": {"categories": 2, "probe": 1}})
+    folder.write(_rows(CATEGORIES_TABLE, 2), CATEGORIES_TABLE.path)
+    out = RUNNER.invoke(app, ["report", folder.uri()])
+    assert out.exit_code == 2 and out.output.strip().splitlines() == [
+        f"error: {folder.uri(PROBE.path)}: missing; the run's report stage wrote it (1 rows)"]
+
+
+def test_fit_compare_against_a_damaged_fit_is_one_line(tmp_path):
+    obs = pl.DataFrame({"task": ["t"] * 4, "problem_id": ["p1", "p1", "p2", "p2"], "L": [2] * 4, "C": [1, 2, 1, 2],
+                        "start": [0, 0, 1, 0], "score": [1.0, 1.0, 0.0, 1.0], "metric": ["accuracy"] * 4})
+    obs.write_parquet(tmp_path / "obs.parquet")
+    (tmp_path / "ref").mkdir()
+    _rows(FIT_PROBLEMS, 1).drop("category").write_parquet(tmp_path / "ref" / "problems.parquet")
+    _rows(FIT_PROBLEMS, 1).write_parquet(tmp_path / "ref" / "tasks.parquet")
+    out = RUNNER.invoke(app, ["fit", str(tmp_path / "obs.parquet"), "--out", str(tmp_path / "out"), "--no-ray",
+                              "--uncertainty", "none", "--no-figures", "--compare", str(tmp_path / "ref")])
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().splitlines() == [
+        f"error: {tmp_path / 'ref' / 'problems.parquet'}: column 'category' is missing; it is not the table raylc "
+        "wrote (edited, or written by another program?)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_without_its_columns_is_named_when_the_shards_are_read_together(tmp_path):
+    """Read together, a shard's missing column would be nulls: each shard is checked first."""
+    folder = _run(tmp_path, {})
+    shard = _rows(checkpoint.SHARDS[0], 1).with_columns(request_id=pl.lit("a"))
+    folder.write(shard, "infer/task=t/part-0-0.parquet")
+    folder.write(shard.drop("completion").with_columns(request_id=pl.lit("b")), "infer/task=t/part-0-1.parquet")
+    with pytest.raises(StoreError, match=r"infer/task=t/part-0-1.parquet: column 'completion' is missing"):
+        folder.completions()
+
+
+def test_a_folder_where_the_manifest_belongs_is_bad_input_not_an_outage(tmp_path):
+    (tmp_path / "r" / "manifest.json").mkdir(parents=True)
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "r")])
+    assert out.exit_code == 2 and out.output.strip().splitlines() == [
+        f"error: {tmp_path / 'r' / 'manifest.json'}: a folder where a file belongs"]
+
+
+def test_longscore_of_a_run_folder_that_lost_its_manifest_says_so(tmp_path):
+    (tmp_path / "r" / "score").mkdir(parents=True)
+    pl.DataFrame({"task": ["t"], "length": [2048], "score": [1.0]}).write_parquet(
+        tmp_path / "r" / "score" / "scores.parquet")
+    out = RUNNER.invoke(app, ["longscore", str(tmp_path / "r"), "--out", str(tmp_path / "out")])
+    assert out.exit_code == 2 and out.output.strip().splitlines() == [
+        f"error: {tmp_path / 'r'}: a run folder without its manifest.json, so not a finished run; pass a finished "
+        "run or a score table"]
+    assert not (tmp_path / "out").exists()
