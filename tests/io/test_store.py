@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from raylc.io.store import Store, StoreError, read_input
+from raylc.io.store import Store, StoreError, StoreUnavailable, read_input
 from raylc.run.folder import RunFolder
 
 
@@ -188,8 +188,6 @@ class _BrokenFS:
 
 @pytest.mark.parametrize("call", ["exists", "read_table", "parquet_files", "table_ok", "delete", "read_text"])
 def test_storage_errors_are_one_line_naming_the_table(tmp_path, call):
-    from raylc.io.store import StoreUnavailable
-
     store = Store(str(tmp_path))
     object.__setattr__(store, "_fs", _BrokenFS())
     with pytest.raises(StoreUnavailable) as err:
@@ -233,12 +231,14 @@ def test_json_lines_errors_name_the_file_and_line(tmp_path):
     assert str(err.value) == f"{tmp_path / 'b.jsonl'}: line 2: expected a JSON object, got list"
 
 
-def test_read_text_storage_error_names_the_location(tmp_path):
-    """An OSError while reading (here: the name is a folder) is one line naming the location."""
+def test_read_text_of_a_folder_is_bad_input_naming_the_location(tmp_path):
+    """A folder where a file belongs (pyarrow's plain OSError) is one line naming the location,
+    a StoreError (exit 2), not an outage (StoreUnavailable, exit 1)."""
     (tmp_path / "sub").mkdir()
     with pytest.raises(StoreError) as err:
         Store(str(tmp_path)).read_text("sub")
-    assert str(err.value).startswith(f"{tmp_path / 'sub'}: storage error: ")
+    assert not isinstance(err.value, StoreUnavailable)
+    assert str(err.value) == f"{tmp_path / 'sub'}: a folder where a file belongs"
 
 
 def test_a_parquet_folder_reads_with_or_without_a_trailing_slash(tmp_path):
