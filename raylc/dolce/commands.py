@@ -54,6 +54,8 @@ def run_fit(
         ref_store = Store(compare_uri)
         ref = tuple(stored_table(schema, ref_store.read_table(schema.path), ref_store.uri(schema.path))
                     for schema in FIT_COMMAND_TABLES[:2])
+        if not ref[0].height:  # a fit has a row per problem, and at least one problem
+            raise StoreError(f"{ref_store.uri(FIT_COMMAND_TABLES[0].path)}: no rows, so not a fit to compare with")
     problems, tasks = fit_observations(obs, options, mapper)
     out = {"problems": problems, "tasks": tasks}
     if ref is not None:

@@ -107,6 +107,12 @@ class Manifest(BaseModel):
             data = {**data, "version": VERSION}
         return data
 
+    @model_validator(mode="after")
+    def _finished_with_stages(self) -> "Manifest":
+        if self.finished_at and not self.stages:
+            raise ValueError("a finished run records its stages, and this one records none")
+        return self
+
     @property
     def job_name(self) -> Optional[str]:
         return _text(self.job.get("name"))

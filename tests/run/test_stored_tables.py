@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from raylc.cli import app
-from raylc.dolce.tables import CATEGORIES_TABLE, FIT_PROBLEMS, PROBE, SPANS
+from raylc.dolce.tables import CATEGORIES_TABLE, FIT_PROBLEMS, FIT_TASKS, PROBE, SPANS
 from raylc.io.errors import StoreError
 from raylc.io.schemas import TableSchema
 from raylc.run import checkpoint
@@ -95,10 +95,14 @@ def test_report_of_a_run_whose_recorded_table_was_deleted_is_one_line(tmp_path):
         f"error: {folder.uri(PROBE.path)}: missing; the run's report stage wrote it (1 rows)"]
 
 
+def _observations(tmp_path: Path) -> None:
+    pl.DataFrame({"task": ["t"] * 4, "problem_id": ["p1", "p1", "p2", "p2"], "L": [2] * 4, "C": [1, 2, 1, 2],
+                  "start": [0, 0, 1, 0], "score": [1.0, 1.0, 0.0, 1.0], "metric": ["accuracy"] * 4}).write_parquet(
+        tmp_path / "obs.parquet")
+
+
 def test_fit_compare_against_a_damaged_fit_is_one_line(tmp_path):
-    obs = pl.DataFrame({"task": ["t"] * 4, "problem_id": ["p1", "p1", "p2", "p2"], "L": [2] * 4, "C": [1, 2, 1, 2],
-                        "start": [0, 0, 1, 0], "score": [1.0, 1.0, 0.0, 1.0], "metric": ["accuracy"] * 4})
-    obs.write_parquet(tmp_path / "obs.parquet")
+    _observations(tmp_path)
     (tmp_path / "ref").mkdir()
     _rows(FIT_PROBLEMS, 1).drop("category").write_parquet(tmp_path / "ref" / "problems.parquet")
     _rows(FIT_PROBLEMS, 1).write_parquet(tmp_path / "ref" / "tasks.parquet")
@@ -137,3 +141,25 @@ def test_longscore_of_a_run_folder_that_lost_its_manifest_says_so(tmp_path):
         f"error: {tmp_path / 'r'}: a run folder without its manifest.json, so not a finished run; pass a finished "
         "run or a score table"]
     assert not (tmp_path / "out").exists()
+
+
+def test_fit_compare_against_an_emptied_fit_is_one_line(tmp_path):
+    """raylc writes no fit without a problem: an emptied one would compare nothing, exit 0."""
+    (tmp_path / "ref").mkdir()
+    _rows(FIT_PROBLEMS, 0).write_parquet(tmp_path / "ref" / "problems.parquet")
+    _rows(FIT_TASKS, 0).write_parquet(tmp_path / "ref" / "tasks.parquet")
+    _observations(tmp_path)
+    out = RUNNER.invoke(app, ["fit", str(tmp_path / "obs.parquet"), "--out", str(tmp_path / "out"), "--no-ray",
+                              "--uncertainty", "none", "--no-figures", "--compare", str(tmp_path / "ref")])
+    assert out.exit_code == 2 and out.output.strip().splitlines() == [
+        f"error: {tmp_path / 'ref' / 'problems.parquet'}: no rows, so not a fit to compare with"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_finished_manifest_without_stages_is_not_a_raylc_manifest(tmp_path):
+    """It would show a finished run as every stage pending, with a resume hint."""
+    folder = _run(tmp_path, {})
+    out = RUNNER.invoke(app, ["status", folder.uri()])
+    assert out.exit_code == 2 and out.output.strip().splitlines() == [
+        f"error: {folder.uri('manifest.json')}: not a raylc manifest (a finished run records its stages, and this "
+        "one records none)"]
