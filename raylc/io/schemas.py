@@ -103,7 +103,8 @@ def stored_table(schema: TableSchema, frame: pl.DataFrame, uri: str, columns: Op
     if columns is not None:
         schema = schema.only(columns)
     rows = frame.height if rows is None else rows
-    wrong = schema.mismatch(frame, undeclared=True)
+    absent = [c for c in columns or () if c not in frame.columns]  # undeclared ones too
+    wrong = f"column {absent[0]!r} is missing" if absent else schema.mismatch(frame, undeclared=True)
     if wrong is None and wrote is not None and rows != wrote:
         wrong = f"{rows:,} rows, where the run's {stage} stage wrote {wrote:,}"
     if wrong is not None:

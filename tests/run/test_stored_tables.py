@@ -163,3 +163,10 @@ def test_a_finished_manifest_without_stages_is_not_a_raylc_manifest(tmp_path):
     assert out.exit_code == 2 and out.output.strip().splitlines() == [
         f"error: {folder.uri('manifest.json')}: not a raylc manifest (a finished run records its stages, and this "
         "one records none)"]
+
+
+def test_a_column_asked_for_that_the_declaration_lacks_is_checked_too(tmp_path):
+    folder = _run(tmp_path, {})
+    folder.write(_rows(FIT_PROBLEMS, 1), FIT_PROBLEMS.path)
+    with pytest.raises(StoreError, match=r"fits/problems.parquet: column 'mine' is missing"):
+        folder.read_declared(FIT_PROBLEMS, ["task", "mine"])
