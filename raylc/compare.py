@@ -173,6 +173,10 @@ def category_shares(runs: Sequence[RunRef]) -> pl.DataFrame:
         if ref.job.suite.family != "dolce":
             continue
         table = ref.read(CATEGORIES_TABLE, "report")
+        if "n_problems" not in table.columns:  # written before 2026-11-27 (the declaration's optional columns)
+            table = table.with_columns(n_problems=pl.col("n").sum().over("task", "subset"))
+        if "interval" not in table.columns:
+            table = table.with_columns(interval=pl.lit(None, pl.String))
         frames.append(table.select(pl.lit(ref.run_id).alias("run_id"), pl.lit(ref.model).alias("model"),
                                    *[pl.col(c).cast(t) for c, t in schema.items() if c not in ("run_id", "model")]))
     if not frames:

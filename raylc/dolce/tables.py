@@ -13,7 +13,7 @@ from raylc.dolce.fit import PROBLEM_SCHEMA, TASK_SCHEMA
 from raylc.dolce.probe_check import PROBE_CHECK_SCHEMA
 from raylc.dolce.sensitivity import COMPARE_SCHEMA, SENSITIVITY_SCHEMA
 from raylc.dolce.shares import SHARE_SCHEMA
-from raylc.io.schemas import TableSchema, declare, described
+from raylc.io.schemas import TableSchema, declare, described, since
 from raylc.scoring.observations import OBSERVATION_SCHEMA
 from raylc.text.sampling import SPAN_SCHEMA
 
@@ -75,13 +75,14 @@ FIT_PROBLEMS = TableSchema("problems", "fits/problems.parquet", "The fit per pro
     "k": "Fitted k: the copies of that evidence in the context.",
     "category": "The focus category I-V (Figure 1) the problem reports.",
     "loglik": "The point fit's objective at (lam, k).", "prior_oracle": "The point fit's P_i(O).",
-    **_UNCERTAINTY}))
+    **since(_UNCERTAINTY, tuple(_UNCERTAINTY), "2026-11-25 (the posterior)")}, optional=tuple(_UNCERTAINTY)))
 
 _SHARES = {
     **{f"share_{c}": f"The share of the problems in category {c} (posterior mean)." for c in CATEGORIES},
     **{f"share_{c}_{end}": f"The 95% interval of share_{c}, {'low' if end == 'lo' else 'high'} end."
        for c in CATEGORIES for end in ("lo", "hi")},
 }
+_SHARE_ENDS = tuple(f"share_{c}_{end}" for c in CATEGORIES for end in ("lo", "hi"))
 _PROBE_CHECK = {
     "n_closed_book": "Spans with no context (C = 0).",
     "idk_closed_book": "The share of them answered IDK.",
@@ -92,26 +93,29 @@ _PROBE_CHECK = {
     "not_covered_idk": "The fitted probability of IDK without the evidence.",
 }
 FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.", described(TASK_SCHEMA, {
-    **_SUBSET, "n_problems": "Problems fitted.", **_SHARES,
-    "share_interval": "What the share intervals are over (the posterior's draws, or Wilson's over the problems).",
+    **_SUBSET, "n_problems": "Problems fitted.", **since(_SHARES, _SHARE_ENDS, "2026-11-25 (the intervals)"),
+    "share_interval": "What the share intervals are over (the posterior's draws, or Wilson's over the problems). "
+                      "Absent from tables written before 2026-11-25 (the intervals).",
     "p_noise_1": "The noise distribution P(x | N): a right answer.",
     "p_noise_0": "P(x | N): a wrong answer.",
     "p_noise_idk": "P(x | N): IDK.",
     "lam_p": "The threshold lambda_p (Section 4: the first tertile of the task's span lengths).",
     "k_p": "The threshold k_p (= lambda_p).",
     "dip_pvalue": "The dip test p-value of the task's continuous-metric scores (null: a binary metric).",
-    "em_steps": "EM steps run.",
-    "em_ll_change": "The last step's change of the summed objective (nats).",
-    **{name: f"{text} Absent from fits written before the probe check." for name, text in _PROBE_CHECK.items()}},
-    optional=tuple(_PROBE_CHECK)))
+    **since({"em_steps": "EM steps run.",
+             "em_ll_change": "The last step's change of the summed objective (nats)."},
+            ("em_steps", "em_ll_change"), "2026-11-24 (the convergence diagnostic)"),
+    **since(_PROBE_CHECK, tuple(_PROBE_CHECK), "2026-11-28 (the probe check)")},
+    optional=(*_SHARE_ENDS, "share_interval", "em_steps", "em_ll_change", *_PROBE_CHECK)))
 
 CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
     "The category shares per task subset, as every output prints them."), described(
     {"task": pl.String, "subset": pl.String, "scenario": pl.String, **SHARE_SCHEMA}, {
         **_SUBSET, "category": "The category, I-V.", "n": "Problems reported in it.",
-        "n_problems": "Problems in the subset.", "share": "The share (posterior mean).",
-        "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
-        "interval": "What the interval is over."}))
+        "n_problems": "Problems in the subset. Absent from tables written before 2026-11-27 (one share everywhere).",
+        "share": "The share (posterior mean).", "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
+        "interval": "What the interval is over. Absent from tables written before 2026-11-27 (one share "
+                    "everywhere)."}, optional=("n_problems", "interval")))
 
 PROBE = TableSchema("probe", "report/probe.parquet", (
     "The probe check: does the probe say IDK where DOLCE's oracle would ([DOLCE](../dolce.md))?"), described(

@@ -124,6 +124,14 @@ def described(dtypes: Mapping[str, pl.DataType], descriptions: Mapping[str, str]
                  for name, dtype in dtypes.items())
 
 
+def since(descriptions: Mapping[str, str], names: Sequence[str], when: str) -> dict[str, str]:
+    """``descriptions`` with "Absent from tables written before ``when``." added to ``names``'s:
+    columns added to a table later, optional in its declaration so that a run of an earlier raylc
+    still reads (its readers do without them)."""
+    return {name: f"{text} Absent from tables written before {when}." if name in names else text
+            for name, text in descriptions.items()}
+
+
 def declare(*rows: tuple) -> tuple[Column, ...]:
     """Columns from ``(name, dtype, description[, optional])`` rows."""
     return tuple(Column(name, _instance(dtype), text, *rest) for name, dtype, text, *rest in rows)

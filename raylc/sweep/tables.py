@@ -53,8 +53,10 @@ _WHO = declare(
     ("task", pl.String, "The task, or `overall` (the mean over tasks, then Eq. 1-2)."))
 _BOOT = declare(
     ("warning", pl.String, "Why a LongScore is null (Base <= 0 or missing); null otherwise."),
-    ("n_boot", pl.Int64, "Bootstrap resamples of the intervals (0: none)."),
-    ("boot_seed", pl.Int64, "The bootstrap's seed."))
+    ("n_boot", pl.Int64, "Bootstrap resamples of the intervals (0: none). Absent from tables written before "
+                         "2026-11-27 (a run's own bootstrap), whose runs had 200.", True),
+    ("boot_seed", pl.Int64, "The bootstrap's seed. Absent from tables written before 2026-11-27 (a run's own "
+                            "bootstrap), whose runs had the job's seed.", True))
 PER_LENGTH = TableSchema("per_length", "report/per_length.parquet", (
     "LongScore per task and length (100-LongBench Eq. 1-2) with bootstrap intervals over samples."), (
     *_WHO, *declare(

@@ -170,3 +170,17 @@ def test_a_column_asked_for_that_the_declaration_lacks_is_checked_too(tmp_path):
     folder.write(_rows(FIT_PROBLEMS, 1), FIT_PROBLEMS.path)
     with pytest.raises(StoreError, match=r"fits/problems.parquet: column 'mine' is missing"):
         folder.read_declared(FIT_PROBLEMS, ["task", "mine"])
+
+
+def test_tables_of_an_earlier_raylc_still_read(tmp_path):
+    """Columns added to a table later are optional in its declaration, and its readers do without
+    them: a run of an earlier raylc still reports and compares."""
+    from raylc.sweep.tables import SUMMARY
+
+    older = {CATEGORIES_TABLE: ("n_problems", "interval"), SUMMARY: ("n_boot", "boot_seed"),
+             FIT_PROBLEMS: ("confidence", "p_I", "lam_low"), FIT_TASKS: ("share_I_lo", "share_interval", "em_steps")}
+    folder = _run(tmp_path, {"report": {"categories": 2, "summary": 2}, "fit": {"problems": 2, "tasks": 2}})
+    for schema, absent in older.items():
+        folder.write(_rows(schema, 2).drop(absent), schema.path)
+        stage = "fit" if schema.path.startswith("fits/") else "report"
+        assert set(folder.read_declared(schema, stage=stage).columns) == set(schema.dtypes) - set(absent)
