@@ -40,9 +40,7 @@ SAMPLE_PROBLEMS = 8  # problems sampled at a time
 SPAN_CHUNK_ROWS = 5_000  # spans read at a time (request ids, skip set, feeding the actor pool)
 OBS_BUCKET_ROWS = 10_000  # observations merged at a time by the score stage (about)
 
-PROBLEMS = "build/problems.parquet"
-SPANS = "sample/spans.parquet"
-OBSERVATIONS = "score/observations.parquet"
+PROBLEMS, SPANS, OBSERVATIONS = tables.PROBLEMS.path, tables.SPANS.path, tables.OBSERVATIONS.path
 
 
 def _problems(run: Run) -> pl.DataFrame:
@@ -130,8 +128,8 @@ def fit_stage(run: Run) -> Rows:
     """Validation and scenario selection on the driver, one Ray task per (task, subset) fit."""
     observations = run.folder.read_declared(tables.OBSERVATIONS, stage="score")
     problems, tasks = stages.fit(observations, run.job, mapper=run.mapper())
-    run.folder.write(problems, "fits/problems.parquet")
-    run.folder.write(tasks, "fits/tasks.parquet")
+    run.folder.write(problems, FIT_PROBLEMS.path)
+    run.folder.write(tasks, FIT_TASKS.path)
     return {"problems": problems.height, "tasks": tasks.height}
 
 
@@ -200,7 +198,7 @@ class DolceEvaluation:
             ("sample", (SPANS,), sample_stage),
             ("infer", ("infer",), infer_stage),
             ("score", (OBSERVATIONS,), score_stage),
-            ("fit", ("fits/problems.parquet", "fits/tasks.parquet"), fit_stage),
+            ("fit", (FIT_PROBLEMS.path, FIT_TASKS.path), fit_stage),
             ("report", ("report/categories.parquet", "report/summary.md", "report/categories.png",
                         "report/lambda_k.png"), report_stage),
         )

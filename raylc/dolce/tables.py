@@ -82,7 +82,7 @@ _SHARES = {
     **{f"share_{c}_{end}": f"The 95% interval of share_{c}, {'low' if end == 'lo' else 'high'} end."
        for c in CATEGORIES for end in ("lo", "hi")},
 }
-_SHARE_ENDS = tuple(f"share_{c}_{end}" for c in CATEGORIES for end in ("lo", "hi"))
+_SHARE_ENDS = tuple(name for name in _SHARES if name.endswith(("_lo", "_hi")))
 _PROBE_CHECK = {
     "n_closed_book": "Spans with no context (C = 0).",
     "idk_closed_book": "The share of them answered IDK.",
@@ -93,9 +93,10 @@ _PROBE_CHECK = {
     "not_covered_idk": "The fitted probability of IDK without the evidence.",
 }
 FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.", described(TASK_SCHEMA, {
-    **_SUBSET, "n_problems": "Problems fitted.", **since(_SHARES, _SHARE_ENDS, "2026-11-25 (the intervals)"),
-    "share_interval": "What the share intervals are over (the posterior's draws, or Wilson's over the problems). "
-                      "Absent from tables written before 2026-11-25 (the intervals).",
+    **_SUBSET, "n_problems": "Problems fitted.",
+    **since({**_SHARES, "share_interval": "What the share intervals are over (the posterior's draws, or Wilson's "
+                                          "over the problems)."}, (*_SHARE_ENDS, "share_interval"),
+            "2026-11-25 (the intervals)"),
     "p_noise_1": "The noise distribution P(x | N): a right answer.",
     "p_noise_0": "P(x | N): a wrong answer.",
     "p_noise_idk": "P(x | N): IDK.",
@@ -110,12 +111,12 @@ FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.
 
 CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
     "The category shares per task subset, as every output prints them."), described(
-    {"task": pl.String, "subset": pl.String, "scenario": pl.String, **SHARE_SCHEMA}, {
+    {"task": pl.String, "subset": pl.String, "scenario": pl.String, **SHARE_SCHEMA}, since({
         **_SUBSET, "category": "The category, I-V.", "n": "Problems reported in it.",
-        "n_problems": "Problems in the subset. Absent from tables written before 2026-11-27 (one share everywhere).",
-        "share": "The share (posterior mean).", "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
-        "interval": "What the interval is over. Absent from tables written before 2026-11-27 (one share "
-                    "everywhere)."}, optional=("n_problems", "interval")))
+        "n_problems": "Problems in the subset.", "share": "The share (posterior mean).",
+        "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
+        "interval": "What the interval is over."}, ("n_problems", "interval"), "2026-11-27 (one share everywhere)"),
+    optional=("n_problems", "interval")))
 
 PROBE = TableSchema("probe", "report/probe.parquet", (
     "The probe check: does the probe say IDK where DOLCE's oracle would ([DOLCE](../dolce.md))?"), described(

@@ -132,6 +132,12 @@ def since(descriptions: Mapping[str, str], names: Sequence[str], when: str) -> d
             for name, text in descriptions.items()}
 
 
+def declare_since(when: str, *rows: tuple) -> tuple[Column, ...]:
+    """:func:`declare` of optional ``(name, dtype, description)`` rows added to a table at
+    ``when``, each description saying so (:func:`since`)."""
+    return declare(*((name, dtype, since({name: text}, (name,), when)[name], True) for name, dtype, text in rows))
+
+
 def declare(*rows: tuple) -> tuple[Column, ...]:
     """Columns from ``(name, dtype, description[, optional])`` rows."""
     return tuple(Column(name, _instance(dtype), text, *rest) for name, dtype, text, *rest in rows)

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from raylc.spec import Job
     from raylc.text.tokenize import Tokenizer
 
-SAMPLES = "build/samples.parquet"
-SCORES = "score/scores.parquet"
+SAMPLES, SCORES = SAMPLES_TABLE.path, SCORE_TABLE.path
 
 
 def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from raylc.backends.base import GENERATION
-from raylc.io.schemas import TableSchema, declare
+from raylc.io.schemas import TableSchema, declare, declare_since
 from raylc.suites.samples import SAMPLES
 
 _SAMPLE = {c.name: c for c in SAMPLES.columns}
@@ -51,12 +51,10 @@ _WHO = declare(
     ("run_id", pl.String, "The run (null for rows from a score table given to `raylc longscore`)."),
     ("model", pl.String, "The probe's model (compare, longscore: the run's label)."),
     ("task", pl.String, "The task, or `overall` (the mean over tasks, then Eq. 1-2)."))
-_BOOT = declare(
-    ("warning", pl.String, "Why a LongScore is null (Base <= 0 or missing); null otherwise."),
-    ("n_boot", pl.Int64, "Bootstrap resamples of the intervals (0: none). Absent from tables written before "
-                         "2026-11-27 (a run's own bootstrap), whose runs had 200.", True),
-    ("boot_seed", pl.Int64, "The bootstrap's seed. Absent from tables written before 2026-11-27 (a run's own "
-                            "bootstrap), whose runs had the job's seed.", True))
+_BOOT = (*declare(("warning", pl.String, "Why a LongScore is null (Base <= 0 or missing); null otherwise.")),
+         *declare_since("2026-11-27 (a run's own bootstrap; such runs had 200 resamples and the job's seed)",
+                        ("n_boot", pl.Int64, "Bootstrap resamples of the intervals (0: none)."),
+                        ("boot_seed", pl.Int64, "The bootstrap's seed.")))
 PER_LENGTH = TableSchema("per_length", "report/per_length.parquet", (
     "LongScore per task and length (100-LongBench Eq. 1-2) with bootstrap intervals over samples."), (
     *_WHO, *declare(
