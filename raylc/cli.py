@@ -196,10 +196,10 @@ def run(
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),
     max_prompt_tokens: Optional[str] = typer.Option(None, "--max-prompt-tokens", metavar="N",
-                                                    help="Send only the probe's requests that keep the run's prompt "
-                                                         "tokens at or under N (exit 3 when some wait; the same run "
-                                                         "with a higher N resumes; an LLM judge's calls are not "
-                                                         "counted); overrides inference.max_prompt_tokens."),
+                                                    help="Send only the requests that keep the run's prompt tokens "
+                                                         "at or under N (the probe's and an LLM judge's; exit 3 when "
+                                                         "some wait; the same run with a higher N resumes); "
+                                                         "overrides inference.max_prompt_tokens."),
 ) -> None:
     """Run a job end to end (DOLCE suites: build, sample, infer, score, fit, report;
     length-controlled suites: build, infer, score, report)."""

@@ -80,9 +80,9 @@ class Scoring(_Strict):
 
 class Inference(_Strict):
     """Checkpointing, failure policy and prompt-token cap of the infer stage (row-level resume).
-    ``max_prompt_tokens``: the run's prompt tokens, over all its attempts, stay at or under it
-    (:mod:`raylc.run.budget`); None: no cap. Operational, like the whole section: a run stopped at
-    its cap resumes with a higher one."""
+    ``max_prompt_tokens``: the run's prompt tokens (the probe's and the judge's), over all its
+    attempts, stay at or under it (:mod:`raylc.run.budget`); None: no cap. Operational, like the
+    whole section: a run stopped at its cap resumes with a higher one."""
 
     shard_rows: int = Field(default=5000, ge=1, description="A checkpoint shard is written every this many "
                                                              "completions...")
@@ -91,9 +91,9 @@ class Inference(_Strict):
         "The share of failed requests the infer stage tolerates; above it the stage fails (failed requests are "
         "retried on resume)."))
     max_prompt_tokens: Optional[int] = Field(default=None, ge=1, strict=True, description=(
-        "The run-time cap on prompt tokens (`--max-prompt-tokens`): the infer stage stops sending once the next "
-        "request would pass it (counted by the backend's own tokenizer where it can, as vLLM does; else as `raylc "
-        "plan` counts it, the backend's chat template included), and the "
+        "The run-time cap on prompt tokens (`--max-prompt-tokens`), the probe's and an LLM judge's: a stage stops "
+        "sending once the next request would pass it (counted by the backend's own tokenizer where it can, as vLLM "
+        "does; else as `raylc plan` counts it, the backend's chat template included), and the "
         "same command with a higher cap resumes; null: no cap."))
 
 

@@ -1,10 +1,11 @@
 """The run-time cap on prompt tokens (``inference.max_prompt_tokens``, ``raylc run --max-prompt-tokens``).
 
-Before a stage sends its pending requests, :class:`TokenBudget` walks them in the order the
+Before a stage sends its pending requests (the probe's in the infer stage, an LLM judge's in a
+length run's score stage: both share the cap), :class:`TokenBudget` walks them in the order the
 scheduler sends them (each chunk's rows in order, chunk after chunk) and keeps every request
 whose prompt tokens fit in what is left of the cap (:func:`first_fit`): a request that does not
 fit is not sent, and those after it are still offered what is left. What is left at the start
-is the cap less the prompt tokens the stage's stored requests were sent with (the backend's
+is the cap less the prompt tokens the run's stored requests were sent with (the backend's
 count, the one ``raylc status`` shows); a pending request is counted by the backend, exactly,
 when it can (:meth:`~raylc.backends.registry.BackendPlugin.prompt_counter`: vLLM's prepare
 stage), else as ``raylc plan`` counts it (the family's ``count``), plus what the backend adds to

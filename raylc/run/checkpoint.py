@@ -242,15 +242,16 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, Optional[int
     }
 
 
-def stored_accounting(folder: RunFolder, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
-    """:func:`accounting` of the stored completions, computed shard by shard (memory holds an
-    8-byte key per request, not the completions), and the error of one request that never
-    succeeded (None when none failed). Falls back to :func:`load_completions` if a success was
-    stored twice."""
+def stored_accounting(folder: RunFolder, reused: int,
+                      shards: str = SHARD_DIR) -> tuple[dict[str, Optional[int]], Optional[str]]:
+    """:func:`accounting` of the completions stored under ``shards``, computed shard by shard
+    (memory holds an 8-byte key per request, not the completions), and the error of one request
+    that never succeeded (None when none failed). Falls back to :func:`load_completions` if a
+    success was stored twice."""
     totals: Counter[str] = Counter()
     told: dict[str, bool] = {}  # a REPORTED_COLUMNS column: whether a success reported it (absent: no success)
     ok_keys, failed = [], []
-    for shard in iter_shards(folder, SHARD_DIR, ["request_id", "error", *TOKEN_COUNTS]):
+    for shard in iter_shards(folder, shards, ["request_id", "error", *TOKEN_COUNTS]):
         ok = shard.filter(pl.col("error").is_null())
         part = accounting(ok, 0)
         for c in REPORTED_COLUMNS if ok.height else ():
@@ -260,7 +261,7 @@ def stored_accounting(folder: RunFolder, reused: int) -> tuple[dict[str, Optiona
         failed.append(shard.filter(pl.col("error").is_not_null()).select("request_id", "error"))
     done = _sorted_unique(ok_keys)
     if done.size != sum(k.size for k in ok_keys):
-        completions = load_completions(folder)
+        completions = load_completions(folder, shards)
         errors = completions.filter(pl.col("error").is_not_null())["error"]
         return accounting(completions, reused), (errors[0] if errors.len() else None)
     errors = (pl.concat(failed).unique("request_id", keep="first", maintain_order=True) if failed

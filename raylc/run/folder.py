@@ -280,9 +280,10 @@ class RunFolder:
         """The stored checkpoint shards, one frame each."""
         return checkpoint.iter_shards(self, shards)
 
-    def accounting(self, reused: int) -> tuple[dict[str, Optional[int]], Optional[str]]:
-        """The infer stage's counts from its shards, and one error of a request that never succeeded."""
-        return checkpoint.stored_accounting(self, reused)
+    def accounting(self, reused: int, shards: str = SHARDS) -> tuple[dict[str, Optional[int]], Optional[str]]:
+        """The counts of the completions under ``shards`` (default: the infer stage's), and one
+        error of a request that never succeeded."""
+        return checkpoint.stored_accounting(self, reused, shards)
 
 
 def store_exists(root: str) -> bool:

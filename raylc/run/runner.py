@@ -35,7 +35,7 @@ from raylc.run import pipeline, session
 from raylc.run.budget import Count, TokenBudget
 from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids
 from raylc.run.errors import BudgetReached, InferenceFailed, NothingWritten, RunError, RunInterrupted
-from raylc.run.folder import JUDGE_SHARDS, RunFolder
+from raylc.run.folder import JUDGE_SHARDS, SHARDS, RunFolder
 from raylc.run.manifest import Manifest, StageRecord
 from raylc.run.progress import InferProgress
 from raylc.run.tasks import map_tasks, raising_own_errors
@@ -196,15 +196,27 @@ class Run:
         some do not); ``table``: the run-relative suite table (DOLCE problems that span references
         are rendered from, a sweep's samples); ``reused``: the stage's requests already stored
         (for the progress ``raylc status`` shows)."""
-        cap = self.job.inference.max_prompt_tokens
-        budget = None if cap is None else TokenBudget(cap, self._sent()[0])
-        if budget is not None:
-            exact = backend_of(self.job.probe).prompt_counter(self.job, lambda: self.folder.read(table))
-            pending = self._within(budget, pending, exact or count)
+        budget, pending = self._capped(self.job, pending, count, lambda: self.folder.read(table))
         progress = InferProgress(self.manifest, reused, self.save, log=self.log)
         pipeline.infer(self.folder, self.job, pending, progress, self.log, table=table)
+        self._stop_at(budget, "infer")
+
+    def _capped(self, job: Job, pending: Iterable[pl.DataFrame], count: Count,
+                problems: Callable[[], Any]) -> tuple[Optional[TokenBudget], Iterable[pl.DataFrame]]:
+        """The cap's budget (None: no cap) and the ``pending`` rows that fit it, counted exactly
+        by ``job.probe``'s backend when it can (``problems()``: the table spans are rendered
+        from), else by ``count``."""
+        cap = self.job.inference.max_prompt_tokens
+        if cap is None:
+            return None, pending
+        budget = TokenBudget(cap, self._sent()[0])
+        exact = backend_of(job.probe).prompt_counter(job, problems)
+        return budget, self._within(budget, pending, exact or count)
+
+    def _stop_at(self, budget: Optional[TokenBudget], stage: str) -> None:
+        """:class:`BudgetReached` when the cap left requests out (once the kept ones are stored)."""
         if budget is not None and budget.left_out:
-            raise budget.reached(*self._sent(), self.current or "infer", self.run_id)
+            raise budget.reached(*self._sent(), self.current or stage, self.run_id)
 
     def _within(self, budget: TokenBudget, pending: Iterable[pl.DataFrame], count: Count) -> Iterator[pl.DataFrame]:
         """The pending rows that fit the cap, and a line when some do not (before any is sent)."""
@@ -214,9 +226,14 @@ class Run:
                      f"requests fit, {budget.left_out:,} wait for a higher cap")
 
     def _sent(self) -> tuple[int, int]:
-        """Prompt tokens (the backend's count) and requests of the stage's stored successes."""
-        rows, _ = self.folder.accounting(0)
-        return int(rows["prompt_tokens"] or 0), int(rows["requests"] or 0) - int(rows["errors"] or 0)
+        """Prompt tokens (the backend's count) and requests of the run's stored successes: the
+        probe's and the judge's, which share the cap."""
+        tokens = requests = 0
+        for shards in (SHARDS, JUDGE_SHARDS):
+            rows, _ = self.folder.accounting(0, shards)
+            tokens += int(rows["prompt_tokens"] or 0)
+            requests += int(rows["requests"] or 0) - int(rows["errors"] or 0)
+        return tokens, requests
 
     def inference_rows(self, reused: int, total: int) -> Rows:
         """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of
@@ -229,11 +246,12 @@ class Run:
                 f"e.g. {first}; re-run with --run-id {self.run_id} to retry only the failed ones")
         return rows  # type: ignore[return-value]
 
-    def generate(self, prompts: pl.Series, job: Job) -> pl.DataFrame:
+    def generate(self, prompts: pl.Series, job: Job, count: Count) -> pl.DataFrame:
         """Completions of ``prompts`` (a ``completion`` column, in their order) from ``job.probe``
         (the judge's calls), through the inference path into the run's ``judge/`` shards: a
-        resumed run sends only the prompts without a stored completion. A failed call's
-        completion is null."""
+        resumed run sends only the prompts without a stored completion. The calls share the
+        run's prompt-token cap with the probe's (``count``: a call row's prompt tokens as the
+        plan counts them, as :meth:`infer`'s). A failed call's completion is null."""
         ids = prompt_request_ids(job.probe_fingerprint(), prompts)
         requests = JUDGE_REQUESTS.check(pl.DataFrame({"request_id": ids, "context": prompts.cast(pl.String)}).select(
             "request_id", task=pl.lit("judge"), head=pl.lit(""), context="context", tail=pl.lit("")))
@@ -243,9 +261,11 @@ class Run:
         if requests.height:
             self.log(f"[judge] {reused} judge calls kept from earlier attempts, {pending.height} to run")
         if pending.height:
+            budget, chunks = self._capped(job, [pending], count, lambda: None)
             progress = InferProgress(self.manifest, reused, self.save, log=self.log, stage=self.current or "judge",
                                      label="judge")
-            pipeline.infer(self.folder, job, [pending], progress, self.log, shards=JUDGE_SHARDS)
+            pipeline.infer(self.folder, job, chunks, progress, self.log, shards=JUDGE_SHARDS)
+            self._stop_at(budget, "judge")
         stored = self.folder.completions(JUDGE_SHARDS)
         stored = stored.select("request_id", "completion") if stored.height else pl.DataFrame(
             schema={"request_id": pl.String, "completion": pl.String})

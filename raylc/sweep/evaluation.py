@@ -22,7 +22,7 @@ from raylc.io.schemas import TableSchema
 from raylc.scoring.judge import judge_sample_scores
 from raylc.suites.samples import SAMPLES as SAMPLES_TABLE
 from raylc.sweep import stages
-from raylc.sweep.plan import SweepPlan, plan_sweep, request_tokens, sent_tokens
+from raylc.sweep.plan import SweepPlan, judge_tokens, plan_sweep, request_tokens, sent_tokens
 from raylc.sweep.report import print_length_report
 from raylc.sweep.tables import REPORT_TABLES
 from raylc.sweep.tables import SCORES as SCORE_TABLE
@@ -99,9 +99,14 @@ def score_stage(run: Run) -> Rows:
         if job.judge is None:
             raise ValueError(f"suite {job.suite.kind}: metrics {', '.join(stages.JUDGE_METRICS)} need a judge: section")
         judge_job = job.as_judge()
+        tokenizer = functools.cache(lambda: plan_tokenizer(judge_job.count_tokenizer()))
+        added = functools.cache(lambda: added_tokens(judge_job.probe))
+
+        def count(calls: pl.DataFrame) -> np.ndarray:  # as the plan counts a judge call, for the cap
+            return judge_tokens(calls["context"], tokenizer(), judge_job, added())
 
         def judge(frame: pl.DataFrame) -> pl.Series:
-            return judge_sample_scores(frame, lambda prompts: run.generate(prompts, judge_job))
+            return judge_sample_scores(frame, lambda prompts: run.generate(prompts, judge_job, count))
 
     try:
         scores = job.suite.kept(stages.with_visibility(stages.score_samples(answered, judge)))

@@ -30,10 +30,13 @@ class SweepPlan:
     """What a length-controlled run would send (:func:`plan_sweep`): per task and target length
     the samples, prompt tokens (as sent, after fitting into the probe's window) and the
     generated-token bound, and the cost. Two-call samples count both calls, the second with
-    a completion of at most the first call's ``max_tokens``."""
+    a completion of at most the first call's ``max_tokens``. A job with judge metrics also
+    has the judge's calls and their prompt tokens, at most (:func:`judge_plan`)."""
 
     job: Job
-    lengths: pl.DataFrame  # task, length, samples, requests, prompt_tokens, generated_tokens, truncated
+    #: task, length, samples, requests, prompt_tokens, generated_tokens, truncated (and judge_calls,
+    #: judge_prompt_tokens when a sample has a judge metric)
+    lengths: pl.DataFrame
     tokenizer: str
     price_per_mtok: Optional[float] = None
     tokens_per_s_per_gpu: Optional[float] = None
@@ -51,6 +54,16 @@ class SweepPlan:
     @property
     def generated_tokens(self) -> int:
         return int(self.lengths["generated_tokens"].sum())
+
+    @property
+    def judge_prompt_tokens(self) -> int:
+        """The judge calls' prompt tokens, at most (0 without judge metrics)."""
+        return int(self.lengths["judge_prompt_tokens"].sum()) if "judge_prompt_tokens" in self.lengths.columns else 0
+
+    @property
+    def capped_tokens(self) -> int:
+        """What the run's prompt-token cap counts: the probe's prompt tokens and the judge's."""
+        return self.prompt_tokens + self.judge_prompt_tokens
 
     def warnings(self) -> list[str]:
         """One line when samples do not fit the probe's window with their ``max_tokens``: the
@@ -72,10 +85,13 @@ class SweepPlan:
             ("generated tokens (<= max_tokens each)", f"{self.generated_tokens:,}"),
             ("tokenizer", self.tokenizer),
         ]
+        if "judge_calls" in self.lengths.columns:
+            rows[4:4] = [("judge calls (at most)", f"{int(self.lengths['judge_calls'].sum()):,}"),
+                         ("judge prompt tokens (at most; the cap counts them)", f"{self.judge_prompt_tokens:,}")]
         if self.budget_tokens is not None:
             field = self.job.suite.samples_field
             rows.insert(3, ("budget (prompt tokens)",
-                            f"{self.budget_tokens:,} ({self.prompt_tokens / self.budget_tokens:.1%} used)"))
+                            f"{self.budget_tokens:,} ({self.capped_tokens / self.budget_tokens:.1%} used)"))
             rows.insert(1, (f"suite.{field} (budget)",
                             f"{self.job.suite.samples_per_point():,} of the job's {self.samples_asked:,}"))
         rows += cost_rows(self.prompt_tokens + self.generated_tokens, self.price_per_mtok, self.tokens_per_s_per_gpu)
@@ -87,6 +103,8 @@ class SweepPlan:
 
     def to_yaml(self) -> str:
         head = f"# Planned by `raylc plan`: {self.requests:,} requests, {self.prompt_tokens:,} prompt tokens"
+        if self.judge_prompt_tokens:
+            head += f" and at most {self.judge_prompt_tokens:,} in judge calls"
         if self.budget_tokens is not None:
             head += f" (budget {self.budget_tokens:,})"
         return head + "\n" + yaml.safe_dump(self.job.resolved(), sort_keys=False, allow_unicode=True)
@@ -139,9 +157,43 @@ def sent_tokens(requests: pl.DataFrame, samples: pl.DataFrame, tok: Tokenizer, j
     return fitted(n, requests["max_tokens"].fill_null(job.max_tokens()).to_numpy(), job.window())
 
 
+def judge_tokens(prompts: pl.Series, tok: Tokenizer, judge: Job, overhead_tokens: int = 0,
+                 answer_tokens: Union[int, np.ndarray] = 0) -> np.ndarray:
+    """Prompt tokens of judge calls as the plan counts them (``judge``: the job with the judge as
+    its probe, :meth:`~raylc.spec.Job.as_judge`): the prompt's text with ``tok``, plus what the
+    judge's backend adds (``overhead_tokens``) and ``answer_tokens`` (the plan's bound on the
+    prediction a prompt will hold), fitted into the judge's window; what the run's prompt-token
+    cap counts a pending judge call as."""
+    n = count_texts(prompts, tok) + overhead_tokens + answer_tokens
+    return fitted(n, np.full(len(prompts), judge.max_tokens()), judge.window())
+
+
+def judge_plan(samples: pl.DataFrame, job: Job, answer_max: np.ndarray) -> Optional[pl.DataFrame]:
+    """Per task and length, the judge's calls and their prompt tokens at most (None when no
+    sample has a judge metric or the job has no judge): every sample answered
+    (:func:`raylc.scoring.judge.judge_sample_prompts`; an empty answer makes no call, and equal
+    prompts are sent once), its prediction at ``answer_max`` tokens (the answering call's
+    ``max_tokens``), counted with the judge's tokenizer as the cap counts it."""
+    from raylc.scoring.judge import judge_sample_prompts
+    from raylc.sweep.stages import JUDGE_METRICS
+
+    judged = np.flatnonzero(samples["metric"].is_in(list(JUDGE_METRICS)).to_numpy())
+    if job.judge is None or not judged.size:
+        return None
+    rows = samples[judged]
+    calls = judge_sample_prompts(rows.with_columns(prediction=pl.lit("")))
+    judge = job.as_judge()
+    tokens = judge_tokens(calls["judge_prompt"], plan_tokenizer(judge.count_tokenizer()), judge,
+                          plan_overhead(judge.probe), answer_max[judged][calls["row"].to_numpy()])
+    keys = rows.select("task", "length")[calls["row"]]
+    return keys.with_columns(judge_prompt_tokens=pl.Series(tokens, dtype=pl.Int64)).group_by("task", "length").agg(
+        judge_calls=pl.len().cast(pl.Int64), judge_prompt_tokens=pl.col("judge_prompt_tokens").sum())
+
+
 def within_budget(job: Job, budget_tokens: int, plan_of: Callable[[Job], SweepPlan]) -> SweepPlan:
     """The plan (``plan_of``) with the most samples per axis point, at most the job's, whose
-    prompt tokens are at most ``budget_tokens``; its job carries the budget as its run-time cap."""
+    prompt tokens (the judge's included, at most) are at most ``budget_tokens``; its job carries
+    the budget as its run-time cap."""
     suite = job.suite
     most = suite.samples_per_point()
     if budget_tokens < 1:
@@ -156,16 +208,16 @@ def within_budget(job: Job, budget_tokens: int, plan_of: Callable[[Job], SweepPl
             plans[n] = plan_of(job.model_copy(update={"suite": suite.with_samples(n)}))
         return plans[n]
 
-    if at(1).prompt_tokens > budget_tokens:
+    if at(1).capped_tokens > budget_tokens:
         raise PlanError(f"budget of {budget_tokens:,} prompt tokens is below the cheapest plan "
-                        f"({at(1).prompt_tokens:,} tokens: one sample per task and length); raise --budget-tokens "
+                        f"({at(1).capped_tokens:,} tokens: one sample per task and length); raise --budget-tokens "
                         "or plan fewer lengths or tasks")
     fits, over = 1, most  # at(fits) fits, at(over) does not (more than the job asks counts as not fitting)
-    if at(most).prompt_tokens <= budget_tokens:
+    if at(most).capped_tokens <= budget_tokens:
         fits, over = most, most + 1
     while over - fits > 1:
         mid = (fits + over) // 2
-        fits, over = (mid, over) if at(mid).prompt_tokens <= budget_tokens else (fits, mid)
+        fits, over = (mid, over) if at(mid).capped_tokens <= budget_tokens else (fits, mid)
     chosen = at(fits)
     return replace(chosen, job=capped(chosen.job, budget_tokens), budget_tokens=budget_tokens, samples_asked=most)
 
@@ -201,5 +253,9 @@ def plan_sweep(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Opti
         samples=pl.len(), requests=pl.col("requests").sum(), prompt_tokens=pl.col("prompt_tokens").sum(),
         generated_tokens=pl.col("generated_tokens").sum(), truncated=pl.col("truncated").sum(),
     ).sort("task", "length")
+    judged = judge_plan(samples, job, np.where(second_max > 0, second_max, first_max))
+    if judged is not None:
+        lengths = lengths.join(judged, on=["task", "length"], how="left").with_columns(
+            pl.col("judge_calls", "judge_prompt_tokens").fill_null(0))
     return SweepPlan(job=job, lengths=lengths, tokenizer=spec or "default", price_per_mtok=price_per_mtok,
                      tokens_per_s_per_gpu=tokens_per_s_per_gpu)

@@ -83,8 +83,8 @@ def _run(store: Path, *args: str):
     return raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", store, "--run-id", "r", *SMALL, *args)
 
 
-def _sent(run_dir: Path) -> tuple[int, int]:
-    shards = pl.read_parquet(run_dir / "infer" / "**" / "*.parquet", hive_partitioning=True)
+def _sent(run_dir: Path, shards: str = "infer") -> tuple[int, int]:
+    shards = pl.read_parquet(run_dir / shards / "**" / "*.parquet", hive_partitioning=True)
     return int(shards["prompt_tokens"].sum()), shards["request_id"].n_unique()
 
 
@@ -292,3 +292,57 @@ def test_a_capped_length_sweep_on_a_chat_template_engine_stays_at_or_under_its_c
         assert 0.8 * cap < sent <= cap and 0 < stored < requests
         evaluate(full, "capped", log=lambda m: None)  # no cap: the rest
         assert _sent(tmp_path / "s" / "capped") == (total, requests)
+
+
+def test_the_judges_calls_share_the_cap(tmp_path, monkeypatch):
+    """A length run with an LLM judge (100-LongBench's QA and summaries; the simulated probe and
+    judge, in process): the cap counts the judge's calls with the probe's. A cap between the
+    probe's prompt tokens and the run's total stops the run in its score stage with both at or
+    under it; a resume without the cap sends the rest, no call twice, to an uncapped run's tables."""
+    from raylc.evaluate import evaluate
+    from raylc.run.errors import BudgetReached
+    from raylc.spec import load_job
+
+    settings = {"suite.tasks": ["single_doc_qa", "single_doc_sum"], "suite.lengths": [2048],
+                "suite.base_lengths": [2048], "suite.samples_per_length": 4, "store.path": str(tmp_path / "s")}
+    _in_process(monkeypatch)
+    full = load_job(ROOT / "jobs" / "longbench100.yaml", settings)
+    evaluate(full, "full", log=lambda m: None)
+    probe, judge = _sent(tmp_path / "s" / "full"), _sent(tmp_path / "s" / "full", "judge")
+    assert probe[0] > 0 and judge[1] >= 4
+    cap = probe[0] + judge[0] // 2
+    capped = full.model_copy(update={"inference": full.inference.model_copy(update={"max_prompt_tokens": cap})})
+    with pytest.raises(BudgetReached) as stop:
+        evaluate(capped, "capped", log=lambda m: None)
+    sent = _sent(tmp_path / "s" / "capped"), _sent(tmp_path / "s" / "capped", "judge")
+    assert sent[0] == probe and 0 < sent[1][1] < judge[1]  # every probe request, some judge calls
+    assert stop.value.budget.sent == sent[0][0] + sent[1][0] <= cap and "during score" in str(stop.value)
+    manifest = json.loads((tmp_path / "s" / "capped" / "manifest.json").read_text())
+    assert manifest["stages"]["score"]["status"] == "stopped"
+    evaluate(full, "capped", log=lambda m: None)  # no cap: the rest
+    assert (_sent(tmp_path / "s" / "capped"), _sent(tmp_path / "s" / "capped", "judge")) == (probe, judge)
+    assert hashes(tmp_path / "s" / "capped") == hashes(tmp_path / "s" / "full")
+
+
+def test_a_plan_counts_the_judges_calls_as_the_cap_does(tmp_path):
+    """`raylc plan` of a job with judge metrics gives the judge's calls and their prompt tokens,
+    at most (each answer at its max_tokens), and a budget counts them; a job without a judge
+    metric plans none."""
+    from raylc.spec import load_job
+    from raylc.sweep.plan import plan_sweep
+
+    settings = {"suite.tasks": ["single_doc_qa", "kv_retrieval"], "suite.lengths": [2048],
+                "suite.base_lengths": [2048], "suite.samples_per_length": 3}
+    job = load_job(ROOT / "jobs" / "longbench100.yaml", settings)
+    planned = plan_sweep(job)
+    per_task = dict(zip(planned.lengths["task"], planned.lengths["judge_calls"]))
+    assert per_task["kv_retrieval"] == 0 and per_task["single_doc_qa"] >= 3  # a call per gold answer
+    assert planned.judge_prompt_tokens > per_task["single_doc_qa"] * job.max_tokens()
+    assert planned.capped_tokens == planned.prompt_tokens + planned.judge_prompt_tokens
+    summary = dict(planned.summary().iter_rows())
+    assert summary["judge prompt tokens (at most; the cap counts them)"] == f"{planned.judge_prompt_tokens:,}"
+    within = plan_sweep(job, planned.prompt_tokens)  # enough for the probe's requests, not for the judge's too
+    assert within.job.suite.samples_per_point() < 3 and within.capped_tokens <= planned.prompt_tokens
+    assert within.job.inference.max_prompt_tokens == planned.prompt_tokens
+    assert "judge_calls" not in plan_sweep(load_job(ROOT / "jobs" / "longbench100.yaml", {
+        **settings, "suite.tasks": ["kv_retrieval"]})).lengths.columns
