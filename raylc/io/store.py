@@ -297,13 +297,19 @@ class Store:
 
     def _table_ok(self, target: str) -> bool:
         files = self._files(target)
+        return bool(files) and all(self._footer(f) is not None for f in files)
+
+    def footer(self, *parts: str) -> Optional[pq.FileMetaData]:
+        """The footer of the Parquet file ``parts``; None when it is corrupt or truncated."""
+        with _io(self.uri(*parts)):
+            return self._footer(self.path(*parts))
+
+    def _footer(self, target: str) -> Optional[pq.FileMetaData]:
         try:
-            for f in files:
-                with self.fs.open_input_file(f) as fh:
-                    pq.read_metadata(fh)
-        except pa.ArrowInvalid:  # corrupt or truncated
-            return False
-        return bool(files)
+            with self.fs.open_input_file(target) as fh:
+                return pq.read_metadata(fh)
+        except pa.ArrowInvalid:
+            return None
 
     def write_outputs(self, tables: Mapping[str, pl.DataFrame], files: Mapping[str, Union[bytes, str, dict]] = {},
                       *parts: str) -> None:

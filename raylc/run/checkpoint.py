@@ -58,18 +58,24 @@ JUDGE_REQUESTS = TableSchema("judge requests", "requests/<attempt>/part-<n>.parq
     ("tail", pl.String, "Empty.")))
 
 
-def _shard_files(folder: RunFolder, shards: str) -> list[str]:
-    """Run-relative paths of every readable shard under ``shards``, in name order.
+def _shard_files(folder: RunFolder, shards: str, checked: bool = False) -> list[str]:
+    """Run-relative paths of every readable shard under ``shards``, in name order; ``checked``:
+    each one's :data:`SHARD_READ` columns checked from the same footer (a :class:`StoreError`
+    naming the shard).
 
     Unreadable shards (cut off by a crash mid-write on a filesystem without atomic rename)
     are deleted, so their requests run again.
     """
     good = []
+    schema = _SHARD_OF[shards.split("/")[0]].only(SHARD_READ)
     for rel in folder.parquet_files(shards):
-        if folder.table_ok(rel):
-            good.append(rel)
-        else:
+        meta = folder.footer(rel)
+        if meta is None:
             folder.delete(rel)
+            continue
+        if checked:
+            folder.check_declared(schema, rel=rel, meta=meta)
+        good.append(rel)
     return good
 
 
@@ -142,11 +148,9 @@ def load_completions(folder: RunFolder, shards: str = SHARD_DIR) -> pl.DataFrame
 
     Unreadable shards are deleted first (see :func:`_shard_files`).
     """
-    files = _shard_files(folder, shards)
-    if not files:
+    # each shard's own columns checked: read together, a column one shard lacks would be nulls
+    if not _shard_files(folder, shards, checked=True):
         return pl.DataFrame()
-    for rel in files:  # each shard's own columns: read together, a column one lacks would be nulls
-        folder.check_declared(_SHARD_OF[shards.split("/")[0]].only(SHARD_READ), rel=rel)
     table = folder.read(shards)
     return (
         table.with_columns(_ok=pl.col("error").is_null())

@@ -104,14 +104,16 @@ class RunFolder:
             return None
         return stored_table(schema, self.read(schema.path), uri, columns, wrote, stage)
 
-    def check_declared(self, schema: TableSchema, stage: Optional[str] = None, rel: Optional[str] = None) -> None:
+    def check_declared(self, schema: TableSchema, stage: Optional[str] = None, rel: Optional[str] = None,
+                       meta: Optional[pq.FileMetaData] = None) -> None:
         """:meth:`read_declared`'s checks of one stored Parquet file from its footer alone (its
         columns and rows), for a table read in chunks; ``rel``: one file of the table, if not
-        ``schema.path``."""
+        ``schema.path``; ``meta``: its footer, when already read."""
         rel = rel or schema.path
         uri, wrote, _ = self._expected(schema, stage) if rel == schema.path else (self.uri(rel), None, True)
-        with self._store.open_input(*self._parts(rel)) as fh:
-            meta = pq.read_metadata(fh)
+        if meta is None:
+            with self._store.open_input(*self._parts(rel)) as fh:
+                meta = pq.read_metadata(fh)
         columns = pl.from_arrow(meta.schema.to_arrow_schema().empty_table())
         stored_table(schema, columns, uri, wrote=wrote, stage=stage, rows=meta.num_rows)  # type: ignore[arg-type]
 
@@ -198,6 +200,10 @@ class RunFolder:
     def table_ok(self, rel: str) -> bool:
         """A readable Parquet file, or a folder of them (footers checked)."""
         return self._store.table_ok(*self._parts(rel))
+
+    def footer(self, rel: str) -> Optional[pq.FileMetaData]:
+        """The footer of the Parquet file ``rel``; None when it is corrupt or truncated."""
+        return self._store.footer(*self._parts(rel))
 
     def exists(self, rel: str = "") -> bool:
         return self._store.exists(*self._parts(rel))

@@ -261,6 +261,21 @@ def test_completions_are_read_from_the_shards_only_a_success_preferred(tmp_path)
     assert first in ("refused", "refused again")
 
 
+def test_each_shards_footer_is_read_once_when_the_completions_are_loaded(tmp_path, monkeypatch):
+    """Checked and listed from one footer per shard (one request each on S3), then read."""
+    import pyarrow.parquet as pq
+
+    folder = RunFolder(str(tmp_path), "r")
+    writer = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
+    for rid in "abc":
+        writer.add(_rows([rid], [None]))
+    writer.flush()
+    read, opened = pq.read_metadata, []
+    monkeypatch.setattr(pq, "read_metadata", lambda fh, *a, **k: opened.append(fh) or read(fh, *a, **k))
+    assert sorted(checkpoint.load_completions(folder)["request_id"]) == ["a", "b", "c"]
+    assert len(opened) == 3
+
+
 def test_an_empty_run_has_no_completions(tmp_path):
     folder = RunFolder(str(tmp_path), "none")
     done = checkpoint.completed_keys(folder)
