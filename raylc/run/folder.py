@@ -156,7 +156,10 @@ class RunFolder:
 
     def write_outputs(self, under: str, tables: Mapping[str, pl.DataFrame],
                       files: Mapping[str, Union[bytes, str, dict]] = {}) -> None:
-        """A stage's results under ``under`` (:meth:`raylc.io.store.Store.write_outputs`)."""
+        """A stage's results under ``under`` (:meth:`raylc.io.store.Store.write_outputs`), in place
+        of what an earlier attempt left there (a table this attempt does not write, such as the
+        recovery of problems that no longer carry their planted truth, is not left behind)."""
+        self.delete(under)
         self._store.write_outputs(tables, files, *self._parts(under))
 
     def iter_rows(self, rel: str, rows: int) -> Iterator[pl.DataFrame]:

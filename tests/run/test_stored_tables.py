@@ -184,3 +184,14 @@ def test_tables_of_an_earlier_raylc_still_read(tmp_path):
         folder.write(_rows(schema, 2).drop(absent), schema.path)
         stage = "fit" if schema.path.startswith("fits/") else "report"
         assert set(folder.read_declared(schema, stage=stage).columns) == set(schema.dtypes) - set(absent)
+
+
+def test_a_stage_that_writes_its_outputs_again_leaves_none_of_an_earlier_attempts(tmp_path):
+    """A report stage run again, e.g. on problems that lost their planted truth, writes no
+    recovery table: the one from before must not stay beside the new report."""
+    folder = RunFolder(str(tmp_path), "r")
+    table = pl.DataFrame({"x": [1]})
+    folder.write_outputs("report", {"categories": table, "recovery": table}, {"summary.md": "before"})
+    folder.write_outputs("report", {"categories": table}, {"summary.md": "after"})
+    assert sorted(p.name for p in (tmp_path / "r" / "report").iterdir()) == ["categories.parquet", "summary.md"]
+    assert (tmp_path / "r" / "report" / "summary.md").read_text() == "after"
