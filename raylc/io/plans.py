@@ -47,12 +47,14 @@ def write_whole(text: str, path: Union[str, Path]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def plan_tokenizer(spec: Optional[str]) -> Tokenizer:
-    """The tokenizer ``spec`` names (None: the offline default), or one :class:`PlanError` line."""
+def plan_tokenizer(spec: Optional[str], section: str = "probe") -> Tokenizer:
+    """The tokenizer ``spec`` names (None: the offline default), or one :class:`PlanError` line
+    (``section``: the job section whose ``tokenizer`` to set, ``probe`` or ``judge``)."""
     from raylc.text.tokenize import get_tokenizer
 
     try:
         return get_tokenizer(spec)
     except Exception as exc:  # a missing package, file or Hub access: one line for the CLI
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PlanError(f"cannot load tokenizer {spec!r} ({first}): set probe.tokenizer or pass --tokenizer") from None
+        hint = "set probe.tokenizer or pass --tokenizer" if section == "probe" else f"set {section}.tokenizer"
+        raise PlanError(f"cannot load tokenizer {spec!r} ({first}): {hint}") from None

@@ -99,7 +99,7 @@ def score_stage(run: Run) -> Rows:
         if job.judge is None:
             raise ValueError(f"suite {job.suite.kind}: metrics {', '.join(stages.JUDGE_METRICS)} need a judge: section")
         judge_job = job.as_judge()
-        tokenizer = functools.cache(lambda: plan_tokenizer(judge_job.count_tokenizer()))
+        tokenizer = functools.cache(lambda: plan_tokenizer(judge_job.count_tokenizer(), "judge"))
         added = functools.cache(lambda: added_tokens(judge_job.probe))
 
         def count(calls: pl.DataFrame) -> np.ndarray:  # as the plan counts a judge call, for the cap

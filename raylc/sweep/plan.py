@@ -183,7 +183,7 @@ def judge_plan(samples: pl.DataFrame, job: Job, answer_max: np.ndarray) -> Optio
     rows = samples[judged]
     calls = judge_sample_prompts(rows.with_columns(prediction=pl.lit("")))
     judge = job.as_judge()
-    tokens = judge_tokens(calls["judge_prompt"], plan_tokenizer(judge.count_tokenizer()), judge,
+    tokens = judge_tokens(calls["judge_prompt"], plan_tokenizer(judge.count_tokenizer(), "judge"), judge,
                           plan_overhead(judge.probe), answer_max[judged][calls["row"].to_numpy()])
     keys = rows.select("task", "length")[calls["row"]]
     return keys.with_columns(judge_prompt_tokens=pl.Series(tokens, dtype=pl.Int64)).group_by("task", "length").agg(

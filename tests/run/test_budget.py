@@ -328,6 +328,7 @@ def test_a_plan_counts_the_judges_calls_as_the_cap_does(tmp_path):
     """`raylc plan` of a job with judge metrics gives the judge's calls and their prompt tokens,
     at most (each answer at its max_tokens), and a budget counts them; a job without a judge
     metric plans none."""
+    from raylc.io.plans import PlanError
     from raylc.spec import load_job
     from raylc.sweep.plan import plan_sweep
 
@@ -346,3 +347,6 @@ def test_a_plan_counts_the_judges_calls_as_the_cap_does(tmp_path):
     assert within.job.inference.max_prompt_tokens == planned.prompt_tokens
     assert "judge_calls" not in plan_sweep(load_job(ROOT / "jobs" / "longbench100.yaml", {
         **settings, "suite.tasks": ["kv_retrieval"]})).lengths.columns
+    unloadable = {"backend": "vllm", "model": str(tmp_path / "no-model"), "max_model_len": 8192}
+    with pytest.raises(PlanError, match=r"set judge\.tokenizer$"):  # the judge's, not the probe's
+        plan_sweep(load_job(ROOT / "jobs" / "longbench100.yaml", {**settings, "judge": unloadable}))
