@@ -1,6 +1,6 @@
-"""The Ray session: join the cluster named by ``ray.address`` or RAY_ADDRESS (checked within a
-time limit) or start a local Ray, keep Ray's own console output back unless ``--verbose``, and
-say a failure of Ray code in one line (:func:`root_cause`)."""
+"""The Ray session: join the cluster named by ``ray.address`` or RAY_ADDRESS (checked, then
+joined, each within ``ray.connect_timeout_s``) or start a local Ray, keep Ray's own console
+output back unless ``--verbose``, and say a failure of Ray code in one line (:func:`root_cause`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 if TYPE_CHECKING:
     from raylc.spec import Job
@@ -240,6 +241,36 @@ def _job_config() -> dict[str, Any]:
     return {"job_config": config}
 
 
+class _Late(BaseException):
+    """:func:`_deadline` passed (a BaseException, so that Ray's own ``except Exception`` retries
+    do not take it for one of theirs)."""
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the block with :class:`_Late` once ``seconds`` have passed: ``ray.init`` joining
+    a server that answered the address check and then says nothing more waits without a limit
+    (a Ray Client server, ``ray://``: its ``ClusterInfo`` call has none) or for Ray's own retries
+    (a GCS: about 10 minutes). By SIGALRM, so only in the main thread and when no other interval
+    timer runs (else no limit); a call inside Ray's C++ code is interrupted when it returns to
+    Python (a GCS client's wait: about 40 s)."""
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+
+    def late(signum: int, frame: Any) -> None:
+        raise _Late()
+
+    before = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
           source: Optional[str]) -> None:
     import ray
@@ -251,10 +282,14 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
         if source is None and address == os.environ.get("RAY_ADDRESS"):
             source = "RAY_ADDRESS"
         check_ray_address(address, timeout_s, source)
+        who, hint = _who(address, source)
         try:
-            ray.init(address=address, **common)
+            with _deadline(timeout_s):
+                ray.init(address=address, **common)
+        except _Late:
+            raise RayUnavailable(f"{who} answered, but this driver had not joined it within {timeout_s:g} s "
+                                 f"(ray.connect_timeout_s); {hint}") from None
         except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
-            who, hint = _who(address, source)
             detail = (str(exc).strip().splitlines() or [""])[0]
             raise RayUnavailable(
                 f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None

@@ -1,9 +1,10 @@
 """Time limits on remote waits (issue 14, item 2): joining a Ray cluster (`ray.init` with an
-address, RAY_ADDRESS) and the Jobs API client of `raylc submit` fail within
+address, RAY_ADDRESS: the address check, then the join) and the Jobs API client of `raylc submit` fail within
 `ray.connect_timeout_s` (60 s by default) with one line naming the address.
 
 Every server here is started by the test on 127.0.0.1: a closed port, a port that accepts
-connections and never replies, and a fake Jobs API that stops answering part way."""
+connections and never replies, one that answers an HTTP/2 preface and then nothing, and a fake
+Jobs API that stops answering part way."""
 
 from __future__ import annotations
 
@@ -48,14 +49,33 @@ class SilentPort:
     def _accept(self) -> None:
         while True:
             try:
-                self.conns.append(self.sock.accept()[0])
+                conn = self.sock.accept()[0]
             except OSError:
                 return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        """What the port does with a connection: here, nothing."""
 
     def close(self) -> None:
         self.sock.close()
         for c in self.conns:
             c.close()
+
+
+class MuteAfterHello(SilentPort):
+    """A socket on 127.0.0.1 that answers an HTTP/2 client's preface with a SETTINGS frame (as
+    any gRPC server does, so the address check passes) and then never says anything else."""
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.recv(4096)
+            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty SETTINGS frame
+            while conn.recv(4096):
+                pass
+        except OSError:
+            return
 
 
 class TricklingPort(SilentPort):
@@ -67,16 +87,7 @@ class TricklingPort(SilentPort):
         self.every_s = every_s
         super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn = self.sock.accept()[0]
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
-
-    def _trickle(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket) -> None:
         data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10**6
         for i in range(len(data)):
             try:
@@ -171,7 +182,7 @@ def scenarios(tmp_path_factory):
     """The module's one-process scenarios, all started at once: each mostly waits (a time limit,
     a refused connection's grace), so together they take about as long as the longest alone.
     name -> (Launched, what its test needs to know)."""
-    silent, hang, status = SilentPort(), FakeJobsAPI("hang"), FakeJobsAPI("status")
+    silent, hang, status, mute = SilentPort(), FakeJobsAPI("hang"), FakeJobsAPI("status"), MuteAfterHello()
     root = tmp_path_factory.mktemp("timeouts")
     runs: dict[str, tuple[Launched, dict]] = {}
 
@@ -188,6 +199,8 @@ def scenarios(tmp_path_factory):
     # ray.address wins over RAY_ADDRESS
     run("silent-job file", f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n", {"address": address},
         RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+    client = f"ray://127.0.0.1:{mute.port}"
+    run("mute-client", "ray: {connect_timeout_s: 3}\n", {"address": client}, RAY_ADDRESS=client)
     runs["submit-silent"] = (_submit(root / "submit-silent", f"http://{address}", 2), {"address": f"http://{address}"})
     runs["submit-hang"] = (_submit(root / "submit-hang", hang.address, 2), {"address": hang.address})
     runs["submit-status"] = (_submit(root / "submit-status", status.address, 2),
@@ -198,6 +211,7 @@ def scenarios(tmp_path_factory):
         for launched, _ in runs.values():
             launched.wait()
         silent.close()
+        mute.close()
         hang.close()
         status.close()
 
@@ -229,6 +243,20 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     assert proc.returncode == 1
     assert _one_line(proc) == expected
     assert 2 <= took < 60, took  # the 2 s limit: the 60 s default would take longer (start-up: 5-45 s under load)
+    assert not ctx["store"].exists()
+
+
+def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_limit(scenarios):
+    """A Ray Client address (`ray://`) whose server answers the address check and then never
+    replies: `ray.init` has no limit of its own there (its ClusterInfo call waits forever); the
+    join is given up at ray.connect_timeout_s, in one line, with nothing written."""
+    launched, ctx = scenarios["mute-client"]
+    took, proc = launched.result()
+    assert proc.returncode == 1
+    assert _one_line(proc) == (f"error: RAY_ADDRESS={ctx['address']} (from the environment) answered, but this "
+                               "driver had not joined it within 3 s (ray.connect_timeout_s); unset RAY_ADDRESS to "
+                               "start a local Ray")
+    assert 3 <= took < 60, took  # the check passed at once, the join was cut at 3 s (start-up: 5-45 s under load)
     assert not ctx["store"].exists()
 
 
