@@ -32,7 +32,7 @@ from raylc.run.folder import MANIFEST, RunFolder, run_folders
 from raylc.run.manifest import Manifest
 from raylc.spec import Job, JobSpecError, parse_job
 from raylc.sweep.longscore import rank_tables
-from raylc.sweep.report import longscore_figures
+from raylc.sweep.report import LONGSCORE_FIGURES, longscore_figures
 from raylc.sweep.tables import PER_LENGTH, SCORES, SUMMARY
 
 
@@ -314,7 +314,8 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
         figures.update(png_bytes({"categories.png": lambda path: plot_category_shares_by_run(shares, path)}))
     tables = check_tables(compare_tables(), tables)
     page = compare_page(runs, tables, figures)
-    Store(out_uri).write_outputs(tables, {**figures, "index.html": page.render()})
+    Store(out_uri).write_outputs(tables, {**figures, "index.html": page.render()}, replaces=(
+        *(schema.path for schema in compare_tables()), *(name for name, _ in FIGURES), *LONGSCORE_FIGURES))
     return tables, page
 
 

@@ -8,6 +8,7 @@ import polars as pl
 
 from raylc.dolce import ObservationError, compare_fits, fit_observations, run_sensitivity
 from raylc.dolce.options import FitOptions
+from raylc.dolce.report import FIGURES
 from raylc.dolce.report import figures as draw_figures
 from raylc.dolce.tables import FIT_COMMAND_TABLES, SENSITIVITY
 from raylc.io.figures import png_bytes
@@ -62,7 +63,8 @@ def run_fit(
         out["compare"] = compare_fits(ref[0], ref[1], problems, tasks)
     out = check_tables(FIT_COMMAND_TABLES, out)
     pngs = draw_figures(problems, tasks) if figures else {}  # drawn before anything is written
-    Store(out_uri).write_outputs(out, {**pngs, "fit.json": settings_record(obs_uri, options, compare=compare_uri)})
+    Store(out_uri).write_outputs(out, {**pngs, "fit.json": settings_record(obs_uri, options, compare=compare_uri)},
+                                 replaces=(*(schema.path for schema in FIT_COMMAND_TABLES), *FIGURES))
     return out
 
 

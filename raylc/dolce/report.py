@@ -118,7 +118,8 @@ def interval_note(categories: pl.DataFrame) -> str:
 def page(tables: dict[str, pl.DataFrame], pngs: dict[str, bytes], manifest: dict[str, Any],
          task_fits: pl.DataFrame | None = None):
     """``report/index.html`` of a DOLCE run (:class:`raylc.io.page.Page`): category shares with
-    intervals and the legend first, then recovery, the figures, and what the run did."""
+    intervals and the legend first, then the probe check, recovery, the figures, the EM per task
+    subset, and what the run did."""
     from raylc.io.page import Page, image_html, run_facts, table_html, text_html
 
     job = manifest.get("job") or {}
@@ -170,9 +171,14 @@ def em_note(fit: dict[str, Any]) -> str:
             "example 1e-6.")
 
 
+#: the file names of :func:`figures`
+FIGURES = ("categories.png", "lambda_k.png")
+
+
 def figures(problem_fits: pl.DataFrame, task_fits: pl.DataFrame) -> dict[str, bytes]:
     """PNG figures: category bars per task (DOLCE Figure 2), lambda-k scatter (Figure 11)."""
     from raylc.dolce.plots import plot_categories, plot_lambda_k
 
-    return png_bytes({"categories.png": lambda path: plot_categories(task_fits, path),
-                      "lambda_k.png": lambda path: plot_lambda_k(problem_fits, path)})
+    bars, scatter = FIGURES
+    return png_bytes({bars: lambda path: plot_categories(task_fits, path),
+                      scatter: lambda path: plot_lambda_k(problem_fits, path)})

@@ -14,7 +14,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 import polars as pl
 import pyarrow as pa
@@ -312,11 +312,18 @@ class Store:
             return None
 
     def write_outputs(self, tables: Mapping[str, pl.DataFrame], files: Mapping[str, Union[bytes, str, dict]] = {},
-                      *parts: str) -> None:
+                      *parts: str, replaces: Iterable[str] = ()) -> None:
         """A command's or a stage's results under ``parts``: each table as ``<name>.parquet``, then
         each file by its name, in order: PNG figures (bytes), pages and summaries (text),
         settings (a dict, as JSON). The caller makes them all first, so a failure leaves nothing
-        half-written, and lists last what says the rest is there."""
+        half-written, and lists last what says the rest is there. ``replaces``: every output name
+        the command can write; those this write does not make are removed first (an earlier
+        write's ``compare.parquet`` or figure must not stay beside results it does not describe),
+        and nothing else in the folder is touched."""
+        made = {f"{name}.parquet" for name in tables} | set(files)
+        for name in replaces:
+            if name not in made:
+                self.delete(*parts, name)
         for name, frame in tables.items():
             self.write_table(frame, *parts, f"{name}.parquet")
         for name, data in files.items():

@@ -14,6 +14,7 @@ from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
 from raylc.sweep.longscore import OVERALL, longscore
 from raylc.sweep.stages import scores_for_longscore
+from raylc.sweep.tables import LONGSCORE_TABLES
 from raylc.sweep.tables import REPORT_TABLES as REPORT_SCHEMAS
 
 if TYPE_CHECKING:
@@ -146,18 +147,23 @@ def write_longscore_result(result: dict[str, pl.DataFrame], out: Any, figures: b
     under the output folder ``out`` (a :class:`raylc.io.store.Store`); returns the figures. They
     are drawn first: a plotting failure leaves nothing half-written."""
     pngs = longscore_figures(result) if figures else {}
-    out.write_outputs(result, pngs)
+    out.write_outputs(result, pngs, replaces=(*(schema.path for schema in LONGSCORE_TABLES), *LONGSCORE_FIGURES))
     return pngs
+
+
+#: the file names of :func:`longscore_figures` (the correlation heatmap only with a correlation table)
+LONGSCORE_FIGURES = ("score_vs_length.png", "longscore_vs_length.png", "task_correlation.png")
 
 
 def longscore_figures(result: dict[str, pl.DataFrame]) -> dict[str, bytes]:
     """The PNG figures of a LongScore result, by file name."""
     from raylc.sweep.plots import plot_correlation_heatmap, plot_longscore_vs_length, plot_score_vs_length
 
-    draw = {"score_vs_length.png": lambda path: plot_score_vs_length(result["per_length"], path),
-            "longscore_vs_length.png": lambda path: plot_longscore_vs_length(result["per_length"], path)}
+    scores, longscores, heatmap = LONGSCORE_FIGURES
+    draw = {scores: lambda path: plot_score_vs_length(result["per_length"], path),
+            longscores: lambda path: plot_longscore_vs_length(result["per_length"], path)}
     if "correlation" in result:
-        draw["task_correlation.png"] = lambda path: plot_correlation_heatmap(result["correlation"], path)
+        draw[heatmap] = lambda path: plot_correlation_heatmap(result["correlation"], path)
     return png_bytes(draw)
 
 

@@ -195,3 +195,20 @@ def test_a_stage_that_writes_its_outputs_again_leaves_none_of_an_earlier_attempt
     folder.write_outputs("report", {"categories": table}, {"summary.md": "after"})
     assert sorted(p.name for p in (tmp_path / "r" / "report").iterdir()) == ["categories.parquet", "summary.md"]
     assert (tmp_path / "r" / "report" / "summary.md").read_text() == "after"
+
+
+def test_a_command_that_writes_to_the_same_folder_again_leaves_none_of_its_earlier_outputs(tmp_path):
+    """`raylc fit --out DIR --compare REF`, then the same without `--compare` and without figures:
+    DIR holds the second fit's outputs only (no `compare.parquet` or figure of the first beside
+    them), and a file of the user's in DIR is kept."""
+    _observations(tmp_path)
+    fit = ["fit", str(tmp_path / "obs.parquet"), "--no-ray", "--uncertainty", "none"]
+    assert RUNNER.invoke(app, [*fit, "--out", str(tmp_path / "ref"), "--no-figures"]).exit_code == 0
+    first = RUNNER.invoke(app, [*fit, "--out", str(tmp_path / "out"), "--compare", str(tmp_path / "ref")])
+    assert first.exit_code == 0, first.output
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    assert {"compare.parquet", "categories.png", "lambda_k.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    second = RUNNER.invoke(app, [*fit, "--out", str(tmp_path / "out"), "--no-figures"])
+    assert second.exit_code == 0, second.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "fit.json", "notes.txt", "problems.parquet", "tasks.parquet"]
