@@ -79,7 +79,8 @@ class Scoring(_Strict):
 
 
 class Inference(_Strict):
-    """Checkpointing, failure policy and prompt-token cap of the infer stage (row-level resume).
+    """Checkpointing and failure policy of the infer stage (row-level resume), and the run's
+    prompt-token cap.
     ``max_prompt_tokens``: the run's prompt tokens (the probe's and the judge's), over all its
     attempts, stay at or under it (:mod:`raylc.run.budget`); None: no cap. Operational, like the
     whole section: a run stopped at its cap resumes with a higher one."""

@@ -66,7 +66,7 @@ class TokenBudget:
 
     def reached(self, sent: int, stored: int, stage: str, run_id: str) -> BudgetReached:
         """The stop, once the kept requests are stored: ``sent`` prompt tokens and ``stored``
-        requests of the stage in its shards (the backend's count)."""
+        requests of the run in its shards, the probe's and the judge's (the backend's count)."""
         budget = Budget(max_prompt_tokens=self.max_prompt_tokens, sent=sent, stored=stored, left=self.left_out,
                         left_tokens=self.left_out_tokens)
         return BudgetReached(f"stopped at its budget during {stage}: {budget_line(budget)}; re-run with --run-id "

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from raylc.backends.registry import added_tokens
-from raylc.io.plans import plan_tokenizer
+from raylc.io.plans import PlanError, plan_tokenizer
 from raylc.io.schemas import TableSchema
 from raylc.scoring.judge import judge_sample_scores
 from raylc.suites.samples import SAMPLES as SAMPLES_TABLE
@@ -110,6 +110,8 @@ def score_stage(run: Run) -> Rows:
 
     try:
         scores = job.suite.kept(stages.with_visibility(stages.score_samples(answered, judge)))
+    except PlanError:  # the judge's tokenizer, for the cap: not the samples' fault
+        raise
     except ValueError as exc:
         raise ValueError(f"{run.folder.uri(SAMPLES)}: {exc}") from None
     run.folder.write(SCORE_TABLE.check(scores, type(job.suite).columns), SCORES)
