@@ -1,6 +1,7 @@
 """LLM-as-judge plumbing: 100-LongBench judge prompts through the same backends, actor pools and
 checkpoints as the probe's requests (a run's ``judge/`` shards)."""
 
+import numpy as np
 import polars as pl
 import pytest
 from doubles.openai_server import SimulatedOpenAIServer
@@ -47,14 +48,15 @@ def test_judge_calls_through_the_pipeline_into_their_own_shards(ray_session, tmp
         })
         run = open_run(job, "j")
         run.log = lambda line: None
-        scores = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge()))
+        uncapped = lambda calls: np.zeros(calls.height, dtype=np.int64)  # noqa: E731 (no cap: never counted)
+        scores = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge(), uncapped))
         # fluency 2 x correctness 3 / 6; wrong on both answers; blank -> 0 without a call; fluency 1 x 1 of 2
         # sentences: one call per (row, answer), a summary's fluency and precision calls apart
         assert scores.to_list() == [1.0, 0.0, 0.0, 0.5]
         assert server.stats["completed"] == 5
         stored = run.folder.completions(JUDGE_SHARDS)
         assert stored.height == 5 and stored["error"].null_count() == 5 and set(stored["task"]) == {"judge"}
-        again = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge()))
+        again = judge_sample_scores(FRAME, lambda prompts: run.generate(prompts, job.as_judge(), uncapped))
         assert again.to_list() == scores.to_list() and server.stats["completed"] == 5  # every call was stored
     assert not (tmp_path / "j" / "requests").exists() and not (tmp_path / "j" / "infer").exists()
 
