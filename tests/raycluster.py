@@ -59,6 +59,9 @@ class LocalHead:
         ]
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env["RAY_AUTH_MODE"] = "disabled"  # loopback-only test cluster
+        # Ray gives its dashboard 60 s to start, then exits; a CI machine at load 15 took longer
+        # (ci33: "Failed to start the dashboard" after 74 s). The tests wait up to 300 s for it.
+        env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "300")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # job drivers use this venv
         self.log = open(tmp.parent / "ray-head.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
