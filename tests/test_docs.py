@@ -163,6 +163,13 @@ def test_architecture_names_every_module():
     assert not unnamed, "modules ARCHITECTURE.md does not name: " + ", ".join(unnamed)
 
 
+def test_testing_names_every_benchmark():
+    named = {path for _, path in code_paths((ROOT / "docs" / "testing.md").read_text(encoding="utf-8"))}
+    scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "benchmarks").glob("*.py"))
+    unnamed = [s for s in scripts if s not in named]
+    assert not unnamed, "benchmark scripts docs/testing.md does not name: " + ", ".join(unnamed)
+
+
 def test_readme_is_short_with_a_table_of_contents():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES, f"README.md has {len(text.splitlines())} lines"

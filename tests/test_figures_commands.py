@@ -151,9 +151,13 @@ def _two_in_ranges(stated: str, got: str, figure: str, out: str) -> None:
 
 
 def _pig_recovery(figure: str, out: str) -> None:
-    """Seed 1 of the default ``binned`` likelihood lies in the row's (min-max) over seeds 1-6."""
+    """Seed 1 of the default ``binned`` likelihood and of Algorithm 2 (``faithful``) lies in the
+    row's (min-max) over seeds 1-6."""
     _two_in_ranges(r"`binned` \(the default\) [\d.]+ \(([\d.]+)-([\d.]+)\) / [\d.]+ \(([\d.]+)-([\d.]+)\)",
                    r"model T=5 binned: .* per seed ([\d.]+) / ([\d.]+)", figure, out)
+    _two_in_ranges(r"Algorithm 2 \(`pig_likelihood: paper`, T = 5\): category \*\*[\d.]+ \(([\d.]+)-([\d.]+)\)\*\*, "
+                   r"Spearman \*\*[\d.]+ \(([\d.]+)-([\d.]+)\)\*\*",
+                   r"model T=5 faithful: .* per seed ([\d.]+) / ([\d.]+)", figure, out)
 
 
 def _calibration_bound(figure: str, out: str) -> None:
@@ -186,7 +190,7 @@ CHEAP: dict[str, Cheap] = {
     "tests/benchmarks/bench_units.py": Cheap(("--sizes", "32768,65536"), _units),
     "tests/benchmarks/calibration_bound.py": Cheap(("--groups", "1", "--generators", "short"), _calibration_bound),
     "tests/benchmarks/pig_recovery_over_seeds.py": Cheap(("--seeds", "1", "--steps", "5", "--designs", "model",
-                                                          "--fits", "binned"), _pig_recovery),
+                                                          "--fits", "binned,faithful"), _pig_recovery),
     "tests/benchmarks/take_every_vs_enumerate.py": Cheap(("--problems", "10", "--every", "5", "--strategies",
                                                           "sample_rate"), _take_every),
 }
