@@ -131,7 +131,8 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False,
              timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
-    """``ray.init`` once per process: join ``address`` if given, else start a local instance.
+    """``ray.init`` once per process: join ``address`` if given, else start a local instance
+    (never the cluster a ``ray start`` on this machine runs: ``auto`` joins that).
     An address is checked first (:func:`check_ray_address`, within ``timeout_s``); ``source``
     says where it came from for the error (``RAY_ADDRESS``, ``ray.address``; default:
     RAY_ADDRESS when ``address`` is its value). Failing to join is a :class:`RayUnavailable`.
@@ -295,7 +296,10 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
                 f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
     else:
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
+            # "local": a Ray of its own even where `ray start` or ray.cluster_utils left an address in
+            # Ray's temp folder, which ray.init() would join (a cluster raylc would take for one that
+            # never grows); RAY_ADDRESS=auto joins that one
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=include_dashboard, **common)
         except Exception as exc:  # Ray's own start-up time limit (a raylet or GCS too slow on a loaded machine)
             detail = (str(exc).strip().splitlines() or [""])[0]
             raise RayUnavailable(f"a local Ray instance did not start ({type(exc).__name__}: {detail}); "

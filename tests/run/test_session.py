@@ -61,6 +61,22 @@ def test_a_local_ray_that_does_not_start_is_one_line(monkeypatch):
     assert "\n" not in str(err.value)
 
 
+def test_no_address_starts_a_local_ray_even_beside_a_running_cluster(monkeypatch, tmp_path):
+    """With no address, ray.init() would join the cluster whose address ``ray start`` left in Ray's
+    temp folder, which raylc would then take for a local Ray that never grows: raylc asks for a
+    local one; ``auto`` is still passed on."""
+    import ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    session.init_ray(None, num_cpus=2)
+    assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == 2
+    session.init_ray("auto")
+    assert calls[-1]["address"] == "auto"
+
+
 def test_verbose_is_passed_to_a_submitted_run():
     assert build_entrypoint("jobs/q.yaml", None, None).split()[:4] == ["python", "-m", "raylc", "run"]
     assert build_entrypoint("jobs/q.yaml", None, None, verbose=True).split()[:5] == ["python", "-m",
