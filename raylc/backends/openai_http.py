@@ -8,7 +8,7 @@ message) or ``{base_url}/completions`` (mode ``completions``). Per actor, a thre
 handshake per request; an idle connection is dropped after :data:`KEEPALIVE_S`, before
 uvicorn's, hence ``vllm serve``'s, 5 s); :meth:`OpenAIBackend.close` closes them. Every wait on
 the server (connecting, sending, each read, a free pooled connection) is limited to ``timeout_s``,
-and a reply's body must be complete within twice that of the request (a body that trickles in).
+and a reply must be complete within twice that of the request (headers or a body that trickle in).
 Each request is retried on HTTP 408/429/5xx, timeouts
 and connection errors while retries remain (attempt ``n <= max_retries``) **or** while both the
 request and the endpoint's current outage are younger than ``retry_budget_s`` (default 300 s,
@@ -97,7 +97,7 @@ from raylc.backends.base import (
     request_raw,
 )
 from raylc.backends.config import OpenAIProbe
-from raylc.io.deadline import call_within
+from raylc.io.deadline import bounded, call_within, total_limit
 from raylc.text.tokenize import get_tokenizer
 from raylc.text.truncation import PromptTooLong, fit_to_window
 
@@ -233,13 +233,15 @@ class OpenAIBackend(Backend):
         """The pooled client: ``concurrency`` kept connections, no proxy for a loopback host."""
         n = self.probe.concurrency
         url = httpx.URL(self.base_url)
-        return httpx.Client(
+        client = httpx.Client(
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S),
             timeout=self.probe.timeout_s,
             follow_redirects=True,
             trust_env=url.host not in _LOOPBACK,
             verify=ssl.create_default_context() if url.scheme == "https" else True,
         )
+        bounded(client)  # each request within total_limit (_send), its headers included
+        return client
 
     def _http(self) -> httpx.Client:
         """The client, opened again if :meth:`close` closed it."""
@@ -279,25 +281,24 @@ class OpenAIBackend(Backend):
 
     def _send(self, url: str, body: Optional[bytes], timeout: float) -> Any:
         """JSON response of one request; :class:`_Retry` or :class:`_Fatal` on failure. A reply
-        whose body has not all arrived ``2 * timeout`` seconds after the request was sent is a
-        :class:`_Retry` (each read is bounded by ``timeout``; a body that trickles is not)."""
+        not all arrived ``2 * timeout`` seconds after the request was sent (its headers and body
+        trickling in, each read quick) is a :class:`_Retry` (:func:`raylc.io.deadline.total_limit`);
+        each connect and read alone is bounded by ``timeout``."""
         deadline = time.monotonic() + 2 * timeout
         try:
-            with self._http().stream("POST" if body else "GET", url, content=body, headers=self._headers(),
-                                     timeout=timeout) as resp:
+            with total_limit(2 * timeout), self._http().stream(
+                    "POST" if body else "GET", url, content=body, headers=self._headers(), timeout=timeout) as resp:
                 status = resp.status_code
                 if 200 <= status < 300:
-                    raw = bytearray()
-                    for chunk in resp.iter_bytes():
-                        raw += chunk
-                        if time.monotonic() > deadline:
-                            raise _Retry(f"no complete answer within {2 * timeout:g} s")
+                    raw = resp.read()
                 else:
                     try:
                         detail, text = _error_detail(resp.read() or b"")
                     except Exception:  # an error body that cannot be read: the status alone
                         detail, text = "", ""
         except httpx.TimeoutException:
+            if time.monotonic() >= deadline:
+                raise _Retry(f"no complete answer within {2 * timeout:g} s") from None
             raise _Retry(f"timed out after {timeout:g} s") from None
         except httpx.TooManyRedirects:
             raise _Fatal("too many redirects") from None

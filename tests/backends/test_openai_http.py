@@ -642,6 +642,19 @@ def test_exact_error_texts(planted):
         assert r["truncated_tokens"] == 0 and 0 <= r["latency_s"] < 30
 
 
+def test_headers_that_trickle_are_given_up_at_twice_the_read_limit(planted):
+    """A server (a broken proxy) that sends its status line and headers a byte every 0.3 s: each
+    read is quick (the read limit is 2 s), so only the request's total limit (twice
+    ``timeout_s``) ends it, at 4 s rather than after the headers' ~40 s."""
+    sim, prompts = planted
+    with SimulatedOpenAIServer(sim, trickle_s=0.3, trickle_headers=True) as server:
+        t0 = time.monotonic()
+        (r,) = OpenAIBackend(probe(server.base_url, max_retries=0, timeout_s=2)).generate(prompts[:1])
+        took = time.monotonic() - t0
+    assert matches(r["error"], f"{server.base_url}/chat/completions: no complete answer within 4 s"), r["error"]
+    assert took < 20, took
+
+
 def test_connection_errors_and_connect_timeouts_are_retried():
     url = f"http://127.0.0.1:{free_port()}/v1"
     (r,) = OpenAIBackend(probe(url, max_retries=1)).generate(["p"])

@@ -21,7 +21,8 @@ and proxies that do; the client must scrub it). Test hooks, all off by default: 
 closes the connection without a reply (a crashed worker or proxy), ``bad_json_rate`` answers
 HTTP 200 with a body that is not JSON (a proxy's HTML page), ``error_body`` replaces the JSON
 body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``,
-``trickle_s`` sends each reply's body one byte every ``trickle_s`` seconds (its headers at once), and
+``trickle_s`` sends each reply's body one byte every ``trickle_s`` seconds (its headers at once;
+with ``trickle_headers`` its status line and headers too), and
 ``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes)
 in :attr:`SimulatedOpenAIServer.requests`. :attr:`SimulatedOpenAIServer.stats` counts requests,
 injected failures, null replies, the maximum number of requests in flight, and the TCP
@@ -100,8 +101,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
-        self.end_headers()
-        every = self.server.owner.trickle_s
+        every, head = self.server.owner.trickle_s, self.server.owner.trickle_headers
+        if head:  # the status line and headers too, byte by byte (end_headers would send them at once)
+            self._headers_buffer.append(b"\r\n")
+            data, self._headers_buffer = b"".join(self._headers_buffer) + data, []
+        else:
+            self.end_headers()
         if not every:
             return self.wfile.write(data)
         for i in range(len(data)):  # each read is quick; the reply takes len(data) * every seconds
@@ -268,6 +273,7 @@ class SimulatedOpenAIServer:
         error_body: Optional[bytes] = None,
         stall_models_s: float = 0.0,
         trickle_s: float = 0.0,
+        trickle_headers: bool = False,
         record: bool = False,
         tls: Optional[tuple[str, str]] = None,
     ):
@@ -282,6 +288,7 @@ class SimulatedOpenAIServer:
         self.echo_key = echo_key
         self.drop_rate, self.bad_json_rate, self.error_body = drop_rate, bad_json_rate, error_body
         self.stall_models_s, self.record, self.trickle_s = stall_models_s, record, trickle_s
+        self.trickle_headers = trickle_headers
         self.tls = tls
         self.requests: list[dict[str, Any]] = []  # with record: every request, in arrival order
         self.stats = {"requests": 0, "injected_failures": 0, "stalled": 0, "null_replies": 0, "completed": 0,

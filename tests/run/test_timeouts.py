@@ -379,3 +379,36 @@ def test_per_task_ray_tasks_fail_within_their_no_progress_limit(ray_session):
         raising_own_errors(map_tasks)(_fails_if_short, [frames[0], pl.DataFrame({"x": [1]})], 600.0)
     assert time.monotonic() - t0 < 120
     assert map_tasks(_height_after, frames, 0.0, no_progress_s=120) == [2, 3]
+
+
+def test_a_clients_proxied_connections_keep_the_total_limit(monkeypatch):
+    """A hosted API behind HTTPS_PROXY: httpx mounts a transport per proxy, and each of its pools
+    gets the limited connections, the client's own too; a read past the limit raises a timeout."""
+    import httpcore
+    import httpx
+
+    from raylc.io.deadline import _LimitedBackend, _LimitedStream, bounded, total_limit
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    client = httpx.Client(trust_env=True)
+    assert bounded(client) and client._mounts
+    pools = [t._pool for t in (client._transport, *client._mounts.values()) if t is not None]
+    assert len(pools) >= 2 and all(isinstance(p._network_backend, _LimitedBackend) for p in pools)
+    assert bounded(client)  # twice: not wrapped twice
+    assert all(not isinstance(p._network_backend._backend, _LimitedBackend) for p in pools)
+    client.close()
+
+    class Slow(httpcore.NetworkStream):
+        def read(self, max_bytes, timeout=None):
+            self.timeout = timeout
+            return b"x"
+
+    stream = _LimitedStream(Slow())
+    assert stream.read(1, 5.0) == b"x" and stream._stream.timeout == 5.0  # no limit: the read's own
+    with total_limit(0.5):
+        stream.read(1, 5.0)
+        assert stream._stream.timeout <= 0.5  # cut to what is left
+        time.sleep(0.6)
+        with pytest.raises(httpcore.ReadTimeout):
+            stream.read(1, 5.0)
