@@ -79,8 +79,9 @@ def _log_placements(L: int, lam: int, k: np.ndarray) -> np.ndarray:
 
 def placement_work(L, lam, k_max, c_max, grid: int = GRID):
     """The work of :func:`placement_loglik` for one problem and lambda (for :data:`BUDGET`);
-    arrays broadcast."""
-    return (L - lam + 1) * (k_max + 1) * (np.maximum(c_max - lam + 1, lam - 1) + 1) * grid
+    arrays broadcast; in float64, since the product of a long document's L and k overflows int64."""
+    M = np.asarray(L, dtype=np.float64) - lam + 1
+    return M * (k_max + 1) * (np.maximum(c_max - lam + 1, lam - 1) + 1) * grid
 
 
 def placement_loglik(L: int, lam: int, k_max: int, start: np.ndarray, C: np.ndarray, lg1: np.ndarray,
@@ -148,8 +149,8 @@ def _forward(M: int, items: list) -> list[np.ndarray]:
 
 def few_copies_work(L, lam, k_max, n_lengths, grid: int = GRID):
     """The work of :func:`few_copies_loglik` for one problem and lambda with ``n_lengths``
-    distinct partial span lengths (for :data:`FEW_BUDGET`); arrays broadcast."""
-    return (L - lam + 1) * np.minimum(k_max, FEW_COPIES) * (n_lengths + 2) * grid
+    distinct partial span lengths (for :data:`FEW_BUDGET`); arrays broadcast; in float64."""
+    return (np.asarray(L, dtype=np.float64) - lam + 1) * np.minimum(k_max, FEW_COPIES) * (n_lengths + 2) * grid
 
 
 def few_copies_loglik(L: int, lam: int, k_max: int, start: np.ndarray, C: np.ndarray, lg1: np.ndarray,

@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 from raylc.dolce.cow import COWFit
 from raylc.dolce.placement import (
     BUDGET,
+    FEW_BUDGET,
     _chain_step,
     _window_lse,
     _window_sum,
     few_copies_loglik,
+    few_copies_work,
     placement_loglik,
     placement_logliks,
+    placement_work,
 )
 
 
@@ -306,3 +309,17 @@ def test_a_real_probe_read_by_its_single_paragraphs():
     agree, got = agreement(cow.SPAN_CLASSES)
     assert agree >= 9 and got["figures-02"] == "II"
     assert agreement(1)[0] == 8
+
+
+def test_the_work_of_a_document_of_a_billion_units_does_not_wrap():
+    """L k_max for L near 10^9 overflows int64: the work wrapped to a small number, the forward
+    pass was chosen and asked for terabytes. In float64 it stays past the budget, and the fit of
+    such a task ends at once."""
+    L = np.array([10**9], dtype=np.int64)
+    assert placement_work(L, 1, L, 5, 60)[0] > BUDGET and few_copies_work(L, 1, L, 4, 60)[0] > FEW_BUDGET
+    assert placement_work(np.array([40]), 2, np.array([3]), 10, 12)[0] == 39 * 4 * 10 * 12  # as before
+    spans = [(0, 0, 0.0), (1, 5, 1.0), (1, 100, 0.0), (2, 7, 0.0), (5, 0, 1.0), (10**9, 0, 1.0)]
+    obs = pl.DataFrame([dict(task="t", problem_id=f"p{p}", L=10**9, C=C, start=s, score=x, metric="em")
+                        for p in range(3) for C, s, x in spans])
+    fit = COWFit(uncertainty_steps=20).fit(obs)
+    assert fit.frames()[0].height == 3
