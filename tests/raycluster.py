@@ -62,6 +62,9 @@ class LocalHead:
         # Ray gives its dashboard 60 s to start, then exits; a CI machine at load 15 took longer
         # (ci33: "Failed to start the dashboard" after 74 s). The tests wait up to 300 s for it.
         env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "300")
+        # `ray job stop` sends SIGKILL 3 s after SIGTERM (Ray's default); a loaded machine can take
+        # longer to store a shard and say it stopped. A run that ignores SIGTERM is still killed.
+        env.setdefault("RAY_JOB_STOP_WAIT_TIME_S", "120")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # job drivers use this venv
         self.log = open(tmp.parent / "ray-head.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)

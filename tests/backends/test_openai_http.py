@@ -98,8 +98,8 @@ def test_retries_through_30_percent_503s_and_matches_the_simulated_probe(planted
 
 def test_retries_timeouts(planted):
     sim, prompts = planted
-    with SimulatedOpenAIServer(sim, stall_rate=0.3, stall_s=1.0, seed=4) as server:
-        results = OpenAIBackend(probe(server.base_url, timeout_s=0.3, concurrency=8, max_retries=8)).generate(
+    with SimulatedOpenAIServer(sim, stall_rate=0.3, stall_s=2.0, seed=4) as server:
+        results = OpenAIBackend(probe(server.base_url, timeout_s=0.5, concurrency=8, max_retries=8)).generate(
             prompts[:20]
         )
     assert server.stats["stalled"] > 0
@@ -630,7 +630,8 @@ def test_exact_error_texts(planted):
         ({"bad_json_rate": 1.0}, {"max_retries": 3}, "response is not JSON"),
         ({"drop_rate": 1.0}, {"max_retries": 1},
          "connection error (Server disconnected without sending a response.) after 2 attempts"),
-        ({"stall_rate": 1.0, "stall_s": 0.6}, {"max_retries": 0, "timeout_s": 0.2}, "timed out after 0.2 s"),
+        # a read that waits past its limit; the whole (twice that) is 1 s later, room for a busy machine
+        ({"stall_rate": 1.0, "stall_s": 3.0}, {"max_retries": 0, "timeout_s": 1.0}, "timed out after 1 s"),
         # a body that trickles (each read quick, the whole about 20 s): given up at twice the read limit
         ({"trickle_s": 0.05}, {"max_retries": 0, "timeout_s": 0.5}, "no complete answer within 1 s"),
     ]
@@ -725,10 +726,10 @@ def test_check_endpoint_edges(planted, monkeypatch):
         OpenAIBackend(probe(server.base_url)).check_endpoint()
         # no /models route (404): reachable, the model cannot be checked
         OpenAIBackend(probe(server.base_url.replace("/v1", "/v2"))).check_endpoint()
-    with SimulatedOpenAIServer(sim, stall_models_s=1.0) as server:
+    with SimulatedOpenAIServer(sim, stall_models_s=3.0) as server:
         with pytest.raises(BackendUnavailable) as err:
-            OpenAIBackend(probe(server.base_url, timeout_s=0.2)).check_endpoint()
-        assert str(err.value) == f"OpenAI endpoint {server.base_url} is unavailable: timed out after 0.2 s"
+            OpenAIBackend(probe(server.base_url, timeout_s=1.0)).check_endpoint()
+        assert str(err.value) == f"OpenAI endpoint {server.base_url} is unavailable: timed out after 1 s"
     backend = OpenAIBackend(probe("http://127.0.0.1:9/v1", timeout_s=300.0))
     timeouts = []
     for reply in ({"data": [{"id": None}, "x"]}, {}, ["not", "a", "dict"]):

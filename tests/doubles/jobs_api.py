@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
@@ -31,6 +32,8 @@ class FakeJobsAPI:
         self.release = threading.Event()
         self.status_calls = 0
         self.posts = 0
+        #: time.monotonic() of the first request (a client's limit runs from its first contact)
+        self.first_request: Optional[float] = None
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +52,11 @@ class FakeJobsAPI:
 
             def _hang(self) -> None:
                 api.release.wait(600)
+
+            def handle_one_request(self):
+                if api.first_request is None:
+                    api.first_request = time.monotonic()
+                super().handle_one_request()
 
             def do_GET(self):
                 if self.path == "/api/version":

@@ -284,9 +284,11 @@ def test_server_killed_and_restarted_mid_infer_loses_nothing(dolce_run, server, 
 
     def restart(proc: subprocess.Popen) -> None:
         server.kill()
-        server.start()
+        server.start(timeout_s=600)  # about 30 s idle; minutes on a loaded machine
 
+    # the retries' budget well past a restart on a loaded machine (the default, 300 s, is 10x an idle one)
     proc = _disrupted(DOLCE_JOB, tmp_path, "restart", _openai(server, *SUBSET, "inference.shard_rows=8",
-                                                               "inference.shard_seconds=1"), restart)
+                                                               "inference.shard_seconds=1",
+                                                               "probe.retry_budget_s=900"), restart)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _by_span(run).equals(_by_span(reference))

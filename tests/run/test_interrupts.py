@@ -45,12 +45,16 @@ def _interrupt_during_infer(job: Path, store: Path, run_id: str, sig: int) -> su
     run = store / run_id
     proc = subprocess.Popen([sys.executable, "-m", "raylc", "run", str(job), "--store", str(store), "--run-id", run_id],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # Ray's start and the first shard: seconds, minutes on a loaded machine
     while time.monotonic() < deadline and proc.poll() is None:
         running = _manifest(run).get("stages", {}).get("infer", {}).get("status") == "running"
         if running and any((run / "infer").rglob("part-*.parquet")):
             break
         time.sleep(0.05)
+    else:
+        if proc.poll() is None:
+            proc.kill()
+            pytest.fail("the run stored no inference shard within 600 s")
     assert proc.poll() is None, "the run ended before it could be interrupted"
     family = _descendants(proc.pid)
     assert family, "no Ray process was started"

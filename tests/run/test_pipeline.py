@@ -78,7 +78,7 @@ def test_engine_that_fails_to_start_fails_the_run_in_one_line(ray_session, tmp_p
     t0 = time.monotonic()
     with pytest.raises(InferenceFailed) as err:
         evaluate(_job(model, tmp_path / "s"), "r", log=lambda m: None)
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 300  # not a hang (a vLLM stream has no no-progress limit); minutes under load
     message = str(err.value)
     assert "\n" not in message and reason in message and "failed to start" in message
 
@@ -102,7 +102,7 @@ def test_engine_restarts_are_bounded(ray_session, tmp_path):
         evaluate(_job(model, tmp_path / "s", max_engine_restarts=1, device="cpu", engine_num_cpus=0.25), "r",
                  log=lambda m: None)
     message = str(err.value)
-    assert time.monotonic() - t0 < 120 and "\n" not in message
+    assert time.monotonic() - t0 < 400 and "\n" not in message  # not a hang; minutes under load
     assert ("EngineRestartsExceeded: the vLLM engine died 2 times, "
             "more than probe.max_engine_restarts = 1 allows") in message
     assert "die_after_requests=5 reached" in message  # the core's own reason, from its traceback
@@ -207,7 +207,8 @@ def test_a_failed_run_releases_its_engine_actors_and_the_next_run_gets_the_gpu(r
     failing = make_model_dir(tmp_path / "bad", double={**FAST, "fail_on_init": "RuntimeError: no engine (double)"})
     with pytest.raises(InferenceFailed, match="no engine"):
         evaluate(_job(failing, tmp_path / "s"), "bad", log=lambda m: None)
-    for _ in range(100):  # ray.kill returns before the GCS marks the actor dead
+    deadline = time.monotonic() + 120  # ray.kill returns before the GCS marks the actor dead; slower under load
+    while time.monotonic() < deadline:
         if not _alive_pool_actors() and ray.available_resources().get("GPU", 0) == 1:
             break
         time.sleep(0.2)

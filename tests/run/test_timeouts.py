@@ -44,6 +44,8 @@ class SilentPort:
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
         self.conns: list[socket.socket] = []
+        #: time.monotonic() of the first connection (a client's limit runs from its first contact)
+        self.first_contact: float | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -52,6 +54,8 @@ class SilentPort:
                 conn = self.sock.accept()[0]
             except OSError:
                 return
+            if self.first_contact is None:
+                self.first_contact = time.monotonic()
             self.conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
@@ -83,7 +87,7 @@ class TricklingPort(SilentPort):
     forever (an HTTP status line, then headers that never end): each read is quick, the reply
     never complete."""
 
-    def __init__(self, every_s: float = 0.2) -> None:
+    def __init__(self, every_s: float = 0.05) -> None:
         self.every_s = every_s
         super().__init__()
 
@@ -145,7 +149,9 @@ def _one_line(proc: subprocess.CompletedProcess) -> str:
 
 class Launched:
     """A process started at once in a thread of its own; :meth:`result` waits for it and gives
-    (seconds from its start to its end, the completed process)."""
+    (seconds from its start to its end, the completed process); :attr:`end` is when it ended
+    (``time.monotonic()``), to time a limit from the process's first contact with a server
+    rather than from its start, which a loaded machine stretches to tens of seconds."""
 
     def __init__(self, args: list[str], **kwargs) -> None:
         self._out: dict = {}
@@ -155,13 +161,14 @@ class Launched:
     def _run(self, args: list[str], **kwargs) -> None:
         t0 = time.monotonic()
         try:
-            self._out["proc"] = subprocess.run(args, capture_output=True, text=True, timeout=120, **kwargs)
+            self._out["proc"] = subprocess.run(args, capture_output=True, text=True, timeout=400, **kwargs)
         except BaseException as exc:  # re-raised in the test that reads the result
             self._out["error"] = exc
-        self._out["took"] = time.monotonic() - t0
+        self.end = time.monotonic()
+        self._out["took"] = self.end - t0
 
     def wait(self) -> None:
-        self._thread.join(150)
+        self._thread.join(450)
 
     def result(self) -> tuple[float, subprocess.CompletedProcess]:
         self.wait()
@@ -182,7 +189,8 @@ def scenarios(tmp_path_factory):
     """The module's one-process scenarios, all started at once: each mostly waits (a time limit,
     a refused connection's grace), so together they take about as long as the longest alone.
     name -> (Launched, what its test needs to know)."""
-    silent, hang, status, mute = SilentPort(), FakeJobsAPI("hang"), FakeJobsAPI("status"), MuteAfterHello()
+    silent = {name: SilentPort() for name in ("environment", "job file", "submit")}  # one each: its first contact
+    hang, status, mute = FakeJobsAPI("hang"), FakeJobsAPI("status"), MuteAfterHello()
     root = tmp_path_factory.mktemp("timeouts")
     runs: dict[str, tuple[Launched, dict]] = {}
 
@@ -193,16 +201,21 @@ def scenarios(tmp_path_factory):
         runs[name] = (launched, {"store": store, **ctx})
 
     closed = _closed_port()
-    run("stale", "", {"port": closed}, RAY_ADDRESS=f"127.0.0.1:{closed}")
-    address = f"127.0.0.1:{silent.port}"
-    run("silent-environment", "ray: {connect_timeout_s: 2}\n", {"address": address}, RAY_ADDRESS=address)
+    # a refused connection fails at once, not at the limit (600 s, so that start-up cannot reach it)
+    run("stale", "ray: {connect_timeout_s: 600}\n", {"port": closed}, RAY_ADDRESS=f"127.0.0.1:{closed}")
+    address = f"127.0.0.1:{silent['environment'].port}"
+    run("silent-environment", "ray: {connect_timeout_s: 2}\n", {"address": address, "server": silent["environment"]},
+        RAY_ADDRESS=address)
     # ray.address wins over RAY_ADDRESS
-    run("silent-job file", f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n", {"address": address},
-        RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+    address = f"127.0.0.1:{silent['job file'].port}"
+    run("silent-job file", f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n",
+        {"address": address, "server": silent["job file"]}, RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
     client = f"ray://127.0.0.1:{mute.port}"
-    run("mute-client", "ray: {connect_timeout_s: 5}\n", {"address": client}, RAY_ADDRESS=client)
-    runs["submit-silent"] = (_submit(root / "submit-silent", f"http://{address}", 2), {"address": f"http://{address}"})
-    runs["submit-hang"] = (_submit(root / "submit-hang", hang.address, 2), {"address": hang.address})
+    run("mute-client", "ray: {connect_timeout_s: 5}\n", {"address": client, "server": mute}, RAY_ADDRESS=client)
+    address = f"http://127.0.0.1:{silent['submit'].port}"
+    runs["submit-silent"] = (_submit(root / "submit-silent", address, 2), {"address": address,
+                                                                            "server": silent["submit"]})
+    runs["submit-hang"] = (_submit(root / "submit-hang", hang.address, 2), {"address": hang.address, "api": hang})
     runs["submit-status"] = (_submit(root / "submit-status", status.address, 2),
                              {"address": status.address, "api": status})
     try:
@@ -210,14 +223,21 @@ def scenarios(tmp_path_factory):
     finally:
         for launched, _ in runs.values():
             launched.wait()
-        silent.close()
+        for port in silent.values():
+            port.close()
         mute.close()
         hang.close()
         status.close()
 
 
+def _since_contact(launched: Launched, contact: float | None) -> float:
+    """Seconds from the process's first contact with its server to its end (its limit's clock)."""
+    assert contact is not None, "the process never reached its server"
+    return launched.end - contact
+
+
 def test_stale_ray_address_closed_port_fails_fast(scenarios):
-    """RAY_ADDRESS naming a dead cluster (closed port), default limit: one line, exit 1, before
+    """RAY_ADDRESS naming a dead cluster (closed port), a 600 s limit: one line, exit 1, before
     anything is written (it used to write build and sample, then print GCS warnings forever)."""
     launched, ctx = scenarios["stale"]
     took, proc = launched.result()
@@ -225,7 +245,7 @@ def test_stale_ray_address_closed_port_fails_fast(scenarios):
     assert _one_line(proc) == (f"error: RAY_ADDRESS=127.0.0.1:{ctx['port']} (from the environment) refused the "
                                "connection "
                                f"(no Ray cluster there); unset RAY_ADDRESS to start a local Ray")
-    assert took < 60, took  # refused at once: the 60 s limit would take longer (start-up alone: 31-45 s under load)
+    assert took < 300, took  # refused at once, not at the 600 s limit (start-up alone: 31-45 s under load)
     assert not ctx["store"].exists()
 
 
@@ -242,7 +262,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     took, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == expected
-    assert 2 <= took < 60, took  # the 2 s limit: the 60 s default would take longer (start-up: 5-45 s under load)
+    assert 1.5 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
     assert not ctx["store"].exists()
 
 
@@ -256,7 +276,7 @@ def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_li
     assert _one_line(proc) == (f"error: RAY_ADDRESS={ctx['address']} (from the environment) answered, but this "
                                "driver had not joined it within 5 s (ray.connect_timeout_s); unset RAY_ADDRESS to "
                                "start a local Ray")
-    assert 5 <= took < 60, took  # the check passed, the join was cut at 5 s (start-up: 5-45 s under load)
+    assert 4.5 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the check passed, the join cut at 5 s
     assert not ctx["store"].exists()
 
 
@@ -292,7 +312,8 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
 def test_submit_silent_port_within_job_files_limit(scenarios):
     launched, ctx = scenarios["submit-silent"]
     took, proc = launched.result()
-    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # the 2 s limit: the 60 s default takes longer
+    assert proc.returncode == 1, proc.stderr
+    assert _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to GET /api/version "
                                f"(ray.connect_timeout_s); is it the Ray dashboard address (http://HEAD:8265)?")
 
@@ -302,7 +323,8 @@ def test_submit_jobs_api_that_stops_answering(scenarios):
     upload) never does: the client's requests are bounded too."""
     launched, ctx = scenarios["submit-hang"]
     took, proc = launched.result()
-    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # the 2 s limit: the 60 s default takes longer
+    assert proc.returncode == 1, proc.stderr
+    assert _since_contact(launched, ctx["api"].first_request) < 45  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to the Jobs API while submitting "
                                f"(ray.connect_timeout_s)")
 
@@ -313,7 +335,8 @@ def test_submit_log_following_is_bounded(scenarios):
     launched, ctx = scenarios["submit-status"]
     took, proc = launched.result()
     address = ctx["address"]
-    assert proc.returncode == 1 and took < 60, (took, proc.stderr)  # bounded (start-up alone: up to 45 s under load)
+    assert proc.returncode == 1, proc.stderr
+    assert _since_contact(launched, ctx["api"].first_request) < 45  # bounded by the 2 s limits
     assert proc.stdout.strip() == "submitted raysubmit_t"
     assert "Traceback" not in proc.stderr
     *ray_info, last = proc.stderr.strip().splitlines()  # Ray's own INFO line: the package exists already
