@@ -110,7 +110,8 @@ class RayResources(_Strict):
     to answer before the run (or the submission) fails with one line naming the address."""
 
     address: Optional[str] = Field(default=None, description=(
-        "The Ray cluster to join (e.g. `ray://HEAD:10001`; `auto`: the one `ray start` runs on this machine); "
+        "The Ray cluster to join (e.g. `ray://HEAD:10001`; `auto`: RAY_ADDRESS if set, else the cluster "
+        "`ray start` runs on this machine); "
         "null: RAY_ADDRESS, else a local Ray starts, even beside a running cluster."))
     num_cpus: Optional[int] = Field(default=None, ge=1, le=100_000, description=(
         "CPUs of a local Ray (null: the machine's)."))

@@ -57,7 +57,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR",
+        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="ERROR",
                  runtime_env={"env_vars": {"PYTHONPATH": DOUBLES}})
     yield ray
     ray.shutdown()

@@ -282,7 +282,8 @@ class OpenAIBackend(Backend):
     def _send(self, url: str, body: Optional[bytes], timeout: float) -> Any:
         """JSON response of one request; :class:`_Retry` or :class:`_Fatal` on failure. A reply
         not all arrived ``2 * timeout`` seconds after the request was sent (its headers and body
-        trickling in, each read quick) is a :class:`_Retry` (:func:`raylc.io.deadline.total_limit`);
+        trickling in, each read quick) is a :class:`_Retry` (:func:`raylc.io.deadline.total_limit`;
+        the body alone if the client's pools did not take :func:`~raylc.io.deadline.bounded`);
         each connect and read alone is bounded by ``timeout``."""
         deadline = time.monotonic() + 2 * timeout
         try:
@@ -290,7 +291,11 @@ class OpenAIBackend(Backend):
                     "POST" if body else "GET", url, content=body, headers=self._headers(), timeout=timeout) as resp:
                 status = resp.status_code
                 if 200 <= status < 300:
-                    raw = resp.read()
+                    raw = bytearray()
+                    for chunk in resp.iter_bytes():  # the body's limit, should an httpcore not take bounded()
+                        raw += chunk
+                        if time.monotonic() > deadline:
+                            raise _Retry(f"no complete answer within {2 * timeout:g} s")
                 else:
                     try:
                         detail, text = _error_detail(resp.read() or b"")

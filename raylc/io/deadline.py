@@ -49,11 +49,12 @@ def total_limit(seconds: float) -> Iterator[None]:
     ``seconds`` in all (the status line and headers included, which a per-read timeout does not
     bound either); past it a read or write raises httpcore's ``ReadTimeout`` /
     ``WriteTimeout``, which httpx raises as its own."""
-    _LIMIT.end = time.monotonic() + seconds
+    before = getattr(_LIMIT, "end", None)
+    _LIMIT.end = time.monotonic() + seconds if before is None else min(before, time.monotonic() + seconds)
     try:
         yield
     finally:
-        _LIMIT.end = None
+        _LIMIT.end = before
 
 
 def _left(timeout: Optional[float], late: type[Exception]) -> Optional[float]:
@@ -84,8 +85,12 @@ class _LimitedStream(httpcore.NetworkStream):
 
     def start_tls(self, ssl_context: Any, server_hostname: Optional[str] = None,
                   timeout: Optional[float] = None) -> httpcore.NetworkStream:
-        return _LimitedStream(self._stream.start_tls(ssl_context, server_hostname,
-                                                     _left(timeout, httpcore.ConnectTimeout)))
+        try:
+            left = _left(timeout, httpcore.ConnectTimeout)
+        except httpcore.ConnectTimeout:
+            self._stream.close()  # as httpcore's own streams do when the handshake fails
+            raise
+        return _LimitedStream(self._stream.start_tls(ssl_context, server_hostname, left))
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)

@@ -172,7 +172,8 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_id = proc.stdout.split()[-2]
     run = store / "stop"
-    deadline = time.monotonic() + 600
+    client = JobSubmissionClient(head.address)
+    deadline, polls = time.monotonic() + 600, 0
     while time.monotonic() < deadline:
         try:
             running = (json.loads((run / "manifest.json").read_text())["stages"].get("infer", {}).get("status")
@@ -181,10 +182,12 @@ def test_ray_job_stop_interrupts_the_run(head, tmp_path):
             running = False
         if running and any((run / "infer").rglob("part-*.parquet")):
             break
+        polls += 1
+        if polls % 50 == 0 and str(client.get_job_status(job_id)).split(".")[-1] in ("STOPPED", "SUCCEEDED", "FAILED"):
+            pytest.fail(f"the submitted run ended before it stored an inference shard: {client.get_job_logs(job_id)}")
         time.sleep(0.1)
     else:
         pytest.fail("the submitted run never stored an inference shard within 600 s")
-    client = JobSubmissionClient(head.address)
     client.stop_job(job_id)
     while str(client.get_job_status(job_id)).split(".")[-1] not in ("STOPPED", "SUCCEEDED", "FAILED"):
         time.sleep(0.5)

@@ -262,7 +262,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     took, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == expected
-    assert 1.5 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
+    assert 1.0 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
     assert not ctx["store"].exists()
 
 
@@ -276,7 +276,7 @@ def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_li
     assert _one_line(proc) == (f"error: RAY_ADDRESS={ctx['address']} (from the environment) answered, but this "
                                "driver had not joined it within 5 s (ray.connect_timeout_s); unset RAY_ADDRESS to "
                                "start a local Ray")
-    assert 4.5 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the check passed, the join cut at 5 s
+    assert 4.0 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the check passed, the join cut at 5 s
     assert not ctx["store"].exists()
 
 
@@ -427,11 +427,21 @@ def test_a_clients_proxied_connections_keep_the_total_limit(monkeypatch):
             self.timeout = timeout
             return b"x"
 
+        def close(self):
+            self.closed = True
+
     stream = _LimitedStream(Slow())
     assert stream.read(1, 5.0) == b"x" and stream._stream.timeout == 5.0  # no limit: the read's own
     with total_limit(0.5):
         stream.read(1, 5.0)
         assert stream._stream.timeout <= 0.5  # cut to what is left
+        with total_limit(100):  # an inner limit never extends the outer one, and gives it back
+            stream.read(1, 5.0)
+            assert stream._stream.timeout <= 0.5
         time.sleep(0.6)
         with pytest.raises(httpcore.ReadTimeout):
             stream.read(1, 5.0)
+        with pytest.raises(httpcore.ConnectTimeout):  # a TLS handshake past the limit closes the socket
+            stream.start_tls(None)
+        assert stream._stream.closed
+    assert stream.read(1, 5.0) == b"x" and stream._stream.timeout == 5.0
