@@ -688,7 +688,7 @@ def test_killing_the_core_process_kills_the_engine(vllm, tmp_path):
 
     t0 = time.monotonic()
     res = asyncio.run(main())
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 9  # unnoticed, the requests would end at 10 s (1,000 tokens x 0.01 s)
     assert all(isinstance(r, EngineDeadError) for r in res), res
     assert engine.errored and proc.exitcode == -signal.SIGKILL
     assert isinstance(run_async(engine, [(ids_of(10), sp)])[0], EngineDeadError)  # later requests too

@@ -109,8 +109,8 @@ def test_output_tail_holds_a_start_up_back_and_keeps_a_childs_output(tmp_path):
         tail = OutputTail()
         subprocess.run([sys.executable, "-c",
                         "import sys; print('child out'); sys.stderr.write('KeyError: boom\\\\n')"])
-        time.sleep(0.3)
         tail.restore()
+        tail.drained(30)  # the child has exited: the pump reads the pipe to its end (no race with a sleep)
         path = tail.divert()
         print("diverted", open(path).read().split())
         tail = OutputTail()
