@@ -259,7 +259,7 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     else:
         expected = (f"error: ray.address {address} (from the job file) did not answer within 2 s (no reply); "
                     f"fix ray.address, or remove it to start a local Ray")
-    took, proc = launched.result()
+    _, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == expected
     assert 1.0 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
@@ -271,7 +271,7 @@ def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_li
     replies: `ray.init` has no limit of its own there (its ClusterInfo call waits forever); the
     join is given up at ray.connect_timeout_s, in one line, with nothing written."""
     launched, ctx = scenarios["mute-client"]
-    took, proc = launched.result()
+    _, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == (f"error: RAY_ADDRESS={ctx['address']} (from the environment) answered, but this "
                                "driver had not joined it within 5 s (ray.connect_timeout_s); unset RAY_ADDRESS to "
@@ -311,7 +311,7 @@ def test_default_limit_silent_cluster_and_jobs_api(tmp_path, silent):
 
 def test_submit_silent_port_within_job_files_limit(scenarios):
     launched, ctx = scenarios["submit-silent"]
-    took, proc = launched.result()
+    _, proc = launched.result()
     assert proc.returncode == 1, proc.stderr
     assert _since_contact(launched, ctx["server"].first_contact) < 45  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to GET /api/version "
@@ -322,7 +322,7 @@ def test_submit_jobs_api_that_stops_answering(scenarios):
     """The version check answers, the next request (the client's own version check or the
     upload) never does: the client's requests are bounded too."""
     launched, ctx = scenarios["submit-hang"]
-    took, proc = launched.result()
+    _, proc = launched.result()
     assert proc.returncode == 1, proc.stderr
     assert _since_contact(launched, ctx["api"].first_request) < 45  # the 2 s limit, not the 60 s default
     assert _one_line(proc) == (f"error: {ctx['address']}: did not answer within 2 s to the Jobs API while submitting "
@@ -333,7 +333,7 @@ def test_submit_log_following_is_bounded(scenarios):
     """Submitted; the log stream never answers and the status answers once (RUNNING), then
     never: the following ends with one line instead of waiting forever."""
     launched, ctx = scenarios["submit-status"]
-    took, proc = launched.result()
+    _, proc = launched.result()
     address = ctx["address"]
     assert proc.returncode == 1, proc.stderr
     assert _since_contact(launched, ctx["api"].first_request) < 45  # bounded by the 2 s limits
