@@ -76,19 +76,22 @@ def _who(address: str, source: Optional[str]) -> tuple[str, str]:
     return f"Ray address {address}", "check the address"
 
 
-def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
+def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
+                      source: Optional[str] = None) -> Optional[str]:
     """Raise :class:`RayUnavailable` unless a gRPC server (Ray's GCS) answers at ``address``
     (``host:port`` or ``ray://host:port``) within ``timeout_s``: ``ray.init`` itself waits for
     an unreachable GCS far longer (Ray 2.60, ``_private/node.py`` ``Node._init_gcs_client``:
     ``NUM_REDIS_GET_RETRIES`` = 20 attempts, each a ``GcsClient`` that waits for the cluster id,
     about 40 s, printing a GCS warning every 30 s). A TCP connect, then an HTTP/2 preface
     whose SETTINGS reply proves a gRPC server listens (skipped with RAY_USE_TLS, where the TLS
-    handshake comes first). A refused connection is retried for :data:`REFUSED_GRACE_S`.
-    ``auto``, ``local`` and addresses without a port are left to ``ray.init``."""
+    handshake comes first), then for a GCS address its cluster id (:func:`_ask_gcs`), all by the
+    one deadline. A refused connection is retried for :data:`REFUSED_GRACE_S`.
+    ``auto``, ``local`` and addresses without a port are left to ``ray.init``. Returns what to
+    tell a user whose join then fails (:data:`_TOKEN_NOTE`), else None."""
     who, hint = _who(address, source)
     host, sep, port = address.split("://", 1)[-1].strip().rstrip("/").rpartition(":")
     if not sep or not port.isdigit() or not host:
-        return
+        return None
     host = host.strip("[]")
     tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
     start = time.monotonic()
@@ -101,7 +104,7 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
         try:
             with socket.create_connection((host, int(port)), timeout=remaining) as sock:
                 if tls:
-                    return
+                    return None
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock.sendall(_H2_HELLO)
                 head = b""
@@ -111,7 +114,10 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
                         break
                     head += chunk
             if len(head) == 9 and head[3] == 4:  # frame type 4: SETTINGS
-                return
+                if "://" not in address:
+                    return _ask_gcs(f"{host}:{port}" if ":" not in host else f"[{host}]:{port}", deadline, timeout_s,
+                                    who, hint)
+                return None
             raise RayUnavailable(
                 f"{who} answered, but not as a Ray cluster (no gRPC reply: expected the GCS address, "
                 f"host:6379, not the dashboard's); {hint}")
@@ -127,6 +133,39 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
         except OSError as exc:  # reset, host or network unreachable: retried until the deadline
             last = exc.strerror or type(exc).__name__
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+
+
+#: said when a GCS that refused the cluster-id call for want of a token then refuses the join
+_TOKEN_NOTE = ("the cluster asks for Ray's auth token: set RAY_AUTH_MODE=token, with the cluster's token in "
+               "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
+
+
+def _ask_gcs(target: str, deadline: float, timeout_s: float, who: str, hint: str) -> Optional[str]:
+    """Ask the GCS at ``target`` for its cluster id (``NodeInfoGcsService.GetClusterId``, the
+    first call ``ray.init`` makes) by ``deadline``, as the address check's last step: a server
+    that answered the HTTP/2 preface and then says nothing would hold ``ray.init`` in Ray's C++
+    client for about 40 s, past any Python limit. No reply in time, or a gRPC server without
+    that service, is a :class:`RayUnavailable`; any other answer is left to ``ray.init``, a
+    refusal for want of a token (this call sends none) with :data:`_TOKEN_NOTE` returned. No
+    proxy, as the check's own connect."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=max(deadline - time.monotonic(), 0.001))
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise RayUnavailable(f"{who} answered, but this driver had not joined it within {timeout_s:g} s "
+                                     f"(ray.connect_timeout_s); {hint}") from None
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise RayUnavailable(f"{who} answered, but not as a Ray cluster (a gRPC server without Ray's GCS: "
+                                     f"expected the GCS address, host:6379); {hint}") from None
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                return _TOKEN_NOTE
+    return None
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False,
@@ -282,7 +321,7 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
     if address:
         if source is None and address == os.environ.get("RAY_ADDRESS"):
             source = "RAY_ADDRESS"
-        check_ray_address(address, timeout_s, source)
+        note = check_ray_address(address, timeout_s, source)
         who, hint = _who(address, source)
         try:
             with _deadline(timeout_s):
@@ -292,8 +331,8 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
                                  f"(ray.connect_timeout_s); {hint}") from None
         except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
             detail = (str(exc).strip().splitlines() or [""])[0]
-            raise RayUnavailable(
-                f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
+            raise RayUnavailable(f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); "
+                                 f"{note + '; ' if note else ''}{hint}") from None
     else:
         try:
             # "local": a Ray of its own even where `ray start` or ray.cluster_utils left an address in

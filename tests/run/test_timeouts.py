@@ -190,7 +190,7 @@ def scenarios(tmp_path_factory):
     a refused connection's grace), so together they take about as long as the longest alone.
     name -> (Launched, what its test needs to know)."""
     silent = {name: SilentPort() for name in ("environment", "job file", "submit")}  # one each: its first contact
-    hang, status, mute = FakeJobsAPI("hang"), FakeJobsAPI("status"), MuteAfterHello()
+    hang, status, mute, mute_gcs = FakeJobsAPI("hang"), FakeJobsAPI("status"), MuteAfterHello(), MuteAfterHello()
     root = tmp_path_factory.mktemp("timeouts")
     runs: dict[str, tuple[Launched, dict]] = {}
 
@@ -212,6 +212,8 @@ def scenarios(tmp_path_factory):
         {"address": address, "server": silent["job file"]}, RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
     client = f"ray://127.0.0.1:{mute.port}"
     run("mute-client", "ray: {connect_timeout_s: 5}\n", {"address": client, "server": mute}, RAY_ADDRESS=client)
+    address = f"127.0.0.1:{mute_gcs.port}"
+    run("mute-gcs", "ray: {connect_timeout_s: 5}\n", {"address": address, "server": mute_gcs}, RAY_ADDRESS=address)
     address = f"http://127.0.0.1:{silent['submit'].port}"
     runs["submit-silent"] = (_submit(root / "submit-silent", address, 2), {"address": address,
                                                                             "server": silent["submit"]})
@@ -226,6 +228,7 @@ def scenarios(tmp_path_factory):
         for port in silent.values():
             port.close()
         mute.close()
+        mute_gcs.close()
         hang.close()
         status.close()
 
@@ -266,18 +269,82 @@ def test_silent_cluster_fails_within_the_job_files_limit(scenarios, where):
     assert not ctx["store"].exists()
 
 
-def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_limit(scenarios):
-    """A Ray Client address (`ray://`) whose server answers the address check and then never
-    replies: `ray.init` has no limit of its own there (its ClusterInfo call waits forever); the
-    join is given up at ray.connect_timeout_s, in one line, with nothing written."""
-    launched, ctx = scenarios["mute-client"]
+@pytest.mark.parametrize("scenario", ["mute-client", "mute-gcs"])
+def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_limit(scenarios, scenario):
+    """An address whose server answers the HTTP/2 preface and then never replies, at
+    ray.connect_timeout_s, in one line, with nothing written. A Ray Client address (`ray://`):
+    `ray.init`'s ClusterInfo call has no limit of its own. A GCS address: Ray's C++ client
+    waits about 40 s for the cluster id before Python could stop it, so the check asks for the
+    id itself within the limit."""
+    launched, ctx = scenarios[scenario]
     _, proc = launched.result()
     assert proc.returncode == 1
     assert _one_line(proc) == (f"error: RAY_ADDRESS={ctx['address']} (from the environment) answered, but this "
                                "driver had not joined it within 5 s (ray.connect_timeout_s); unset RAY_ADDRESS to "
                                "start a local Ray")
-    assert 4.0 <= _since_contact(launched, ctx["server"].first_contact) < 45  # the check passed, the join cut at 5 s
+    # the check passed, the join cut at 5 s (a GCS held Ray's client for about 40 s before)
+    assert 4.0 <= _since_contact(launched, ctx["server"].first_contact) < 30
     assert not ctx["store"].exists()
+
+
+def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():
+    """A gRPC server without Ray's GCS service answers the preface as a GCS does; asking it for
+    the cluster id tells them apart at once."""
+    from concurrent import futures
+
+    import grpc
+
+    from raylc.run.session import RayUnavailable, check_ray_address
+
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RayUnavailable, match=r"^Ray address 127\.0\.0\.1:\d+ answered, but not as a Ray cluster "
+                                                 r"\(a gRPC server without Ray's GCS"):
+            check_ray_address(f"127.0.0.1:{port}", 600)
+        assert time.monotonic() - t0 < 60  # at once, not at the limit
+    finally:
+        server.stop(None)
+
+
+def test_a_gcs_that_wants_a_token_is_named_when_the_join_fails(monkeypatch):
+    """A GCS with Ray's token authentication refuses the check's cluster-id call (it sends no
+    token); the check leaves the join to ray.init, and if that fails its line says what to set."""
+    from concurrent import futures
+
+    import grpc
+    import ray
+
+    from raylc.run import session
+
+    def refuse(_request, context):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken: Authentication token is missing")
+
+    gcs = grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService",
+                                               {"GetClusterId": grpc.unary_unary_rpc_method_handler(refuse)})
+    server = grpc.server(futures.ThreadPoolExecutor(1), handlers=[gcs])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    address = f"127.0.0.1:{port}"
+    try:
+        assert session.check_ray_address(address, 600) == session._TOKEN_NOTE
+
+        def refused(**_):
+            raise ConnectionError(f"Failed to connect to Ray cluster at {address}")
+
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+        monkeypatch.setattr(ray, "init", refused)
+        with pytest.raises(session.RayUnavailable) as err:
+            session.init_ray(address, source="ray.address")
+        assert str(err.value) == (f"ray.address {address} (from the job file): could not join the Ray cluster "
+                                  f"(ConnectionError: Failed to connect to Ray cluster at {address}); the cluster asks "
+                                  "for Ray's auth token: set RAY_AUTH_MODE=token, with the cluster's token in "
+                                  "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; fix ray.address, or "
+                                  "remove it to start a local Ray")
+    finally:
+        server.stop(None)
 
 
 @pytest.mark.slow
