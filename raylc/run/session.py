@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 if TYPE_CHECKING:
     from raylc.spec import Job
@@ -76,24 +76,25 @@ def _who(address: str, source: Optional[str]) -> tuple[str, str]:
     return f"Ray address {address}", "check the address"
 
 
-def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
-                      source: Optional[str] = None) -> Optional[str]:
+def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source: Optional[str] = None) -> None:
     """Raise :class:`RayUnavailable` unless a gRPC server (Ray's GCS) answers at ``address``
     (``host:port`` or ``ray://host:port``) within ``timeout_s``: ``ray.init`` itself waits for
     an unreachable GCS far longer (Ray 2.60, ``_private/node.py`` ``Node._init_gcs_client``:
     ``NUM_REDIS_GET_RETRIES`` = 20 attempts, each a ``GcsClient`` that waits for the cluster id,
     about 40 s, printing a GCS warning every 30 s). A TCP connect, then an HTTP/2 preface
-    whose SETTINGS reply proves a gRPC server listens (skipped with RAY_USE_TLS, where the TLS
-    handshake comes first), then for a GCS address its cluster id (:func:`_ask_gcs`), all by the
-    one deadline. A refused connection is retried for :data:`REFUSED_GRACE_S`.
-    ``auto``, ``local`` and addresses without a port are left to ``ray.init``. Returns what to
-    tell a user whose join then fails (:data:`_TOKEN_NOTE`), else None."""
+    whose SETTINGS reply proves a gRPC server listens, then for a GCS address its cluster id
+    from the address that answered (:func:`_ask_gcs`), all by the one deadline; with RAY_USE_TLS
+    (the TLS handshake comes first) the connect alone. A refused connection is retried for
+    :data:`REFUSED_GRACE_S`. ``auto``, ``local`` and addresses without a port are left to
+    ``ray.init``."""
     who, hint = _who(address, source)
     host, sep, port = address.split("://", 1)[-1].strip().rstrip("/").rpartition(":")
     if not sep or not port.isdigit() or not host:
-        return None
+        return
     host = host.strip("[]")
     tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+    # imported before the clock starts (about 0.2 s)
+    ray_grpc = _ray_grpc() if "://" not in address and not tls else None
     start = time.monotonic()
     deadline = start + timeout_s
     last = "no reply"
@@ -104,7 +105,8 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
         try:
             with socket.create_connection((host, int(port)), timeout=remaining) as sock:
                 if tls:
-                    return None
+                    return
+                peer = sock.getpeername()
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock.sendall(_H2_HELLO)
                 head = b""
@@ -114,10 +116,10 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
                         break
                     head += chunk
             if len(head) == 9 and head[3] == 4:  # frame type 4: SETTINGS
-                if "://" not in address:
-                    return _ask_gcs(f"{host}:{port}" if ":" not in host else f"[{host}]:{port}", deadline, timeout_s,
-                                    who, hint)
-                return None
+                if ray_grpc is not None:
+                    target = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
+                    _ask_gcs(ray_grpc, target, deadline, timeout_s, who, hint)
+                return
             raise RayUnavailable(
                 f"{who} answered, but not as a Ray cluster (no gRPC reply: expected the GCS address, "
                 f"host:6379, not the dashboard's); {hint}")
@@ -135,37 +137,54 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
 
 
-#: said when a GCS that refused the cluster-id call for want of a token then refuses the join
-_TOKEN_NOTE = ("the cluster asks for Ray's auth token: set RAY_AUTH_MODE=token, with the cluster's token in "
-               "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
+def _ray_grpc() -> Optional[tuple[Any, Any, Any, Callable[..., Any], Callable[[], bool]]]:
+    """(grpc, the GCS's messages, its stubs, Ray's channel maker, whether this driver sends
+    Ray's auth token) of the installed Ray 2.60; None for a Ray without them."""
+    try:
+        import grpc
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return None
+    return grpc, gcs_service_pb2, gcs_service_pb2_grpc, init_grpc_channel, is_token_auth_enabled
 
 
-def _ask_gcs(target: str, deadline: float, timeout_s: float, who: str, hint: str) -> Optional[str]:
+def _ask_gcs(ray_grpc: tuple, target: str, deadline: float, timeout_s: float, who: str, hint: str) -> None:
     """Ask the GCS at ``target`` for its cluster id (``NodeInfoGcsService.GetClusterId``, the
-    first call ``ray.init`` makes) by ``deadline``, as the address check's last step: a server
-    that answered the HTTP/2 preface and then says nothing would hold ``ray.init`` in Ray's C++
-    client for about 40 s, past any Python limit. No reply in time, or a gRPC server without
-    that service, is a :class:`RayUnavailable`; any other answer is left to ``ray.init``, a
-    refusal for want of a token (this call sends none) with :data:`_TOKEN_NOTE` returned. No
-    proxy, as the check's own connect."""
-    import grpc
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-
-    with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
-        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+    first call ``ray.init`` makes) by ``deadline``, with the token ``ray.init`` would send
+    (Ray's ``init_grpc_channel``): a server that answered the HTTP/2 preface and then says
+    nothing would hold ``ray.init`` in Ray's C++ client for about 40 s, past any Python limit.
+    No reply in time, a gRPC server without that service, or a refusal of this driver's token
+    (or of none: an explicit address never turns token authentication on, Ray 2.60
+    ``_private/worker.py``) is a :class:`RayUnavailable`; anything else is left to ``ray.init``."""
+    grpc, messages, stubs, init_grpc_channel, token_sent = ray_grpc
+    try:
+        channel = init_grpc_channel(target, options=[("grpc.enable_http_proxy", 0)])
+    except Exception:  # a token Ray cannot load, ...: ray.init says why
+        return
+    with channel:
         try:
-            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=max(deadline - time.monotonic(), 0.001))
+            stubs.NodeInfoGcsServiceStub(channel).GetClusterId(messages.GetClusterIdRequest(),
+                                                               timeout=max(deadline - time.monotonic(), 0.001))
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise RayUnavailable(f"{who} answered, but this driver had not joined it within {timeout_s:g} s "
+                raise RayUnavailable(f"{who} answered, but its GCS did not reply within {timeout_s:g} s "
                                      f"(ray.connect_timeout_s); {hint}") from None
             if code == grpc.StatusCode.UNIMPLEMENTED:
-                raise RayUnavailable(f"{who} answered, but not as a Ray cluster (a gRPC server without Ray's GCS: "
-                                     f"expected the GCS address, host:6379); {hint}") from None
+                raise RayUnavailable(f"{who} answered, but not as a Ray cluster (a gRPC server without Ray's GCS, "
+                                     f"or a Ray older than this one: expected the GCS address, host:6379); "
+                                     f"{hint}") from None
             if code == grpc.StatusCode.UNAUTHENTICATED:
-                return _TOKEN_NOTE
-    return None
+                where = "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
+                raise RayUnavailable(
+                    f"{who} refused this driver's Ray auth token (the cluster's token goes in {where}); {hint}"
+                    if token_sent() else
+                    f"{who} asks for Ray's auth token: set RAY_AUTH_MODE=token, with the cluster's token in "
+                    f"{where}; {hint}") from None
+        except Exception:  # Ray's token interceptor that cannot load a token, ...: ray.init says why
+            return
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, include_dashboard: bool = False,
@@ -321,7 +340,7 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
     if address:
         if source is None and address == os.environ.get("RAY_ADDRESS"):
             source = "RAY_ADDRESS"
-        note = check_ray_address(address, timeout_s, source)
+        check_ray_address(address, timeout_s, source)
         who, hint = _who(address, source)
         try:
             with _deadline(timeout_s):
@@ -331,8 +350,8 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
                                  f"(ray.connect_timeout_s); {hint}") from None
         except Exception as exc:  # version mismatch, a GCS that answered but refused this driver, ...
             detail = (str(exc).strip().splitlines() or [""])[0]
-            raise RayUnavailable(f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); "
-                                 f"{note + '; ' if note else ''}{hint}") from None
+            raise RayUnavailable(
+                f"{who}: could not join the Ray cluster ({type(exc).__name__}: {detail}); {hint}") from None
     else:
         try:
             # "local": a Ray of its own even where `ray start` or ray.cluster_utils left an address in

@@ -479,12 +479,10 @@ def test_async_concurrency_is_capped_by_max_num_seqs(vllm, tmp_path):
     spans = [(o.metrics.scheduled_ts, o.metrics.last_token_ts) for o in outs]
     peak = max(sum(1 for s, e in spans if s <= t0 < e) for t0, _ in spans)
     assert peak == 4
-    for o in outs:  # one queued while four ran started only once one of them had finished
-        running = [e for other, (s, e) in zip(outs, spans) if other is not o and s <= o.metrics.queued_ts < e]
-        if len(running) >= 4:
-            assert o.metrics.scheduled_ts >= min(running), (o.metrics, spans)
-    waited = [o.metrics.scheduled_ts - o.metrics.queued_ts for o in outs]
-    assert sum(w > 0.2 for w in waited) >= 6  # the others queued
+    waited = [o for o in outs if o.metrics.scheduled_ts - o.metrics.queued_ts > 0.2]
+    assert len(waited) >= 6  # the others queued
+    for o in waited:  # and each started once a slot came free: another request ended while it waited
+        assert any(o.metrics.queued_ts <= e <= o.metrics.scheduled_ts for _, e in spans), (o.metrics, spans)
     assert [o.prompt_token_ids for o in outs] == [j[0] for j in jobs]
 
     engine.shutdown()
