@@ -34,10 +34,15 @@ def simulated_backend(job: Job, table: Optional[pl.LazyFrame]) -> Backend:
 
 
 def openai_backend(job: Job, table: Optional[pl.LazyFrame] = None) -> Backend:
-    """An OpenAI-compatible endpoint's client."""
+    """An OpenAI-compatible endpoint's client. It counts and fits prompts with the tokenizer
+    ``raylc check`` and ``raylc plan`` count them with: ``probe.tokenizer``, else the suite's
+    (:meth:`raylc.spec.Job.count_tokenizer`), else the offline default."""
     from raylc.backends.openai_http import OpenAIBackend
 
-    return OpenAIBackend(job.probe, seed=job.seed)  # type: ignore[arg-type]
+    probe = job.probe
+    if probe.tokenizer is None and job.count_tokenizer():  # type: ignore[union-attr]
+        probe = probe.model_copy(update={"tokenizer": job.count_tokenizer()})
+    return OpenAIBackend(probe, seed=job.seed)  # type: ignore[arg-type]
 
 
 def vllm_engine(probe: Any) -> Any:

@@ -236,7 +236,7 @@ class OpenAIProbe(ModelProbe):
     Operational settings (:data:`OPERATIONAL`, not part of the fingerprint): ``concurrency``,
     ``max_retries``, ``backoff_s``, ``timeout_s``, ``retry_budget_s``; ``check_model: false``
     skips the check that ``/models`` lists ``model`` (servers that route names they do not list,
-    e.g. LiteLLM's ``local/*``); ``usage_check_factor``: warn once per worker when the server's
+    e.g. LiteLLM's ``local/*``); ``usage_check_factor``: warn once per actor when the server's
     prompt token count and raylc's own differ by more than this factor (null: never).
 
     Retries (HTTP 408/429/5xx, timeouts, connection errors): a request is retried while it has
@@ -280,7 +280,7 @@ class OpenAIProbe(ModelProbe):
     check_model: bool = Field(default=True, description=(
         "Check that `/models` lists `model` (false for servers that route names they do not list)."))
     usage_check_factor: Optional[float] = Field(default=4.0, gt=1.0, description=(
-        "Warn once per worker when the server's prompt token count and raylc's differ by more than this factor "
+        "Warn once per actor when the server's prompt token count and raylc's differ by more than this factor "
         "(null: never)."))
 
     @field_validator("base_url")

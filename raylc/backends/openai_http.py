@@ -365,7 +365,7 @@ class OpenAIBackend(Backend):
             f"warning: {endpoint} reported {reported} prompt tokens for a prompt of {ours} tokens by raylc's count "
             f"(tokenizer {self.probe.tokenizer or 'default'}), more than probe.usage_check_factor = {factor:g}x "
             "apart: the prompt_tokens stored in infer/ are the server's and may be wrong (check the server and "
-            "probe.tokenizer; reported once per worker)",
+            "probe.tokenizer; reported once per actor)",
             file=sys.stderr, flush=True,
         )
 

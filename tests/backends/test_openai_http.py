@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import httpx
 import pytest
@@ -551,7 +552,7 @@ def test_usage_check_boundaries(capsys, ours, reported, factor, flagged):
         f"for a prompt of {ours} tokens by "
         f"raylc's count (tokenizer default), more than probe.usage_check_factor = {factor:g}x apart: the prompt_tokens "
         "stored in infer/ are the server's and may be wrong (check the server and probe.tokenizer; reported once per "
-        "worker)\n")
+        "actor)\n")
 
 
 def test_parse_reply_forms():
@@ -757,6 +758,25 @@ def test_loopback_bypasses_proxies_and_the_probe_tokenizer_is_used(planted, monk
     monkeypatch.setattr(openai_http, "get_tokenizer", lambda spec: seen.append(spec) or DefaultTokenizer())
     OpenAIBackend(probe("http://127.0.0.1:9/v1", tokenizer="hf:some-org/some-model"))
     assert seen == ["hf:some-org/some-model"]
+
+
+def test_a_runs_client_counts_with_the_tokenizer_check_and_plan_count_with(monkeypatch):
+    """The shipped endpoint job names a tokenizer for its suite, none for its probe: the run's
+    client fits prompts into probe.max_model_len with the suite's tokenizer, as `raylc check`
+    and `raylc plan` count them, not with the offline default."""
+    from raylc.backends.builtin import openai_backend
+    from raylc.spec import load_job
+
+    seen = []
+    monkeypatch.setattr(openai_http, "get_tokenizer", lambda spec: seen.append(spec) or DefaultTokenizer())
+    job = load_job(Path(__file__).resolve().parents[2] / "jobs" / "openai-endpoint.yaml")
+    assert job.probe.tokenizer is None and job.count_tokenizer() == "hf:Qwen/Qwen2.5-7B-Instruct"
+    with openai_backend(job):
+        pass
+    assert seen == ["hf:Qwen/Qwen2.5-7B-Instruct"]
+    with openai_backend(job.model_copy(update={"probe": job.probe.model_copy(update={"tokenizer": "hf:other"})})):
+        pass
+    assert seen[-1] == "hf:other"
 
 
 def test_pickled_backend_keeps_its_endpoint_and_seed():
