@@ -39,9 +39,7 @@ def openai_backend(job: Job, table: Optional[pl.LazyFrame] = None) -> Backend:
     (:meth:`raylc.spec.Job.count_tokenizer`), else the offline default."""
     from raylc.backends.openai_http import OpenAIBackend
 
-    probe = job.probe
-    if probe.tokenizer is None and job.count_tokenizer():  # type: ignore[union-attr]
-        probe = probe.model_copy(update={"tokenizer": job.count_tokenizer()})
+    probe = job.probe.model_copy(update={"tokenizer": job.count_tokenizer()})
     return OpenAIBackend(probe, seed=job.seed)  # type: ignore[arg-type]
 
 

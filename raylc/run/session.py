@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 if TYPE_CHECKING:
     from raylc.spec import Job
@@ -93,8 +93,7 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
         return
     host = host.strip("[]")
     tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
-    # imported before the clock starts (about 0.2 s)
-    ray_grpc = _ray_grpc() if "://" not in address and not tls else None
+    ask_gcs = "://" not in address and not tls and _gcs_rpc_imported()  # imports before the clock (about 0.2 s)
     start = time.monotonic()
     deadline = start + timeout_s
     last = "no reply"
@@ -116,9 +115,9 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
                         break
                     head += chunk
             if len(head) == 9 and head[3] == 4:  # frame type 4: SETTINGS
-                if ray_grpc is not None:
+                if ask_gcs:
                     target = f"ipv6:[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"ipv4:{peer[0]}:{peer[1]}"
-                    _ask_gcs(ray_grpc, target, deadline, timeout_s, who, hint)
+                    _ask_gcs(target, deadline, timeout_s, who, hint)
                 return
             raise RayUnavailable(
                 f"{who} answered, but not as a Ray cluster (no gRPC reply: expected the GCS address, "
@@ -137,20 +136,20 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
 
 
-def _ray_grpc() -> Optional[tuple[Any, Any, Any, Callable[..., Any], Callable[[], bool]]]:
-    """(grpc, the GCS's messages, its stubs, Ray's channel maker, whether this driver sends
-    Ray's auth token) of the installed Ray 2.60; None for a Ray without them."""
+def _gcs_rpc_imported() -> bool:
+    """Import what :func:`_ask_gcs` needs (Ray 2.60's gRPC channel, token check and GCS stubs);
+    False for a Ray without them."""
     try:
-        import grpc
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-        from ray._private.grpc_utils import init_grpc_channel
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+        import grpc  # noqa: F401
+        from ray._private.authentication import authentication_utils  # noqa: F401
+        from ray._private.grpc_utils import init_grpc_channel  # noqa: F401
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc  # noqa: F401
     except ImportError:
-        return None
-    return grpc, gcs_service_pb2, gcs_service_pb2_grpc, init_grpc_channel, is_token_auth_enabled
+        return False
+    return True
 
 
-def _ask_gcs(ray_grpc: tuple, target: str, deadline: float, timeout_s: float, who: str, hint: str) -> None:
+def _ask_gcs(target: str, deadline: float, timeout_s: float, who: str, hint: str) -> None:
     """Ask the GCS at ``target`` for its cluster id (``NodeInfoGcsService.GetClusterId``, the
     first call ``ray.init`` makes) by ``deadline``, with the token ``ray.init`` would send
     (Ray's ``init_grpc_channel``): a server that answered the HTTP/2 preface and then says
@@ -158,15 +157,19 @@ def _ask_gcs(ray_grpc: tuple, target: str, deadline: float, timeout_s: float, wh
     No reply in time, a gRPC server without that service, or a refusal of this driver's token
     (or of none: an explicit address never turns token authentication on, Ray 2.60
     ``_private/worker.py``) is a :class:`RayUnavailable`; anything else is left to ``ray.init``."""
-    grpc, messages, stubs, init_grpc_channel, token_sent = ray_grpc
+    import grpc
+    from ray._private.authentication import authentication_utils
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
     try:
         channel = init_grpc_channel(target, options=[("grpc.enable_http_proxy", 0)])
     except Exception:  # a token Ray cannot load, ...: ray.init says why
         return
     with channel:
         try:
-            stubs.NodeInfoGcsServiceStub(channel).GetClusterId(messages.GetClusterIdRequest(),
-                                                               timeout=max(deadline - time.monotonic(), 0.001))
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(), timeout=max(deadline - time.monotonic(), 0.001))
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -180,7 +183,7 @@ def _ask_gcs(ray_grpc: tuple, target: str, deadline: float, timeout_s: float, wh
                 where = "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
                 raise RayUnavailable(
                     f"{who} refused this driver's Ray auth token (the cluster's token goes in {where}); {hint}"
-                    if token_sent() else
+                    if authentication_utils.is_token_auth_enabled() else
                     f"{who} asks for Ray's auth token: set RAY_AUTH_MODE=token, with the cluster's token in "
                     f"{where}; {hint}") from None
         except Exception:  # Ray's token interceptor that cannot load a token, ...: ray.init says why

@@ -8,6 +8,7 @@ Jobs API that stops answering part way."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -289,34 +290,39 @@ def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_li
     assert not ctx["store"].exists()
 
 
-def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():
-    """A gRPC server without Ray's GCS service answers the preface as a GCS does; asking it for
-    the cluster id tells them apart at once."""
+@contextlib.contextmanager
+def _grpc_server(*handlers):
+    """A gRPC server on 127.0.0.1 with ``handlers``; yields its port."""
     from concurrent import futures
 
     import grpc
 
-    from raylc.run.session import RayUnavailable, check_ray_address
-
-    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server = grpc.server(futures.ThreadPoolExecutor(1), handlers=handlers)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
+        yield port
+    finally:
+        server.stop(None)
+
+
+def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():
+    """A gRPC server without Ray's GCS service answers the preface as a GCS does; asking it for
+    the cluster id tells them apart at once."""
+    from raylc.run.session import RayUnavailable, check_ray_address
+
+    with _grpc_server() as port:
         t0 = time.monotonic()
         with pytest.raises(RayUnavailable, match=r"^Ray address 127\.0\.0\.1:\d+ answered, but not as a Ray cluster "
                                                  r"\(a gRPC server without Ray's GCS"):
             check_ray_address(f"127.0.0.1:{port}", 600)
         assert time.monotonic() - t0 < 60  # at once, not at the limit
-    finally:
-        server.stop(None)
 
 
 def test_a_gcs_that_wants_a_token_is_named_at_once(monkeypatch):
     """A GCS with Ray's token authentication refuses a driver that sends no token (an explicit
     address never turns token mode on); ray.init would fail after about 20 s saying only that it
     could not connect. The check's cluster-id call is refused the same way and says what to set."""
-    from concurrent import futures
-
     import grpc
     from ray._private.authentication import authentication_utils
 
@@ -330,17 +336,12 @@ def test_a_gcs_that_wants_a_token_is_named_at_once(monkeypatch):
 
     gcs = grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService",
                                                {"GetClusterId": grpc.unary_unary_rpc_method_handler(refuse)})
-    server = grpc.server(futures.ThreadPoolExecutor(1), handlers=[gcs])
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
     monkeypatch.setattr(authentication_utils, "is_token_auth_enabled", lambda: False)
-    try:
+    with _grpc_server(gcs) as port:
         t0 = time.monotonic()
         with pytest.raises(RayUnavailable) as err:
             check_ray_address(f"127.0.0.1:{port}", 600, "ray.address")
         assert time.monotonic() - t0 < 60  # at once, not at the limit
-    finally:
-        server.stop(None)
     assert str(err.value) == (f"ray.address 127.0.0.1:{port} (from the job file) asks for Ray's auth token: set "
                               "RAY_AUTH_MODE=token, with the cluster's token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
                               "or ~/.ray/auth_token; fix ray.address, or remove it to start a local Ray")
