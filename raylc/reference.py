@@ -288,8 +288,9 @@ def tables_page() -> str:
          dolce.RUN_TABLES),
         ("A length run", "Under `<store>/<run_id>/`, by stage; the suites' own report tables follow.",
          sweep.RUN_TABLES + tuple(s for k in _shipped(SUITES) for s in getattr(SUITES.get(k)[0], "sections", ()))),
-        ("Checkpoint shards and judge calls", "Both families: the completions of the infer stage (and of a length "
-         "run's judge calls), read with `pl.read_parquet('<run>/infer/**/*.parquet', hive_partitioning=True)`.",
+        ("Checkpoint shards and judge calls", "Both families: the completions of the infer stage, read with "
+         "`pl.read_parquet('<run>/infer/**/*.parquet', hive_partitioning=True)`, and of a length run's judge calls "
+         "(made in its score stage), under `<run>/judge/` and read the same way.",
          (*SHARDS, JUDGE_REQUESTS)),
         ("raylc fit", "`raylc fit OBSERVATIONS --out DIR` writes under DIR (with `fit.json`: the input, the options "
          "and the version).", dolce.FIT_COMMAND_TABLES),

@@ -92,9 +92,10 @@ class Inference(_Strict):
         "The share of failed requests the infer stage tolerates; above it the stage fails (failed requests are "
         "retried on resume)."))
     max_prompt_tokens: Optional[int] = Field(default=None, ge=1, strict=True, description=(
-        "The run-time cap on prompt tokens (`--max-prompt-tokens`), the probe's and an LLM judge's: a stage stops "
-        "sending once the next request would pass it (counted by the backend's own tokenizer where it can, as vLLM "
-        "does; else as `raylc plan` counts it, the backend's chat template included), and the "
+        "The run-time cap on prompt tokens (`--max-prompt-tokens`), the probe's and an LLM judge's: a stage sends, in "
+        "order, each pending request whose prompt tokens still fit under it (one that does not is left out, later "
+        "ones that fit are still sent) and stops once they are stored (counted by the backend's own tokenizer "
+        "where it can, as vLLM does; else as `raylc plan` counts it, the backend's chat template included), and the "
         "same command with a higher cap resumes; null: no cap."))
 
 
@@ -117,7 +118,10 @@ class RayResources(_Strict):
         "CPUs of a local Ray (null: the machine's)."))
     actors: int = Field(default=1, ge=1, description="Actors of a text backend's pool (simulated, openai).")
     actor_num_cpus: float = Field(default=0.5, gt=0.0, le=1024.0, description="Ray CPUs per such actor.")
-    batch_size: int = Field(default=256, ge=1, description="Requests per Ray Data batch.")
+    batch_size: int = Field(default=256, ge=1, description=(
+        "Requests per Ray Data batch of the vLLM stages after the first. A request file, what a first stage takes "
+        "per call and a shard stores, holds this many times the backend's block factor (vLLM 1; simulated and "
+        "openai 4)."))
     no_progress_timeout_s: Optional[float] = Field(default=None, gt=0.0, description=(
         "Ray Data's no-progress timeout of the infer stream; null: Ray Data's default (1800 s), none for vLLM. "
         "Also how long the per-task Ray tasks (DOLCE fits, LongScore) may go without one finishing; null: 1800 s."))

@@ -89,7 +89,8 @@ class SimulatedProbe(ProbeConfig):
     idk_rate: float = Field(default=0.0, ge=0.0, le=1.0, description=(
         "DOLCE: the probability of missing a complete evidence run that is visible."))
     accuracy: float = Field(default=0.9, ge=0.0, le=1.0, description=(
-        "Length runs: the probability of the gold answer at no length (it halves every `half_life_tokens`)."))
+        "Length runs: the probability of the gold answer with context, before it decays: `accuracy` * "
+        "2^(-length / `half_life_tokens`) (with no context, `knowledge_rate`)."))
     half_life_tokens: int = Field(default=65536, ge=1, description=(
         "Length runs: the context length at which the probability of the gold answer halves."))
 

@@ -34,8 +34,8 @@ PROBLEMS = TableSchema("problems", "build/problems.parquet", (
     ("answer", pl.String, "The reference answer (four-choice problems: the letter)."),
     ("answers", pl.List(pl.String), "Every reference answer (documents and layouts suites).", True),
     ("choices", pl.List(pl.String), "The four options of a four-choice problem (documents suite).", True),
-    ("template", pl.String, "The prompt template: `qa`, `choice` or `summary` (documents and layouts suites).",
-     True),
+    ("template", pl.String,
+     "The prompt template: `qa`, `choice`, `summary` or `planted` (documents and layouts suites).", True),
     ("document", pl.String, "The context as one text; the units are slices of it (documents and layouts suites).",
      True),
     ("unit_starts", pl.List(pl.Int64), "Each unit's first character in `document`.", True),
@@ -52,8 +52,9 @@ SPANS = TableSchema("spans", "sample/spans.parquet", "The observation spans (DOL
 
 REQUESTS = TableSchema("requests", "requests/<attempt>/part-<n>.parquet", (
     "The pending requests of the infer stage, a span each (removed when the stage ends)."),
-    (*SPANS.columns, *declare(("request_id", pl.String, "The request's id: a hash of the probe's settings, the "
-                                                        "seed and the span (the key of row-level resume)."))))
+    (*SPANS.columns, *declare(("request_id", pl.String, (
+        "The request's id: a hash of the probe's settings and the seed, the problem's units and question, and the "
+        "span (the key of row-level resume).")))))
 
 OBSERVATIONS = TableSchema("observations", "score/observations.parquet", (
     "The observation table: one score per span (`raylc fit`'s input)."), described(OBSERVATION_SCHEMA, {
@@ -78,7 +79,8 @@ FIT_PROBLEMS = TableSchema("problems", "fits/problems.parquet", "The fit per pro
     **since(_UNCERTAINTY, tuple(_UNCERTAINTY), "2026-11-25 (the posterior)")}, optional=tuple(_UNCERTAINTY)))
 
 _SHARES = {
-    **{f"share_{c}": f"The share of the problems in category {c} (posterior mean)." for c in CATEGORIES},
+    **{f"share_{c}": f"The share of the problems in category {c}: the posterior mean (with `uncertainty: none`, the "
+                         "share of the reported categories)." for c in CATEGORIES},
     **{f"share_{c}_{end}": f"The 95% interval of share_{c}, {'low' if end == 'lo' else 'high'} end."
        for c in CATEGORIES for end in ("lo", "hi")},
 }
@@ -113,7 +115,8 @@ CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
     "The category shares per task subset, as every output prints them."), described(
     {"task": pl.String, "subset": pl.String, "scenario": pl.String, **SHARE_SCHEMA}, since({
         **_SUBSET, "category": "The category, I-V.", "n": "Problems reported in it.",
-        "n_problems": "Problems in the subset.", "share": "The share (posterior mean).",
+        "n_problems": "Problems in the subset.",
+        "share": "The share: the posterior mean (with `uncertainty: none`, the share of the reported categories).",
         "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
         "interval": "What the interval is over."}, ("n_problems", "interval"), "2026-11-27 (one share everywhere)"),
     optional=("n_problems", "interval")))

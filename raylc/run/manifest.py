@@ -39,7 +39,9 @@ class Progress(BaseModel):
     started_at: float = Field(description="When the attempt started (epoch seconds).")
     updated_at: float = Field(description="When the record was last updated.")
     recent: Optional[list[tuple[float, int]]] = Field(
-        default=None, description="(time, requests stored) at up to 64 recent shards: the time-left estimate's rate.")
+        default=None, description=(
+        "(time, requests stored) at up to 64 shards spread over the attempt, the first and the newest kept: the "
+        "time-left estimate's rate."))
 
 
 class Budget(BaseModel):
@@ -65,7 +67,8 @@ class StageRecord(BaseModel):
     rows: Optional[dict[str, Optional[int]]] = Field(default=None, description=(
         "What the stage counted (e.g. `problems`, `spans`, `requests`, tokens), null where unknown."))
     seconds: Optional[float] = Field(default=None, description="Wall time, once it ended.")
-    progress: Optional[Progress] = Field(default=None, description="The infer stage's progress while it runs.")
+    progress: Optional[Progress] = Field(default=None, description=(
+        "The progress of the infer stage (or of a length run's judge calls in its score stage) while it runs."))
     budget: Optional[Budget] = Field(default=None, description="Where a `stopped` stage stopped at its cap.")
 
 

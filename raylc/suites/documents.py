@@ -62,7 +62,8 @@ class DocumentsSuite(DolceSuite):
     task_units: dict[str, str] = Field(default={}, description=(
         "Unit specs per task, over `units` (LongBench v1 files: DOLCE Table 4's per dataset by default)."))
     template: str = Field(default="auto", description=(
-        "Prompt template: `qa`, `choice`, `summary`, or `auto` (`choice` for rows with choices, else `qa`)."))
+        "Prompt template: `qa`, `choice`, `summary`, `planted` (the planted suite's), or `auto` (`choice` for rows "
+        "with choices, else `qa`)."))
     task_templates: dict[str, str] = Field(default={}, description="Templates per task, over `template`.")
     tasks: Optional[list[str]] = Field(default=None, min_length=1, description=(
         "Keep only these tasks of the file; null: every task."))

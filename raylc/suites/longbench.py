@@ -13,7 +13,8 @@ record's fields), split at ``{context}`` into ``head + context + tail``. Generat
 (:data:`DATASET_MAXLEN`) are ``config/dataset2maxlen.json``. ``pred.py`` cuts the *whole
 prompt* to ``max_length`` tokens (``config/model2maxlen.json``) by keeping its first and last
 ``max_length // 2`` tokens; ``suite.max_length`` does that here in ``suite.tokenizer`` (the
-model's: ``hf:<name>``), else the backend cuts the context in the middle to its window.
+model's: ``hf:<name>``), else the backend cuts the context to its window by ``probe.truncation``
+(default ``middle``).
 
 Scoring (``eval.py``): the metric of :data:`DATASET_METRIC` (``dataset2metric``), the max over
 ``answers``, on the first line (``lstrip('\\n').split('\\n')[0]``) for trec, triviaqa, samsum
@@ -146,7 +147,7 @@ class LongBenchSuite(SweepSuite):
     each dataset's prompt and generation length, ``eval.py``'s metric, first-line rule and
     rounding. ``datasets`` keeps only those; ``max_length`` cuts every prompt as ``pred.py``
     does (its ``model2maxlen``, in ``tokenizer``'s tokens), else the backend cuts the context
-    in the middle to its window. ``chat_template``: ``pred_py`` (default) sends
+    to its window by ``probe.truncation`` (default ``middle``). ``chat_template``: ``pred_py`` (default) sends
     :data:`NO_CHAT_DATASETS` without the probe's chat template and the rest with it, as
     ``pred.py`` does; ``probe`` applies the probe's setting to every dataset. ``code_matcher``:
     fuzzywuzzy's matcher behind ``code_sim_score`` (lcc, repobench-p): ``difflib``, what
@@ -163,7 +164,8 @@ class LongBenchSuite(SweepSuite):
         "Tokenizer of `max_length` and of the length counts: null, the offline default; `hf:<model>`, the model's."))
     max_length: Optional[int] = Field(default=None, ge=2, description=(
         "Cut every prompt to its first and last `max_length // 2` tokens as `pred.py` does (its `model2maxlen`); "
-        "null: the backend cuts the context in the middle to its window."))
+        "null: the backend cuts the context to its window by `probe.truncation` (default `middle`; an openai "
+        "probe without `max_model_len` sends it whole)."))
     chat_template: Literal["pred_py", "probe"] = Field(default="pred_py", description=(
         "`pred_py`: trec, triviaqa, samsum, lsht, lcc and repobench-p without the chat template, the rest with it; "
         "`probe`: the probe's setting for every dataset."))

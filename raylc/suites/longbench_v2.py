@@ -44,8 +44,8 @@ from raylc.text.tokenize import get_tokenizer
 
 class LongBenchV2Suite(SweepSuite):
     """A LongBench v2 run on data in its released JSON/JSONL format (``data``), zero-shot or
-    two-call chain of thought (Appendix C); contexts are truncated from the middle to the
-    probe's window; invalid outputs count 0.25 in the compensated score."""
+    two-call chain of thought (Appendix C); contexts are cut to the probe's window by
+    ``probe.truncation`` (default ``middle``, the paper's); invalid outputs count 0.25 in the compensated score."""
 
     kind: Literal["longbench_v2"] = Field(description="`longbench_v2`: LongBench v2 on its released data.")
     data: str = Field(min_length=1, description=(
@@ -209,7 +209,8 @@ LONGBENCH_V2_INFO = SuiteInfo(
                 "THUDM/LongBench `pred.py`, `result.py`, `prompts/0shot.txt`, `0shot_cot.txt`, `0shot_cot_ans.txt`",
                 extractor="longbench_v2",
                 note="Accuracy of the letter in \"The correct answer is (X)\"; an invalid output counts 0.25 in the "
-                     "compensated score. Contexts are cut from the middle to the probe's window."),),
+                     "compensated score. Contexts are cut to the probe's window by `probe.truncation` (default "
+                     "`middle`, as the paper does)."),),
     lengths="the records' own contexts (reported by their `length` class: short, medium, long)",
     data="`suite.data`: one record per question.",
     real_data="`data.json` of the Hugging Face dataset `THUDM/LongBench-v2`, as published.",
