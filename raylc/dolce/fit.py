@@ -2,6 +2,7 @@ r"""DOLCE fit of a whole observation table: validation, scenario selection, per-
 each subset's category shares (:mod:`raylc.dolce.shares`).
 
 Section 4 of the paper: the COW likelihood (Eq. 1) is optimized for accuracy-scored problems
+(unless their task mixes scenarios with ten or fewer problems on a side: :mod:`raylc.dolce.scenario`)
 and for the dip-test COW subsets of continuous-metric tasks (binarized at 0.5), the PIG
 likelihood (Eq. 5) for the dip-test PIG subsets; EM runs 10 steps in the COW scenario and 5
 in the PIG scenario (Algorithms 1 and 2, Appendix C). P(x | z = N) is shared by all problems
@@ -266,7 +267,8 @@ class DolceFit:
       ``options.uncertainty`` = "posterior" (else null) confidence, p_I .. p_V, lam_low,
       lam_high (:mod:`raylc.dolce.uncertainty`); sorted by task, subset, problem_id);
     * ``tasks_``: one row per (task, subset) (:data:`TASK_SCHEMA`: task, subset, scenario,
-      n_problems, share_I .. share_V (posterior-mean shares) with 95% intervals share_I_lo,
+      n_problems, share_I .. share_V (posterior-mean shares; with ``uncertainty`` "none" the
+      shares of the reported categories) with 95% intervals share_I_lo,
       share_I_hi, .. and share_interval, what they are over (:mod:`raylc.dolce.shares`), p_noise_1,
       p_noise_0, p_noise_idk (P(x | z = N)), lam_p,
       k_p, dip_pvalue, the task-level p-value, null for binary-metric tasks, and the EM's

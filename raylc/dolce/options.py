@@ -17,7 +17,8 @@ class FitOptions(JobModel):
     """DOLCE fit settings (Sections 3.1-3.4, Algorithms 1-2).
 
     ``scenario``: ``auto`` picks COW or PIG per problem by Hartigan's dip test (Section 3.1,
-    Appendix H; accuracy-scored problems are COW); ``cow`` / ``pig`` force one.
+    Appendix H; accuracy-scored problems are COW, unless a task that mixes the two has ten or
+    fewer problems on a side: it takes one scenario for all); ``cow`` / ``pig`` force one.
     ``threshold`` binarizes continuous scores for COW. ``em_steps_cow`` / ``em_steps_pig``:
     the paper's 10 / 5 by default; ``em_tol`` > 0 runs to a tolerance instead (at most
     ``em_max_steps``). ``uncertainty`` = ``posterior`` adds the per-problem posterior of
@@ -40,13 +41,15 @@ class FitOptions(JobModel):
     em_max_steps: int = Field(default=1000, ge=1, le=MAX_STEPS, description="EM steps at most when --em-tol > 0.")
     uncertainty: Literal["posterior", "none"] = Field(
         default="posterior", description=(
-            "posterior: each problem's category and (lambda, k) the posterior's most probable, with its confidence, "
+            "posterior: each problem's category the posterior's most probable, and (lambda, k) the most probable "
+            "pair within it, with its confidence, "
             "category probabilities and a 90% lambda interval (raylc.dolce.uncertainty), and share intervals from its "
             "draws; none: the point fit of the EM steps above, share intervals Wilson's over the problems, faster."))
     uncertainty_steps: int = Field(default=200, ge=1, le=MAX_STEPS, description=(
         "EM steps run before the posterior is read, shared by the posterior's EM starts (COW: two starts of 100 "
         "steps each by default; PIG: one of 200); with --em-tol above 0 the runs go to the tolerance instead "
-        "(calibrated at 200: docs/figures.md). The reported lambda and k are the posterior's most probable pair."))
+        "(calibrated at 200: docs/figures.md). The reported lambda and k are the most probable pair within the "
+        "most probable category."))
     threshold: float = Field(default=0.5, ge=0.0, le=1.0,
                              description="Binarization threshold for COW on continuous scores.")
     not_covered: Literal["fitted", "idk"] = Field(

@@ -1,10 +1,11 @@
 r"""Scenario selection: correct-or-wrong (COW) vs partial-point-in-grading (PIG).
 
 DOLCE Section 3.1 and Appendix H. A problem scored with a binary metric (accuracy, exact
-match) is COW. For a continuous metric (F-1, ROUGE, EditSim) the paper runs Hartigan's dip
-test on the problem's observed outcomes x_ij "bucketized into bins of equal width of 0.1" and
-assigns COW when the p-value is below 0.5 (a multi-modal score distribution, binarized at a
-threshold, 0.5 by default, Section 4) and PIG otherwise. Within a task the problems are
+match) is COW (unless its task mixes scenarios, below). For a continuous metric (F-1, ROUGE,
+EditSim) the paper runs Hartigan's dip test on the problem's observed outcomes x_ij
+"bucketized into bins of equal width of 0.1" and assigns COW when the p-value is below 0.5 (a
+multi-modal score distribution, binarized at a threshold, 0.5 by default, Section 4) and PIG
+otherwise. Within a task the problems are
 split into a COW subset and a PIG subset only "if they both have more than ten problems.
 Otherwise, we treat the problem set entirely as COW or PIG without subsetting" (Appendix H).
 
@@ -32,9 +33,10 @@ Exact rules implemented here (:func:`select_scenarios`):
 * **Task level.** If every problem of the task got the same scenario, the task is that
   scenario only (Table 5's "COW only" / "PIG only"; subset name ``"<task>"``). If both
   scenarios occur and each has more than :data:`MIN_SUBSET_PROBLEMS` = 10 problems, the task
-  is split into subsets ``"<task>/COW"`` and ``"<task>/PIG"``. Otherwise the whole task gets
-  one scenario from a task-level dip test on all its scores (same bucketization; Appendix H,
-  Figure 7): COW if p < 0.5, else PIG (also PIG when that p-value is null).
+  is split into subsets ``"<task>/COW"`` and ``"<task>/PIG"``. Otherwise the whole task,
+  binary-metric problems included, gets one scenario from a task-level dip test on the scores
+  of its continuous-metric problems (same bucketization; Appendix H, Figure 7): COW if
+  p < 0.5, else PIG (also PIG when that p-value is null).
 * ``scenario="cow"`` or ``"pig"`` forces the scenario of every problem (one subset per
   task); dip p-values are still reported.
 """
@@ -63,7 +65,8 @@ __all__ = [
     "task_dip_pvalues",
 ]
 
-#: Metrics whose outcomes are correct / wrong / IDK: always the COW scenario (Appendix H).
+#: Metrics whose outcomes are correct / wrong / IDK: the COW scenario (Appendix H), unless their
+#: task mixes scenarios with ten or fewer problems on a side (:func:`select_scenarios`).
 BINARY_METRICS = frozenset({"accuracy", "exact_match"})
 #: A dip-test p-value below this marks a multi-modal score distribution: COW (Section 3.1).
 DIP_PVALUE_COW = 0.5
