@@ -99,6 +99,21 @@ def test_task_level_test_can_make_a_mixed_task_pig():
     assert sel["scenario"].unique().to_list() == ["PIG"] and sel["subset"].unique().to_list() == ["sum"]
 
 
+def test_accuracy_problems_of_a_small_mixed_task_take_the_task_level_scenario():
+    """Appendix H: a task whose COW and PIG sides do not both have more than ten problems is one
+    scenario, accuracy-scored problems included; the task-level test sees only the continuous
+    metric's scores (the accuracy problems' 0/1 would make any task bimodal)."""
+    rng = np.random.default_rng(3)
+    f1 = {f"u{i}": list(np.clip(rng.normal(0.5, 0.1, 60), 0.01, 0.99)) for i in range(3)}
+    acc = {f"a{i}": [1.0, 0.0] * 30 for i in range(3)}
+    obs = pl.concat([scores_task("t", f1, metric="f1"), scores_task("t", acc, metric="accuracy")])
+    sel = select_scenarios(obs)
+    assert sel.filter(pl.col("problem_id").str.starts_with("a"))["dip_pvalue"].null_count() == 3
+    assert sel["task_dip_pvalue"][0] == pytest.approx(dip_pvalue(np.concatenate(list(f1.values()))))
+    assert sel["task_dip_pvalue"][0] >= 0.5
+    assert sel["scenario"].unique().to_list() == ["PIG"] and sel["subset"].unique().to_list() == ["t"]
+
+
 def test_unanimous_tasks_and_binary_metrics():
     pig_only = select_scenarios(synth_task("p", 0, 12))
     assert pig_only["scenario"].unique().to_list() == ["PIG"] and pig_only["subset"].unique().to_list() == ["p"]
