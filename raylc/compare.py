@@ -135,8 +135,9 @@ def relabel(frame: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
 
 def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, list[int]]:
     """The kept scores of the length-controlled runs as LongScore input (``model`` = the run's
-    label), the labels, and the base lengths they share (None when they differ: each run then
-    keeps its own; a :class:`StoreError` when two runs with a task in common differ)."""
+    label), the labels, and the base lengths the runs with LongScore share ([] when none has
+    any; None when they differ: each run then keeps its own; a :class:`StoreError` when two runs
+    with a task in common differ)."""
     from raylc.sweep.stages import scores_for_longscore
 
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
@@ -146,6 +147,8 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
         scores = ref.read(SCORES, "score")
         frames.append(scores_for_longscore(scores.filter(pl.col("kept")), label, ref.job.suite.axis))
         base = tuple(ref.job.suite.longscore_base())
+        if not base:  # LongBench v1 and v2 have no base lengths: no LongScore (runs_longscore skips them)
+            continue
         bases.add(base)
         for task in frames[-1]["task"].unique().sort():
             task_bases.setdefault(task, {}).setdefault(base, ref.uri)
@@ -227,7 +230,7 @@ def _problem_content(ref: RunRef) -> pl.DataFrame:
 
 
 def runs_table(runs: Sequence[RunRef]) -> pl.DataFrame:
-    """One row per run: id, where, job, suite, model, seed, finished."""
+    """One row per run: run_id, model, uri, job, suite, seed."""
     return pl.DataFrame([{"run_id": r.run_id, "model": r.model, "uri": r.uri, "job": r.job.name,
                           "suite": r.job.suite.kind, "seed": r.job.seed} for r in runs],
                         schema={"run_id": pl.String, "model": pl.String, "uri": pl.String, "job": pl.String,
@@ -240,12 +243,16 @@ def runs_longscore(runs: Sequence[RunRef], base_lengths: Optional[Sequence[int]]
     """LongScore of each length-controlled run as its own report computed it
     (:func:`raylc.sweep.report.longscore_of_run` with the run's bootstrap,
     :func:`raylc.sweep.report.run_bootstrap`: the n_boot and seed its ``report/summary.parquet``
-    states), ``model`` set to the run's label; ``n_boot`` / ``seed`` replace the run's own."""
+    states), ``model`` set to the run's label; ``n_boot`` / ``seed`` replace the run's own. A run
+    whose suite has no base lengths (LongBench v1 and v2, whose reports compute no LongScore) has
+    none here either."""
     from raylc.sweep.report import longscore_of_run, run_bootstrap
 
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
     out = []
     for ref, label in zip(sweep, _labels(sweep)["label"]):
+        if not ref.job.suite.longscore_base():
+            continue
         stored = ref.folder.read_declared(SUMMARY, stage="report", missing_ok=True)
         own_boot, own_seed = run_bootstrap(ref.job, stored)
         kept = ref.read(SCORES, "score").filter(pl.col("kept"))
@@ -301,8 +308,9 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
     tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
     figures: dict[str, bytes] = {}
     scores, labels, base = length_scores(runs)
-    if scores.height and base != []:
-        result = merge_longscore(runs_longscore(runs, base, n_boot, seed, mapper))
+    results = runs_longscore(runs, base, n_boot, seed, mapper) if scores.height and base != [] else []
+    if results:
+        result = merge_longscore(results)
         figures.update(longscore_figures(result))
         tables.update({name: relabel(frame, labels) for name, frame in result.items()})
     shares = category_shares(runs)

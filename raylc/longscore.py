@@ -14,7 +14,7 @@ from raylc.io.parallel import Mapper
 from raylc.io.schemas import check_tables
 from raylc.io.store import Store, StoreError, read_input
 from raylc.run.folder import MANIFEST, RunFolder
-from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, check_name_columns, longscore, task_correlation
+from raylc.sweep.longscore import DEFAULT_BASE_LENGTHS, check_score_rows, longscore, task_correlation
 from raylc.sweep.report import write_longscore_result
 from raylc.sweep.tables import LONGSCORE_TABLES, SCORES
 
@@ -40,9 +40,9 @@ def _table_scores(uris: Sequence[str]) -> tuple[list[pl.DataFrame], list[pl.Data
             raise StoreError(f"{uri}: scores is missing columns {missing} (needed: model, task, length, score "
                              f"[, sample_id]){hint}")
         try:
-            check_name_columns(scores)
-        except ValueError as exc:
-            raise StoreError(f"{uri}: {exc}") from None
+            check_score_rows(scores)
+        except (ValueError, pl.exceptions.PolarsError) as exc:  # rows numbered in this file
+            raise StoreError(f"{uri}: {why_unreadable(exc)}") from None
         frames.append(scores)
         labels.append(scores.select(pl.col("model").cast(pl.String).unique().alias("label")).with_columns(
             run_id=pl.lit(None, pl.String), model=pl.col("label")))
@@ -61,14 +61,17 @@ def run_longscore(
     """Read the scores of ``sources`` (score tables, and run folders or globs of them: a run's
     kept scores, :func:`raylc.compare.length_scores`), compute LongScore, write ``per_length``,
     ``summary``, ``correlation`` Parquet tables and PNG figures (unless ``figures`` is false)
-    under ``out_uri`` (local or s3://). Every table carries ``run_id`` (null for rows from a score
-    table) and ``model``. A run's LongScore is the one its report computed
+    under ``out_uri`` (local or s3://). ``per_length`` and ``summary`` carry ``run_id`` (null for
+    rows from a score table) and ``model``. A run's LongScore is the one its report computed
     (:func:`raylc.compare.runs_longscore`: its own bootstrap unless ``n_boot`` / ``seed`` are
     given); a score table's has ``n_boot`` resamples (default 0: no CI) with ``seed`` (default
-    0). Every table states n_boot and boot_seed. Per (model, task) aggregation is mapped by
-    ``mapper`` (e.g. over Ray tasks; None: in process). A table that
-    :func:`raylc.sweep.longscore.validate_scores` refuses is a :class:`StoreError` line naming
-    the file, before anything is written."""
+    0). ``per_length`` and ``summary`` state n_boot and boot_seed; ``correlation`` (across models,
+    no bootstrap) has neither, nor ``run_id`` and ``model``. Per (model, task) aggregation is
+    mapped by ``mapper`` (e.g. over Ray tasks; None: in process). A table that
+    :func:`raylc.sweep.longscore.check_score_rows` refuses is a :class:`StoreError` line naming
+    the file and its row; what only the tables together break
+    (:func:`raylc.sweep.longscore.validate_scores`) names them all; either before anything is
+    written."""
     sources = [sources] if isinstance(sources, str) else list(sources)
     run_patterns = [s for s in sources if is_run_source(s)]
     tables = [s for s in sources if s not in run_patterns]
@@ -81,6 +84,9 @@ def run_longscore(
         if not run_scores.height:
             raise StoreError(f"{', '.join(run_patterns)}: no length-controlled run among them")
         results = runs_longscore(runs, base_lengths, n_boot, seed, mapper)
+        if not results and not frames:
+            raise StoreError(f"{', '.join(run_patterns)}: no run among them has LongScore base lengths (LongBench v1 "
+                             "and v2 report no LongScore)")
         labels.append(run_labels)
         frames_all = frames + [run_scores]
     else:

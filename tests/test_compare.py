@@ -237,10 +237,11 @@ def test_report_page_is_self_contained_and_leads_with_the_headline(four_runs, ru
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
 
 
-def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needle"), base=(200,)) -> Path:
-    """A finished helmet-recall run made without Ray: completions right for about three samples in
-    four at the short lengths and one in two at the longest, its report written by the run's own
-    report function."""
+def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needle"), base=(200,),
+                suite: dict | None = None) -> Path:
+    """A finished helmet-recall run (or one of ``suite``) made without Ray: completions right for
+    about three samples in four at the short lengths and one in two at the longest, its report
+    written by the run's own report function."""
     from raylc.io.parallel import in_process
     from raylc.run.folder import RunFolder
     from raylc.run.manifest import Manifest
@@ -249,7 +250,7 @@ def _length_run(store: Path, run_id: str, seed: int, tasks=("json_kv", "mv_needl
     from raylc.sweep import stages
     from raylc.sweep.report import write_length_report
 
-    job = parse_job({"name": "lc", "seed": seed, "store": {"path": str(store)}, "suite": {
+    job = parse_job({"name": "lc", "seed": seed, "store": {"path": str(store)}, "suite": suite or {
         "kind": "helmet_recall", "tasks": list(tasks), "lengths": [200, 700, 1200],
         "base_lengths": list(base), "samples_per_length": 16, "depths": 2}})
     samples = stages.build_samples(job)
@@ -319,6 +320,29 @@ def test_compare_takes_runs_with_other_base_lengths_when_no_task_is_in_both(tmp_
     clash = raylc("compare", str(a), str(c), "--out", str(tmp_path / "clash"))
     assert clash.returncode == 2 and not (tmp_path / "clash").exists()
     assert clash.stderr.strip().count("\n") == 0 and "json_kv" in clash.stderr and "base lengths" in clash.stderr
+
+
+def test_a_run_without_longscore_base_lengths_is_compared_without_longscore(tmp_path):
+    """A LongBench v2 run (no base lengths: its report has no LongScore) beside a helmet run:
+    `raylc compare` gives the helmet run its LongScore and lists both (it exited 2, raising on the
+    v2 run's missing base); `raylc longscore` of the v2 run alone says why there is none."""
+    from cli_runner import raylc
+
+    a = _length_run(tmp_path / "runs", "lc-a", seed=1)
+    v2 = _length_run(tmp_path / "runs", "v2", seed=1, suite={
+        "kind": "longbench_v2", "data": str(Path(__file__).resolve().parents[1] / "jobs" / "data" / "longbench_v2"
+                                           / "fixture.json")})
+    assert not (v2 / "report" / "summary.parquet").exists()
+    done = raylc("compare", str(a), str(v2), "--out", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stderr
+    assert set(pl.read_parquet(tmp_path / "cmp" / "runs.parquet")["run_id"]) == {"lc-a", "v2"}
+    got = pl.read_parquet(tmp_path / "cmp" / "summary.parquet")
+    assert set(got["run_id"]) == {"lc-a"}
+    keep = ["task", "base", "avg_lc", "avg_lc_lo", "avg_lc_hi"]
+    assert_frame_equal(got.select(keep), pl.read_parquet(a / "report" / "summary.parquet").select(keep))
+    alone = raylc("longscore", str(v2), "--out", str(tmp_path / "ls"))
+    assert alone.returncode == 2 and "no run among them has LongScore base lengths" in alone.stderr, alone.stderr
+    assert not (tmp_path / "ls").exists()
 
 
 @pytest.mark.ray

@@ -62,7 +62,7 @@ def _scores(**columns) -> pl.DataFrame:
 LONGSCORE_BAD = {
     "single length": (pl.DataFrame({"model": ["m", "n"], "task": ["t", "t"], "length": [4096, 4096],
                                     "score": [0.5, 0.6]}),
-                      "column 'length': every length is a base length (4096)"),
+                      "column 'length': no length above the base lengths (4096)"),
     "no base length": (_scores(length=[8192, 16384] * 2), "column 'length': no score at the base lengths 4096"),
     "score above 100": (_scores(score=[80.0, 160.0, 50.0, 40.0]), "column 'score': outside [0, 100]"),
     "negative score": (_scores(score=[0.8, -0.1, 0.5, 0.4]), "column 'score': outside [0, 100]"),
@@ -89,6 +89,16 @@ def test_longscore_refuses_bad_tables_in_one_line(tmp_path, monkeypatch, case):
         assert "; e.g. row " in err and "model=" in err, err  # an example row, numbered from 1
 
 
+def test_longscore_names_the_file_and_its_row_among_several_tables(tmp_path, monkeypatch):
+    """A bad row of the second table is named by that file and its own row number (the tables
+    were checked joined, so the line named both files and row 7)."""
+    _scores().write_csv(tmp_path / "a.csv")
+    _scores(score=[0.8, 0.6, 150.0, 0.4]).write_csv(tmp_path / "b.csv")
+    err = _refused(tmp_path, monkeypatch, "longscore", "a.csv", "b.csv", "--out", "out", "--base-lengths", "4096",
+                   "--no-ray")
+    assert err.startswith("error: b.csv: column 'score': outside [0, 100]") and "; e.g. row 3: " in err, err
+
+
 def test_longscore_single_length_is_refused_before_anything_is_written(tmp_path):
     """The installed command on the Why list's case (it raised ZeroDivisionError in the plots after
     writing the tables)."""
@@ -99,7 +109,8 @@ def test_longscore_single_length_is_refused_before_anything_is_written(tmp_path)
     proc = subprocess.run([RAYLC, "longscore", "one.csv", "--out", "out", "--no-ray"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert proc.stderr.startswith("error: one.csv: column 'length': every length is a base length (2048, 4096, 6144)")
+    assert proc.stderr.startswith(
+        "error: one.csv: column 'length': no length above the base lengths (2048, 4096, 6144)")
     assert _tree(tmp_path) == before
 
 
@@ -158,7 +169,7 @@ def test_validate_scores_messages_name_the_offending_row():
         validate_scores(_scores(), (4096,), n_boot=1)
     with pytest.raises(ValueError) as err:
         validate_scores(_scores(), (4096, 8192))
-    assert str(err.value).startswith("column 'length': every length is a base length (4096, 8192): LongScore needs")
+    assert str(err.value).startswith("column 'length': no length above the base lengths (4096, 8192): LongScore needs")
 
 
 def test_score_tables_of_the_correlation_functions_are_checked_and_typed():

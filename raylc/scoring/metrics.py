@@ -11,7 +11,8 @@ list of strings) and returns a ``Float64`` Series with one score per row:
 * a row without any reference (null or empty list) scores null.
 
 The pairwise work runs on a long (row, reference) frame with polars kernels; ROUGE goes through
-the ``rouge-score`` package and edit similarity through ``rapidfuzz.process.cpdist``. LongBench
+the ``rouge-score`` package; edit similarity through ``difflib`` by default (what LongBench's
+requirements give fuzzywuzzy), ``rapidfuzz.process.cpdist`` with ``matcher="levenshtein"``. LongBench
 v1's own metrics (``LongBench/metrics.py``) are restated below: its ROUGE-L through the ``rouge``
 package it uses, its Chinese words through ``jieba``.
 """

@@ -24,7 +24,10 @@ mean of per-task LongScores (Table 8 reproduces to 0.02 with the former).
 Also here: Spearman correlation between tasks / lengths across models (HELMET, Yen et al. 2025, Sec. 3.1,
 Figure 3: "Spearman's rank correlation at 128K input length, calculated across 35 instruction-tuned
 models"), the cross-model line fits of the long-context prediction thesis (Wang 2024, Ch. 6,
-Figures 6.1-6.3), and per-model slopes of score against log2(length).
+Figures 6.1-6.3) and their slopes between tasks or lengths across models (:func:`pair_slopes`).
+
+A *long* length is one above every base length: the averages run over those alone. A length below the
+largest base length that is not a base length keeps its own ``LC_l`` row but stays out of the averages.
 """
 
 from __future__ import annotations
@@ -133,10 +136,30 @@ def validate_scores(
     no rows, a null ``model``/``task``/``length``, a non-integer or non-positive length, a non-numeric
     score or one outside [0, 100] (fractions in [0, 1] or percentages), a null ``sample_id`` or a
     (model, task, length, sample_id) given twice, ``n_boot > 0`` without ``sample_id``, a (model, task)
-    whose every score is null, and a table that has no length longer than the base lengths, or (unless
+    whose every score is null, and a table that has no length above every base length, or (unless
     Base is given, ``base_given``) none at the base lengths. Null and NaN scores are skipped (no score);
     without ``sample_id`` the rows of one (model, task, length) are its samples (S_l is their mean).
     """
+    frame = check_score_rows(scores, n_boot)
+    _refuse(frame, pl.col("score").is_null().all().over("model", "task"),
+            "column 'score': every score of this (model, task) is null (no S_l at any length)")
+    frame = frame.filter(pl.col("score").is_not_null())
+    base = [int(b) for b in base_lengths]
+    is_base = pl.col("length").is_in(base)
+    shown = ", ".join(map(str, base))
+    if not frame.select(_is_long(base).any()).item():
+        _refuse(frame, pl.lit(True), f"column 'length': no length above the base lengths ({shown}): LongScore "
+                "needs scores at a longer length too (LC_l compares S_l with Base at long lengths l)")
+    if not base_given and not frame.select(is_base.any()).item():
+        _refuse(frame, pl.lit(True), f"column 'length': no score at the base lengths {shown}, so Base (Eq. 1) is "
+                "undefined for every model: set the base lengths to lengths of the table")
+    return frame.drop("_row")
+
+
+def check_score_rows(scores: pl.DataFrame, n_boot: int = 0) -> pl.DataFrame:
+    """The row checks of :func:`validate_scores`, which one score table passes on its own (the
+    rules that need every table, its lengths and its all-null (model, task), excepted): the table
+    typed, with ``_row`` (rows numbered from 1), or one ``ValueError`` line."""
     missing = sorted({"model", "task", "length", "score"} - set(scores.columns))
     if missing:
         raise ValueError(f"scores is missing columns {missing} (needed: model, task, length, score [, sample_id])")
@@ -174,19 +197,12 @@ def validate_scores(
     elif n_boot > 0:
         raise ValueError("column 'sample_id': bootstrap CIs (--n-boot) need sample-level scores with a sample_id "
                          "column (without it, the rows of one (model, task, length) are averaged and no CI is given)")
-    _refuse(frame, pl.col("score").is_null().all().over("model", "task"),
-            "column 'score': every score of this (model, task) is null (no S_l at any length)")
-    frame = frame.filter(pl.col("score").is_not_null())
-    base = [int(b) for b in base_lengths]
-    is_base = pl.col("length").is_in(base)
-    shown = ", ".join(map(str, base))
-    if not frame.select((~is_base).any()).item():
-        _refuse(frame, pl.lit(True), f"column 'length': every length is a base length ({shown}): LongScore "
-                "needs scores at a longer length too (LC_l compares S_l with Base at long lengths l)")
-    if not base_given and not frame.select(is_base.any()).item():
-        _refuse(frame, pl.lit(True), f"column 'length': no score at the base lengths {shown}, so Base (Eq. 1) is "
-                "undefined for every model: set the base lengths to lengths of the table")
-    return frame.drop("_row")
+    return frame
+
+
+def _is_long(base_lengths: Sequence[int]) -> pl.Expr:
+    """A long length: above every base length (module docstring)."""
+    return pl.col("length") > max((int(b) for b in base_lengths), default=0)
 
 
 def _cell_means(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
@@ -199,11 +215,13 @@ def _cell_means(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
     )
 
 
-def _ci_tables(rep: pl.DataFrame, keys: list[str], alpha: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _ci_tables(rep: pl.DataFrame, keys: list[str], alpha: float,
+               long: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Percentile CIs from bootstrap replicates.
 
     ``rep`` has ``keys + [length, is_base, b, s, base_b]`` (replicate ``b`` of ``S_l`` and of Base).
-    Returns (per-length ``lc_lo, lc_hi``; per-group ``avg_lc_lo, avg_lc_hi``). A CI is null when Base <= 0
+    Returns (per-length ``lc_lo, lc_hi``; per-group ``avg_lc_lo, avg_lc_hi`` over the rows where ``long``
+    holds). A CI is null when Base <= 0
     in any replicate (LC undefined there) -- never a number computed from a subset.
     """
     q = [alpha, 1.0 - alpha]
@@ -213,7 +231,7 @@ def _ci_tables(rep: pl.DataFrame, keys: list[str], alpha: float) -> tuple[pl.Dat
         lc_hi=pl.when(pl.col("lc_b").null_count() == 0).then(pl.col("lc_b").quantile(q[1], "linear")),
     )
     avg_b = (
-        rep.filter(~pl.col("is_base"))
+        rep.filter(long)
         .group_by(*keys, "b")
         .agg(avg=pl.when(pl.col("lc_b").null_count() == 0).then(pl.col("lc_b").mean()))
     )
@@ -336,7 +354,7 @@ def longscore_group(
             boot_base=pl.Series(np.tile(boot_base, (len(lengths), 1))).cast(pl.List(pl.Float64)),
         ).with_columns(pl.col("boot_base").list.eval(pl.element().fill_nan(None)))
         alpha = (1.0 - ci) / 2.0
-        per_ci, _ = _ci_tables(_explode_boot(out), ["model", "task"], alpha)
+        per_ci, _ = _ci_tables(_explode_boot(out), ["model", "task"], alpha, _is_long(base_lengths))
         out = out.join(per_ci, on=["model", "task", "length"], how="left")
         if base is not None and base > 0 and per_ci["lc_lo"].null_count():
             out = out.with_columns(warning=_join_warnings(
@@ -391,7 +409,7 @@ def _overall(per: pl.DataFrame, base_lengths: Sequence[int], models: list[str], 
         )
         boots = rep.sort("b").group_by("model", "length").agg(boot_score="s", boot_base="base_b")
         rows = rows.join(boots, on=["model", "length"], how="left")
-        per_ci, _ = _ci_tables(rep, ["model", "task"], (1.0 - ci) / 2.0)
+        per_ci, _ = _ci_tables(rep, ["model", "task"], (1.0 - ci) / 2.0, _is_long(base_lengths))
         rows = rows.join(per_ci, on=["model", "task", "length"], how="left")
     else:
         rows = rows.with_columns(
@@ -417,8 +435,9 @@ def longscore(
     ``scores``: ``model, task, length`` (tokens), ``score`` (in [0, 1] or percent); one row per (model, task,
     length), or one per sample (then ``S_l`` is the sample mean), identified by a ``sample_id`` column when
     bootstrap CIs are wanted; checked by :func:`validate_scores` (``ValueError``, one line).
-    ``base_lengths``: lengths whose mean score is Base Ability (Eq. 1); every other length is a *long*
-    length that the averages run over.
+    ``base_lengths``: lengths whose mean score is Base Ability (Eq. 1); the lengths above all of them are the
+    *long* lengths the averages run over (a shorter length that is not a base length gets its ``LC_l`` row
+    only).
     ``base``: optional frame ``model, [task,] base`` giving Base directly (as Table 6 does); it overrides
     Eq. 1 for the (model, task) pairs it lists. ``n_boot > 0`` (needs ``sample_id``): percentile ``ci``
     bootstrap intervals of each ``LC_l`` and of the average, resampling sample_ids within (model, task).
@@ -467,7 +486,7 @@ def longscore(
         per = pl.concat([per, _overall(per, base_lengths, models, ci)], how="vertical")
 
     boot = {"n_boot": pl.lit(int(n_boot), pl.Int64), "boot_seed": pl.lit(int(seed), pl.Int64)}
-    per_length, summary = rank_tables(per.with_columns(**boot), _summary(per, ci).with_columns(**boot))
+    per_length, summary = rank_tables(per.with_columns(**boot), _summary(per, ci, base_lengths).with_columns(**boot))
 
     flagged = summary.filter(pl.col("warning").is_not_null())
     if flagged.height:
@@ -480,10 +499,10 @@ def longscore(
     return {"per_length": per_length, "summary": summary}
 
 
-def _summary(per: pl.DataFrame, ci: float) -> pl.DataFrame:
-    """Averages over long lengths, CIs, ranks and warnings per (model, task)."""
+def _summary(per: pl.DataFrame, ci: float, base_lengths: Sequence[int]) -> pl.DataFrame:
+    """Averages over long lengths (:func:`_is_long`), CIs, ranks and warnings per (model, task)."""
     keys = ["model", "task"]
-    long = ~pl.col("is_base")
+    long = _is_long(base_lengths)
     expected = per.filter(long).group_by("task").agg(expected=pl.col("length").unique())
     summ = (
         per.group_by(keys)
@@ -510,7 +529,7 @@ def _summary(per: pl.DataFrame, ci: float) -> pl.DataFrame:
         )
     )
     if per["boot_score"].null_count() < per.height:
-        _, avg_ci = _ci_tables(_explode_boot(per), keys, (1.0 - ci) / 2.0)
+        _, avg_ci = _ci_tables(_explode_boot(per), keys, (1.0 - ci) / 2.0, long)
         summ = summ.join(avg_ci, on=keys, how="left")
     else:
         summ = summ.with_columns(avg_lc_lo=pl.lit(None, pl.Float64), avg_lc_hi=pl.lit(None, pl.Float64))

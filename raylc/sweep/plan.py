@@ -243,6 +243,7 @@ def plan_sweep(job: Job, budget_tokens: Optional[int] = None, *, tokenizer: Opti
     max_len = job.window()
     cut = first + first_max > max_len if max_len else np.zeros(first.size, dtype=bool)
     first = fitted(first, first_max, max_len)  # the backend cuts the context to fit prompt + max_tokens
+    second = np.where(second > 0, fitted(second, second_max, max_len), 0)  # a second call too (sent_tokens)
     table = samples.select("task", "length").with_columns(
         truncated=pl.Series(cut.astype(np.int64)),
         requests=pl.Series(1 + (second > 0).astype(np.int64)),

@@ -2,8 +2,8 @@
 
 - :func:`plot_score_vs_length`: score ``S_l`` against context length, one line per model, one panel per
   task (100-LongBench Figure 6 plots the task-averaged ``overall`` rows).
-- :func:`plot_longscore_vs_length`: LongScore ``LC_l`` (percent) against length, one line per model, darker
-  lines for stronger Base Ability (100-LongBench Figure 7), with bootstrap bands when present.
+- :func:`plot_longscore_vs_length`: LongScore ``LC_l`` (percent) against length, one line per model in
+  its own colour (100-LongBench Figure 7), with bootstrap bands when present.
 - :func:`plot_correlation_heatmap`: Spearman matrix from :func:`raylc.sweep.longscore.task_correlation`
   (HELMET Figure 3).
 

@@ -244,6 +244,24 @@ def test_validation_errors():
         longscore(dup.drop("score"))
 
 
+def test_a_length_below_the_base_lengths_is_not_long():
+    """LC_l at 1K against a 2K-6K Base is reported, but the "Avg" columns (Table 5: "excluding the
+    base score") and n_long run over the lengths above the base lengths only."""
+    scores = pl.DataFrame({"model": ["m"] * 5, "task": ["t"] * 5, "length": [1024, 2048, 4096, 6144, 8192],
+                           "score": [90.0, 80.0, 80.0, 80.0, 60.0]})
+    out = longscore(scores)
+    per = dict(out["per_length"].select("length", "lc").iter_rows())
+    assert per[1024] == pytest.approx(12.5) and per[8192] == pytest.approx(-25.0)
+    assert out["summary"].select("n_long", "avg_score", "avg_lc").row(0) == (1, 60.0, pytest.approx(-25.0))
+    with pytest.raises(ValueError, match="no length above the base lengths"):
+        longscore(scores.filter(pl.col("length") < 8192))
+    boot = pl.concat([scores.with_columns(sample_id=pl.lit(f"s{i}"), score=pl.col("score") - i) for i in range(4)])
+    summary = longscore(boot, n_boot=50)["summary"]
+    lo, hi = summary.select("avg_lc_lo", "avg_lc_hi").row(0)
+    lc_8k = longscore(boot, n_boot=50)["per_length"].filter(pl.col("length") == 8192).select("lc_lo", "lc_hi").row(0)
+    assert (lo, hi) == pytest.approx(lc_8k)  # one long length: its interval is the average's
+
+
 # ------------------------------------------------------------------------------------------ bootstrap
 
 
