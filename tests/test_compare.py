@@ -322,6 +322,15 @@ def test_compare_takes_runs_with_other_base_lengths_when_no_task_is_in_both(tmp_
     assert clash.stderr.strip().count("\n") == 0 and "json_kv" in clash.stderr and "base lengths" in clash.stderr
 
 
+def test_a_run_with_no_length_above_its_base_lengths_reports_no_longscore(tmp_path):
+    """Lengths 200, 700, 1200 with base 700, 1200: no long length (200 is shorter than the base),
+    so the report has its per-length scores and no LongScore tables."""
+    run = _length_run(tmp_path / "runs", "lc-short", seed=1, base=(700, 1200))
+    assert (run / "report" / "per_task_length.parquet").exists()
+    assert not (run / "report" / "summary.parquet").exists() and not (run / "report" / "per_length.parquet").exists()
+    assert "## LongScore" not in (run / "report" / "summary.md").read_text()
+
+
 def test_a_run_without_longscore_base_lengths_is_compared_without_longscore(tmp_path):
     """A LongBench v2 run (no base lengths: its report has no LongScore) beside a helmet run:
     `raylc compare` gives the helmet run its LongScore and lists both (it exited 2, raising on the

@@ -56,7 +56,7 @@ def bootstrap_note(summary: pl.DataFrame) -> str:
 
 def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = RUN_N_BOOT) -> dict[str, pl.DataFrame]:
     """The report of a length-controlled run under ``<run>/report/``: mean score per task and
-    axis point, LongScore tables and figures (when the suite has base and long points; bootstrap
+    axis point, LongScore tables and figures (when the suite has base points and one above them; bootstrap
     CIs over samples, per (model, task) as Ray tasks), the suite's sections, ``summary.md`` and
     ``index.html``, written together once made."""
     suite = job.suite
@@ -76,7 +76,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
           markdown_table(tables["per_task_length"].with_columns(pl.col("score").round(4)))]
     base = suite.longscore_base()
     lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
-    if lc_input is not None and lc_input["length"].is_in(base).any() and (~lc_input["length"].is_in(base)).any():
+    if lc_input is not None and lc_input["length"].is_in(base).any() and (lc_input["length"] > max(base)).any():
         result = longscore_of_run(kept, job, n_boot, job.seed, run.mapper())
         result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns
                   else frame
@@ -84,7 +84,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
         tables.update(result)
         pngs = longscore_figures(result)
         cols = ["task", "base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi", "n_boot", "boot_seed", "warning"]
-        md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the others; "
+        md += ["", f"## LongScore (base {axis} {', '.join(map(str, base))}; LC in %, averaged over the longer ones; "
                f"{bootstrap_note(result['summary'])})", "", markdown_table(result["summary"].select(cols).with_columns(
                    pl.col("base", "avg_score", "avg_lc", "avg_lc_lo", "avg_lc_hi").round(2)))]
     sections = suite.report_sections(scores)
