@@ -90,7 +90,8 @@ class SimulatedProbe(ProbeConfig):
         "DOLCE: the probability of missing a complete evidence run that is visible."))
     accuracy: float = Field(default=0.9, ge=0.0, le=1.0, description=(
         "Length runs: the probability of the gold answer with context, before it decays: `accuracy` * "
-        "2^(-length / `half_life_tokens`) (with no context, `knowledge_rate`)."))
+        "2^(-context tokens / `half_life_tokens`), the tokens the context was built with (with no context, "
+        "`knowledge_rate`)."))
     half_life_tokens: int = Field(default=65536, ge=1, description=(
         "Length runs: the context length at which the probability of the gold answer halves."))
 
@@ -240,7 +241,7 @@ class OpenAIProbe(ModelProbe):
     e.g. LiteLLM's ``local/*``); ``usage_check_factor``: warn once per actor when the server's
     prompt token count and raylc's own differ by more than this factor (null: never).
 
-    Retries (HTTP 408/429/5xx, timeouts, connection errors): a request is retried while it has
+    Retries (HTTP 408, 429, 500, 502, 503, 504, timeouts, connection errors): a request is retried while it has
     made at most ``max_retries`` retries, or while both it and the endpoint's current outage are
     younger than ``retry_budget_s`` (0: ``max_retries`` only), so a server restart (~30 s for
     vLLM) is waited out; sleeps back off exponentially from ``backoff_s`` up to 60 s.
@@ -260,7 +261,8 @@ class OpenAIProbe(ModelProbe):
         "`chat`: `/chat/completions` with the prompt as a user message (the server applies the chat template); "
         "`completions`: `/completions` with the prompt as is."))
     concurrency: int = Field(default=8, ge=1, description="Requests in flight per actor.")
-    max_retries: int = Field(default=5, ge=0, description="Retries of a request (HTTP 408/429/5xx, timeouts).")
+    max_retries: int = Field(default=5, ge=0, description=(
+        "Retries of a request (HTTP 408, 429, 500, 502, 503, 504, timeouts)."))
     backoff_s: float = Field(default=1.0, ge=0.0, description="The first retry's sleep; it doubles, up to 60 s.")
     timeout_s: float = Field(default=120.0, gt=0.0, description=(
         "Seconds a request may wait for each read; its reply must be complete within twice that."))

@@ -9,13 +9,14 @@ handshake per request; an idle connection is dropped after :data:`KEEPALIVE_S`, 
 uvicorn's, hence ``vllm serve``'s, 5 s); :meth:`OpenAIBackend.close` closes them. Every wait on
 the server (connecting, sending, each read, a free pooled connection) is limited to ``timeout_s``,
 and a reply must be complete within twice that of the request (headers or a body that trickle in).
-Each request is retried on HTTP 408/429/5xx, timeouts
+Each request is retried on HTTP 408, 429, 500, 502, 503 and 504, timeouts
 and connection errors while retries remain (attempt ``n <= max_retries``) **or** while both the
 request and the endpoint's current outage are younger than ``retry_budget_s`` (default 300 s,
 longer than a vLLM server takes to restart). The outage is timed per backend (worker) from the
 first failure after its last reply, so a restart is waited out, while an endpoint that stays
 down costs each later request ``max_retries`` retries only. A request thus gives up after at
-most ``retry_budget_s`` + one sleep (<= 75 s) + ``timeout_s``, or after its ``max_retries``
+most ``retry_budget_s`` + one sleep (<= 75 s) + twice ``timeout_s`` (its last attempt's whole
+reply), or after its ``max_retries``
 retries if those take longer; its error says so ("...; gave up after 7 attempts over 301 s
 (probe.max_retries 5, probe.retry_budget_s 300)"). Before retry ``n`` (1, 2, ...) it sleeps
 ``b = min(60, backoff_s * 2**(n-1)) * U(0.5, 1)``; when the reply has a ``Retry-After``
@@ -488,7 +489,8 @@ class OpenAIBackend(Backend):
                     text, cut = fit_to_window(*prompt_parts(prompt), self._tokenizer, p.max_model_len, limit,
                                               p.truncation)
                 except PromptTooLong as exc:
-                    results[i] = generation(prompt_tokens=self._tokenizer.count(text), error=f"prompt too long: {exc}")
+                    results[i] = generation(prompt_tokens=self._tokenizer.count(text), latency_s=None,
+                                            error=f"prompt too long: {exc}")  # nothing sent: not timed
                     text = None
             fitted.append(text)
             cuts.append(cut)

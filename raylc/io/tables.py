@@ -38,7 +38,8 @@ def _cell(value: object, fmt: Optional[str], pct: bool) -> str:
     if value is None:
         return ""
     if pct:
-        return f"{value:.1%}"
+        text = f"{value:.1%}"
+        return text[1:] if text.startswith("-") and float(text[:-1]) == 0 else text  # never "-0.0%"
     if fmt is not None and isinstance(value, float):
         text = f"{value + 0.0:{fmt}}" if value == value and abs(value) != float("inf") else str(value)
         return "0" + text[2:] if text.startswith("-0") and float(text) == 0 else text  # never "-0.0"

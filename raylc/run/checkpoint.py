@@ -39,7 +39,8 @@ _REQUEST_COLUMNS = ("the request's columns but `task`, which names the folder (D
 SHARDS = (
     TableSchema("infer", "infer/task=<task>/part-<attempt>-<n>.parquet", (
         "The probe's completions, checkpointed as they stream in (hive-partitioned by task; a request stored twice "
-        "keeps its last success)."), GENERATION, extra=_REQUEST_COLUMNS),
+        "keeps one success: the last in the shards' name order, not necessarily the newest)."), GENERATION,
+        extra=_REQUEST_COLUMNS),
     TableSchema("judge", "judge/task=judge/part-<attempt>-<n>.parquet", (
         "A length run's judge calls (100-LongBench's judged tasks), checkpointed like the probe's."), GENERATION,
         extra=_REQUEST_COLUMNS),
@@ -93,7 +94,7 @@ def iter_shards(folder: RunFolder, shards: str = SHARD_DIR,
 def request_keys(ids: pl.Series) -> np.ndarray:
     """64-bit keys of request ids (Polars' hash, the same for equal ids within a process):
     the resume check and the accounting hold 8 bytes per stored request, not the id strings.
-    Two ids share a key with probability about n^2 / 2^65 (5e-8 for a million requests)."""
+    Two ids share a key with probability about n^2 / 2^65 (3e-8 for a million requests)."""
     return ids.hash(seed=0).to_numpy()
 
 

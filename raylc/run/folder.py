@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Optional, Union
@@ -23,7 +25,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from raylc.io.schemas import TableSchema, stored_table
-from raylc.io.store import Store, StoreError, locate
+from raylc.io.store import Store, StoreError, StoreUnavailable, locate
 from raylc.run import checkpoint
 from raylc.run.errors import RunError
 from raylc.run.manifest import Manifest
@@ -31,6 +33,8 @@ from raylc.run.manifest import Manifest
 MANIFEST = "manifest.json"
 LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
+LOCK_BEAT_S = LOCK_STALE_S / 6  #: how often a run that holds its lock rewrites it, whatever its stage is doing
+_BEATS: dict[str, tuple[threading.Event, threading.Thread]] = {}  # by lock URI: a RunFolder pickles without them
 SHARDS = checkpoint.SHARD_DIR  #: the infer stage's shards
 JUDGE_SHARDS = "judge"  #: the judge calls' shards (a length sweep's score stage)
 
@@ -45,13 +49,14 @@ def lock_alive(held: dict[str, Any]) -> bool:
     """Whether the lock's owner may still be running: same host -> its pid exists; else a recent
     heartbeat. A lock without a usable pid or heartbeat (raylc did not write it) is not alive."""
     if held.get("host") == socket.gethostname():
-        if held.get("pid") == os.getpid():
-            return False
+        pid = held.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+            return False  # os.kill(0 or -1, 0) would ask about a process group, not the owner
         try:
-            os.kill(int(held.get("pid", -1)), 0)
-        except (ProcessLookupError, TypeError):
+            os.kill(pid, 0)
+        except (ProcessLookupError, OverflowError):
             return False
-        except (PermissionError, ValueError, OverflowError):
+        except PermissionError:  # another user's live process
             return True
         return True
     try:
@@ -245,8 +250,14 @@ class RunFolder:
 
     def lock(self) -> Optional[dict[str, Any]]:
         """The run's lock record (host, pid, start, heartbeat); None when the run holds none, or
-        holds one that is not a record (raylc did not write it)."""
-        held = self._store.read_json(*self._parts(LOCK))
+        holds one that is not a record (not UTF-8, not JSON, not an object: raylc did not write it,
+        or its write was cut short). A store that cannot be read is still an error."""
+        try:
+            held = self._store.read_json(*self._parts(LOCK))
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            return None
         return held if isinstance(held, dict) else None
 
     def acquire(self) -> None:
@@ -258,8 +269,28 @@ class RunFolder:
                 f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id"
             )
         self._store.write_json(_lock_record(), *self._parts(LOCK))
+        self._beat()
+
+    def _beat(self) -> None:
+        """Rewrite the lock every :data:`LOCK_BEAT_S` on a daemon thread until :meth:`release`: a
+        stage that writes nothing for longer than :data:`LOCK_STALE_S` (a long batch, the wait for
+        a GPU node) still shows a live owner to other hosts, which would take a stale lock over."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(LOCK_BEAT_S):
+                with suppress(Exception):  # a store outage: the stage's own writes report it
+                    self._store.write_json(_lock_record(), *self._parts(LOCK))
+
+        thread = threading.Thread(target=beat, name=f"raylc-lock-{self.run_id}", daemon=True)
+        _BEATS[self.uri(LOCK)] = (stop, thread)
+        thread.start()
 
     def release(self) -> None:
+        stop, thread = _BEATS.pop(self.uri(LOCK), (None, None))
+        if stop is not None:
+            stop.set()
+            thread.join(timeout=30.0)  # a write under way ends before the lock is removed
         held = self.lock()
         if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
             self.delete(LOCK)

@@ -266,6 +266,8 @@ def _configure_data(job: Job, backend: BackendPlugin) -> None:
         ctx.execution_no_progress_timeout_s = job.ray.no_progress_timeout_s
     elif not backend.no_progress_guard:
         ctx.execution_no_progress_timeout_s = -1  # off (no_progress_guard.py: -1 disables it)
+    else:  # Ray Data's default, also after an earlier stream of this process set another
+        ctx.execution_no_progress_timeout_s = ray.data.DataContext().execution_no_progress_timeout_s
     # Ray Data's bars only with --verbose: their totals are estimates (docs/runs.md); raylc logs
     # its own count of stored requests (raylc.run.progress.InferProgress)
     ctx.enable_progress_bars = verbose()

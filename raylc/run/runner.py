@@ -338,6 +338,12 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
         with suppress(Exception):
             run.save()
         raise
+    except Exception:  # inference failed, a store or backend gave out, a stored table is damaged:
+        # `failed` (else the stage stayed `running` and `status` called it interrupted); redone on resume
+        run.manifest.stages[name] = _record(run, name, "failed", time.perf_counter() - t0)
+        with suppress(Exception):
+            run.save()
+        raise
     seconds = round(time.perf_counter() - t0, 3)
     run.manifest.stages[name] = StageRecord(status="done", rows=rows, seconds=seconds)
     run.save()

@@ -56,7 +56,7 @@ class LayoutsSuite(DolceSuite):
     problems_per_kind: int = Field(default=16, ge=1, le=10_000, description="Problems per kind.")
     paragraphs: int = Field(default=7, ge=3, le=12, description="Paragraphs (units) per document.")
     copies: list[int] = Field(default=[2, 3], min_length=1, description=(
-        "The numbers of paragraphs a `repeated` fact is stated in (k), each >= 2."))
+        "The numbers of paragraphs a `repeated` fact is stated in (k), each 2 or 3 (its three wordings)."))
 
     columns = declare(
         ("unit_spec", pl.String, "The unit spec: `b` (paragraphs)."),
@@ -75,6 +75,9 @@ class LayoutsSuite(DolceSuite):
     def _copies(cls, v: list[int]) -> list[int]:
         if any(k < 2 for k in v):
             raise ValueError("every number of copies must be >= 2 (one copy is a lookup)")
+        if any(k > Fact.WORDINGS for k in v):
+            raise ValueError(f"every number of copies must be <= {Fact.WORDINGS} (a repeated fact has "
+                             f"{Fact.WORDINGS} wordings, one per paragraph)")
         return sorted(set(v))
 
     @model_validator(mode="after")
@@ -227,6 +230,8 @@ class Fact:
         return f"{lead} {_sentences(self.p.rng, self.details(), 2)}"
 
     def paragraphs(self, n: int) -> list[str]:
+        if n > self.WORDINGS:
+            raise ValueError(f"a fact has {self.WORDINGS} wordings, not {n}")
         order = self.p.rng.permutation(self.WORDINGS)[:n]
         return [self.paragraph(int(w)) for w in order]
 

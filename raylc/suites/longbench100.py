@@ -26,9 +26,11 @@ Prompts are ``config/dataset2prompt.json`` of uservan/100-LongBench byte for byt
 Appendix A.3 prints them with "Import" for "Ignore" and without the ``{context}`` of Counting
 Stars and Multi-Doc Sum), split into ``head + context + tail``. Sample ids are stable across
 lengths (a QA sample keeps its id at every length, so the prior-knowledge filter can drop it
-everywhere). Each source sample is
-used at the lengths its documents fit; samples that fit nowhere, or fewer than
-``samples_per_length`` at a length, are counted (:func:`longbench100_report`) and logged.
+everywhere). At each length a task takes the first ``samples_per_length`` source samples, in
+one seeded order, whose documents fit that length, so a sample used at one length may give way
+to another at a longer one; samples that fit nowhere, or fewer than ``samples_per_length`` at a
+length, are counted (:func:`longbench100_report`) and logged. The synthetic tasks draw their
+keys and needles afresh at each length (seeded per length): only the ids are shared.
 """
 
 from __future__ import annotations

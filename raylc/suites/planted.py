@@ -40,9 +40,11 @@ class PlantedSuite(DolceSuite):
     lambdas: list[Length] = Field(default=[1, 2, 5, 10, 20, 50, "L"], min_length=1, description=(
         "The lambdas a problem draws from (clue sentences per run); `L`: the whole context is one run (k = 1)."))
     ks: list[int] = Field(default=[1, 2, 5, 10], min_length=1, description=(
-        "The ks a problem draws from (copies of its run), those with k x lambda <= max_units."))
+        "The ks a problem draws from (copies of its run), those with k x lambda <= max_units; when none fits, "
+        "k = 1 and the context grows to lambda units, past max_units if need be."))
     min_units: int = Field(default=50, ge=2, le=1_000_000, description="Fewest units (sentences) in a context.")
-    max_units: int = Field(default=400, ge=2, le=1_000_000, description="Most units (sentences) in a context.")
+    max_units: int = Field(default=400, ge=2, le=1_000_000, description=(
+        "Most units (sentences) in a context, unless a drawn lambda needs more (see `ks`)."))
 
     columns = declare(("evidence_starts", pl.List(pl.Int64), "The first unit of each planted run of clues."))
 

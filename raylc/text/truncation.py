@@ -4,9 +4,11 @@ A prompt is ``head + context + tail`` (instruction, document, question). When
 ``tokens(prompt) + max_tokens > max_model_len`` the context is cut to the allowed number
 of tokens; the head and tail are never touched:
 
-* ``middle`` keeps the first and last halves of the allowed context tokens, as
-  LongBench's ``truncate`` does (``decode(ids[:half]) + decode(ids[-half:])``;
-  LongBench v2 "truncated from the middle");
+* ``middle`` keeps the first and last halves of the allowed context tokens, the end taking
+  the odd one, decoded together, as LongBench v2's ``pred.py`` cuts its prompt
+  (``input_ids[:n//2] + input_ids[-n//2:]``, one ``decode``; "truncated from the middle").
+  LongBench v1's ``pred.py`` cut, each half decoded on its own, is
+  :func:`truncate_prompt_middle` (``suite.max_length``);
 * ``end`` keeps the start of the context (HELMET "truncate the document from the end");
 * ``start`` keeps the end of the context;
 * ``refuse`` raises :class:`PromptTooLong` (backends record it as the row's error).

@@ -55,6 +55,8 @@ def test_cells_print_numbers_as_a_reader_expects():
     rows = format_cells(df, ())
     assert rows[0] == ["2018", "1.00", "1e-08", ""] and rows[2] == ["", "0.00", "0.2", ""]
     assert all("None" not in c and "-0.0" not in c for r in rows for c in r)
+    shares = format_cells(pl.DataFrame({"share": [-0.0001, -0.0, -0.01, 0.5]}), ("share",))
+    assert [r[0] for r in shares] == ["0.0%", "0.0%", "-1.0%", "50.0%"]  # "-0.0%" before
 
 
 def test_at_80_columns_run_ids_task_names_and_numbers_stay_whole():

@@ -22,9 +22,10 @@ from raylc.spec import parse_job
 class Counting:
     """An evaluation of three stages that records which ran; ``fail`` names a stage that raises."""
 
-    def __init__(self, fail: str = "") -> None:
+    def __init__(self, fail: str = "", error: type = ValueError) -> None:
         self.ran: list[str] = []
         self.fail = fail
+        self.error = error
 
     def build(self, job):
         return pl.DataFrame({"x": [1, 2, 3]})
@@ -33,7 +34,7 @@ class Counting:
         def fn(run):
             self.ran.append(name)
             if name == self.fail:
-                raise ValueError(f"{name}: the data cannot go on")
+                raise self.error(f"{name}: the data cannot go on")
             frame = run.built if name == "build" else run.folder.read(f"{upstream}/t.parquet").with_columns(
                 pl.col("x") + 1)
             run.folder.write(frame, f"{name}/t.parquet")
@@ -80,6 +81,24 @@ def test_a_rerun_skips_done_stages_and_a_redone_stage_redoes_what_follows(job, t
     third = Counting()
     run_job(job, third, "r", log=lambda m: None)
     assert third.ran == ["middle", "last"]
+
+
+def test_a_stage_that_fails_otherwise_is_recorded_failed_not_left_running(job, tmp_path):
+    """Inference that failed, a store or backend that gave out (exit 1): the manifest says
+    `failed` and `status` shows it so (the stage stayed `running`, so `status` called the run
+    interrupted); the lock is released and a resume redoes the stage."""
+    from raylc.run.errors import InferenceFailed
+    from raylc.run.folder import RunFolder
+    from raylc.run.status import run_status
+
+    with pytest.raises(InferenceFailed):
+        run_job(job, Counting(fail="middle", error=InferenceFailed), "r", log=lambda m: None)
+    assert _manifest(tmp_path)["stages"]["middle"]["status"] == "failed"
+    assert run_status(RunFolder(str(tmp_path), "r"))["state"] == "failed"
+    assert not (tmp_path / "r" / LOCK).exists()
+    resumed = Counting()
+    run_job(job, resumed, "r", log=lambda m: None)
+    assert resumed.ran == ["middle", "last"]
 
 
 def test_a_stage_that_cannot_go_on_is_one_line_and_resumes_there(job, tmp_path):

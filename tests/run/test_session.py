@@ -44,6 +44,33 @@ def test_ray_data_records_leave_the_console_unless_verbose(monkeypatch, verbose)
     assert shown == ([logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL] if verbose else [])
 
 
+def test_a_stream_after_a_vllm_one_has_ray_datas_no_progress_limit_again():
+    """The limit lives in Ray Data's process-wide context: a vLLM stream turns it off (-1), and a
+    later stream of the same process whose backend keeps the guard (a judge through an endpoint)
+    kept it off instead of Ray Data's default."""
+    from types import SimpleNamespace
+
+    import ray.data
+
+    from raylc.run.pipeline import _configure_data
+    from raylc.spec import parse_job
+
+    job, ctx = parse_job({"name": "t"}), ray.data.DataContext.get_current()
+    keys = ("execution_no_progress_timeout_s", "enable_progress_bars", "print_on_execution_start")
+    before = {key: getattr(ctx, key) for key in keys}
+    try:
+        _configure_data(job, SimpleNamespace(no_progress_guard=False))
+        assert ctx.execution_no_progress_timeout_s == -1
+        _configure_data(job, SimpleNamespace(no_progress_guard=True))
+        assert ctx.execution_no_progress_timeout_s == ray.data.DataContext().execution_no_progress_timeout_s > 0
+        _configure_data(parse_job({"name": "t", "ray": {"no_progress_timeout_s": 7}}),
+                        SimpleNamespace(no_progress_guard=False))
+        assert ctx.execution_no_progress_timeout_s == 7
+    finally:
+        for key, value in before.items():
+            setattr(ctx, key, value)
+
+
 def test_a_local_ray_that_does_not_start_is_one_line(monkeypatch):
     """Ray's own start-up limit on a loaded machine ("The current node timed out during startup")
     is a RayUnavailable (exit 1, one line), not a traceback."""

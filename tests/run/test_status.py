@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from raylc.cli import app
 from raylc.io.store import Store
-from raylc.run.folder import LOCK, MANIFEST, RunFolder
+from raylc.run.folder import LOCK, MANIFEST, RunFolder, lock_alive
 from raylc.run.manifest import Manifest
 from raylc.run.progress import duration
 from raylc.run.runner import Run
@@ -105,6 +105,28 @@ def test_a_manifest_without_a_plan_lists_the_stages_it_names(tmp_path):
                 if k != "plan"}
     st = run_status(_write(tmp_path, "r", manifest))
     assert st["stages"] == {"build": "done", "sample": "interrupted"} and st["infer"] is None
+
+
+def test_a_held_lock_is_rewritten_while_its_stage_writes_nothing(tmp_path, monkeypatch):
+    """A stage that writes nothing for longer than the lock's staleness (a long batch, the wait
+    for a GPU node) still shows a live owner on another host: the lock is rewritten on a timer
+    (it was rewritten only with the manifest), and no more once released."""
+    import json
+
+    from raylc.run import folder as folder_mod
+
+    monkeypatch.setattr(folder_mod, "LOCK_BEAT_S", 0.05)
+    folder = RunFolder(str(tmp_path), "r")
+    folder.acquire()
+    first = json.loads((tmp_path / "r" / LOCK).read_text())["heartbeat"]
+    deadline = time.time() + 20
+    while json.loads((tmp_path / "r" / LOCK).read_text())["heartbeat"] == first and time.time() < deadline:
+        time.sleep(0.05)
+    assert json.loads((tmp_path / "r" / LOCK).read_text())["heartbeat"] > first
+    folder.release()
+    assert not (tmp_path / "r" / LOCK).exists()
+    time.sleep(0.3)
+    assert not (tmp_path / "r" / LOCK).exists()  # the timer stopped with the release
 
 
 def test_no_lock_means_no_process(tmp_path):
@@ -240,12 +262,22 @@ def test_the_infer_stage_logs_its_own_count_of_stored_requests(monkeypatch):
 
 @pytest.mark.parametrize("lock", [[1], "x", {"host": socket.gethostname(), "pid": None},
                                   {"host": socket.gethostname(), "pid": [1]}, {"host": "elsewhere", "heartbeat": "x"},
-                                  {"host": "elsewhere", "heartbeat": None}])
+                                  {"host": "elsewhere", "heartbeat": None}, {"host": socket.gethostname()},
+                                  {"host": socket.gethostname(), "pid": "x"}, {"host": socket.gethostname(), "pid": 0},
+                                  {"host": socket.gethostname(), "pid": -1},
+                                  {"host": socket.gethostname(), "pid": 10**30}, b"\xff\xfe", b"{not json"])
 def test_a_lock_raylc_did_not_write_is_not_a_live_run(tmp_path, lock):
-    """A damaged lock (not a record, a pid or heartbeat of the wrong type) is no live owner:
-    `status` and `runs` show the run as interrupted; they were tracebacks."""
+    """A damaged lock (not a record, a pid or heartbeat of the wrong type, no pid, not UTF-8, not
+    JSON) is no live owner: `status` and `runs` show the run as interrupted and a resume may take
+    it. They were tracebacks; a lock on this host with no pid, a pid of 0, -1, text or one past
+    the OS's range counted as alive for ever (``os.kill(0 or -1, 0)`` asks about a process
+    group), and a lock that was not UTF-8 or JSON stopped `status`."""
     folder = _write(tmp_path, "r", _manifest({"build": {"status": "running"}}))
-    Store(str(tmp_path)).write_json(lock, "r", LOCK)
+    if isinstance(lock, bytes):
+        (tmp_path / "r" / LOCK).write_bytes(lock)
+    else:
+        Store(str(tmp_path)).write_json(lock, "r", LOCK)
+    assert not folder.lock() or not lock_alive(folder.lock())
     assert run_status(folder)["state"] == "interrupted"
     out = RUNNER.invoke(app, ["runs", str(tmp_path)])
     assert out.exit_code == 0 and "interrupted" in out.output, out.output

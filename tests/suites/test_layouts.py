@@ -123,6 +123,7 @@ def test_prompts_render_the_spans_paragraphs(table):
     ({"problems_per_kind": 0}, "key 'suite.problems_per_kind': Input should be greater than or equal to 1"),
     ({"paragraphs": 2}, "key 'suite.paragraphs': Input should be greater than or equal to 3"),
     ({"copies": [1, 2]}, "key 'suite.copies': every number of copies must be >= 2 (one copy is a lookup)"),
+    ({"copies": [2, 4]}, "key 'suite.copies': every number of copies must be <= 3 (a repeated fact has 3 wordings"),
     ({"paragraphs": 4}, "paragraphs must be >= 5 for 3 non-adjacent copies (got 4)"),
     ({"problems_per_task": 4}, "unknown key 'suite.problems_per_task' (allowed: kind, kinds, problems_per_kind, "
                                "paragraphs, copies)"),
