@@ -31,7 +31,7 @@ from raylc.io.store import Store, StoreError
 from raylc.run.folder import MANIFEST, RunFolder, run_folders
 from raylc.run.manifest import Manifest
 from raylc.spec import Job, JobSpecError, parse_job
-from raylc.sweep.longscore import rank_tables
+from raylc.sweep.longscore import longscore_applies, rank_tables
 from raylc.sweep.report import LONGSCORE_FIGURES, longscore_figures
 from raylc.sweep.tables import PER_LENGTH, SCORES, SUMMARY
 
@@ -147,7 +147,7 @@ def length_scores(runs: Sequence[RunRef]) -> tuple[pl.DataFrame, pl.DataFrame, l
         scores = ref.read(SCORES, "score")
         frames.append(scores_for_longscore(scores.filter(pl.col("kept")), label, ref.job.suite.axis))
         base = tuple(ref.job.suite.longscore_base())
-        if not base:  # LongBench v1 and v2 have no base lengths: no LongScore (runs_longscore skips them)
+        if not longscore_applies(frames[-1], base):  # no LongScore (LongBench v1 and v2: no base lengths)
             continue
         bases.add(base)
         for task in frames[-1]["task"].unique().sort():
@@ -244,18 +244,20 @@ def runs_longscore(runs: Sequence[RunRef], base_lengths: Optional[Sequence[int]]
     (:func:`raylc.sweep.report.longscore_of_run` with the run's bootstrap,
     :func:`raylc.sweep.report.run_bootstrap`: the n_boot and seed its ``report/summary.parquet``
     states), ``model`` set to the run's label; ``n_boot`` / ``seed`` replace the run's own. A run
-    whose suite has no base lengths (LongBench v1 and v2, whose reports compute no LongScore) has
-    none here either."""
+    without LongScore in its report (:func:`raylc.sweep.longscore.longscore_applies`: LongBench v1
+    and v2 have no base lengths) has none here either."""
     from raylc.sweep.report import longscore_of_run, run_bootstrap
+    from raylc.sweep.stages import scores_for_longscore
 
     sweep = [r for r in runs if r.job.suite.family == "sweep"]
     out = []
     for ref, label in zip(sweep, _labels(sweep)["label"]):
-        if not ref.job.suite.longscore_base():
+        kept = ref.read(SCORES, "score").filter(pl.col("kept"))
+        base = ref.job.suite.longscore_base() if base_lengths is None else base_lengths
+        if not longscore_applies(scores_for_longscore(kept, label, ref.job.suite.axis), base):
             continue
         stored = ref.folder.read_declared(SUMMARY, stage="report", missing_ok=True)
         own_boot, own_seed = run_bootstrap(ref.job, stored)
-        kept = ref.read(SCORES, "score").filter(pl.col("kept"))
         try:
             result = longscore_of_run(kept, ref.job, own_boot if n_boot is None else n_boot,
                                       own_seed if seed is None else seed, mapper, base_lengths)
@@ -308,7 +310,7 @@ def compare_runs(runs: Sequence[RunRef], out_uri: str, n_boot: Optional[int] = N
     tables: dict[str, pl.DataFrame] = {"runs": runs_table(runs)}
     figures: dict[str, bytes] = {}
     scores, labels, base = length_scores(runs)
-    results = runs_longscore(runs, base, n_boot, seed, mapper) if scores.height and base != [] else []
+    results = runs_longscore(runs, None, n_boot, seed, mapper) if scores.height and base != [] else []
     if results:
         result = merge_longscore(results)
         figures.update(longscore_figures(result))

@@ -80,13 +80,13 @@ def run_longscore(
     if run_patterns:
         runs = find_runs(run_patterns)
         run_scores, run_labels, run_base = length_scores(runs)
-        base_lengths = run_base if base_lengths is None and run_base else base_lengths
         if not run_scores.height:
             raise StoreError(f"{', '.join(run_patterns)}: no length-controlled run among them")
-        results = runs_longscore(runs, base_lengths, n_boot, seed, mapper)
+        results = runs_longscore(runs, base_lengths, n_boot, seed, mapper)  # each its own, unless given
+        base_lengths = run_base if base_lengths is None and run_base else base_lengths  # for the score tables
         if not results and not frames:
-            raise StoreError(f"{', '.join(run_patterns)}: no run among them has LongScore base lengths (LongBench v1 "
-                             "and v2 report no LongScore)")
+            raise StoreError(f"{', '.join(run_patterns)}: no run among them has a LongScore (it needs a score at "
+                             "its base lengths and one above them; LongBench v1 and v2 have no base lengths)")
         labels.append(run_labels)
         frames_all = frames + [run_scores]
     else:

@@ -325,10 +325,19 @@ def test_compare_takes_runs_with_other_base_lengths_when_no_task_is_in_both(tmp_
 def test_a_run_with_no_length_above_its_base_lengths_reports_no_longscore(tmp_path):
     """Lengths 200, 700, 1200 with base 700, 1200: no long length (200 is shorter than the base),
     so the report has its per-length scores and no LongScore tables."""
+    from cli_runner import raylc
+
     run = _length_run(tmp_path / "runs", "lc-short", seed=1, base=(700, 1200))
     assert (run / "report" / "per_task_length.parquet").exists()
     assert not (run / "report" / "summary.parquet").exists() and not (run / "report" / "per_length.parquet").exists()
     assert "## LongScore" not in (run / "report" / "summary.md").read_text()
+    # compare and longscore apply the report's rule: such a run is listed without LongScore
+    other = _length_run(tmp_path / "runs", "lc-a", seed=2, tasks=("mv_needle",))
+    done = raylc("compare", str(run), str(other), "--out", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stderr
+    assert set(pl.read_parquet(tmp_path / "cmp" / "summary.parquet")["run_id"]) == {"lc-a"}
+    alone = raylc("longscore", str(run), "--out", str(tmp_path / "ls"))
+    assert alone.returncode == 2 and "no run among them has a LongScore" in alone.stderr, alone.stderr
 
 
 def test_a_run_without_longscore_base_lengths_is_compared_without_longscore(tmp_path):
@@ -350,7 +359,7 @@ def test_a_run_without_longscore_base_lengths_is_compared_without_longscore(tmp_
     keep = ["task", "base", "avg_lc", "avg_lc_lo", "avg_lc_hi"]
     assert_frame_equal(got.select(keep), pl.read_parquet(a / "report" / "summary.parquet").select(keep))
     alone = raylc("longscore", str(v2), "--out", str(tmp_path / "ls"))
-    assert alone.returncode == 2 and "no run among them has LongScore base lengths" in alone.stderr, alone.stderr
+    assert alone.returncode == 2 and "no run among them has a LongScore" in alone.stderr, alone.stderr
     assert not (tmp_path / "ls").exists()
 
 

@@ -34,7 +34,7 @@ MANIFEST = "manifest.json"
 LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
 LOCK_BEAT_S = LOCK_STALE_S / 6  #: how often a run that holds its lock rewrites it, whatever its stage is doing
-_BEATS: dict[str, tuple[threading.Event, threading.Thread]] = {}  # by lock URI: a RunFolder pickles without them
+_BEATS: dict[str, "_Heartbeat"] = {}  # by lock URI: a RunFolder pickles without them
 SHARDS = checkpoint.SHARD_DIR  #: the infer stage's shards
 JUDGE_SHARDS = "judge"  #: the judge calls' shards (a length sweep's score stage)
 
@@ -63,6 +63,29 @@ def lock_alive(held: dict[str, Any]) -> bool:
         return time.time() - float(held.get("heartbeat", 0)) < LOCK_STALE_S
     except (TypeError, ValueError):
         return False
+
+
+class _Heartbeat:
+    """Calls ``write`` every :data:`LOCK_BEAT_S` on a daemon thread until :meth:`stop`, after
+    which it writes no more (a write under way is waited for, up to 30 s)."""
+
+    def __init__(self, write: Callable[[], None], name: str):
+        self._stop, self._writing = threading.Event(), threading.Lock()
+        self._write = write
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(LOCK_BEAT_S):
+            with self._writing:
+                if self._stop.is_set():
+                    return
+                with suppress(Exception):  # a store outage: the stage's own writes report it
+                    self._write()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._writing.acquire(timeout=30.0):
+            self._writing.release()
 
 
 @dataclass(frozen=True)
@@ -275,25 +298,22 @@ class RunFolder:
         """Rewrite the lock every :data:`LOCK_BEAT_S` on a daemon thread until :meth:`release`: a
         stage that writes nothing for longer than :data:`LOCK_STALE_S` (a long batch, the wait for
         a GPU node) still shows a live owner to other hosts, which would take a stale lock over."""
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(LOCK_BEAT_S):
-                with suppress(Exception):  # a store outage: the stage's own writes report it
-                    self._store.write_json(_lock_record(), *self._parts(LOCK))
-
-        thread = threading.Thread(target=beat, name=f"raylc-lock-{self.run_id}", daemon=True)
-        _BEATS[self.uri(LOCK)] = (stop, thread)
-        thread.start()
+        earlier = _BEATS.pop(self.uri(LOCK), None)
+        if earlier is not None:  # the same run taken again by this process: one timer
+            earlier.stop()
+        _BEATS[self.uri(LOCK)] = _Heartbeat(lambda: self._store.write_json(_lock_record(), *self._parts(LOCK)),
+                                            f"raylc-lock-{self.run_id}")
 
     def release(self) -> None:
-        stop, thread = _BEATS.pop(self.uri(LOCK), (None, None))
-        if stop is not None:
-            stop.set()
-            thread.join(timeout=30.0)  # a write under way ends before the lock is removed
-        held = self.lock()
-        if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
-            self.delete(LOCK)
+        """Stop the lock's timer, then remove the lock if this process holds it. A store that
+        fails here is left to the error already on its way (or to the lock's staleness)."""
+        beat = _BEATS.pop(self.uri(LOCK), None)
+        if beat is not None:
+            beat.stop()
+        with suppress(StoreError):
+            held = self.lock()
+            if held and held.get("pid") == os.getpid() and held.get("host") == socket.gethostname():
+                self.delete(LOCK)
 
     # ---- requests and checkpoint shards (raylc.run.checkpoint) ------------------------------
     def write_requests(self, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:

@@ -205,6 +205,17 @@ def _is_long(base_lengths: Sequence[int]) -> pl.Expr:
     return pl.col("length") > max((int(b) for b in base_lengths), default=0)
 
 
+def longscore_applies(scores: pl.DataFrame, base_lengths: Sequence[int]) -> bool:
+    """Whether LongScore input ``scores`` (``length`` column) has a LongScore under
+    ``base_lengths``: a score at a base length and one above them all. A run's report, ``raylc
+    compare`` and ``raylc longscore`` give a run LongScore by this one rule (LongBench v2's lengths
+    are classes, not numbers: none)."""
+    if not base_lengths or not scores.schema["length"].is_integer():
+        return False
+    return scores.select(pl.col("length").is_in([int(b) for b in base_lengths]).any()
+                                                & _is_long(base_lengths).any()).item()
+
+
 def _cell_means(scores: pl.DataFrame, value: str = "score") -> pl.DataFrame:
     """``S_l`` per (model, task, length): the mean over samples (or the single given score)."""
     return (

@@ -12,7 +12,7 @@ from raylc.io.figures import png_bytes
 from raylc.io.schemas import check_tables
 from raylc.io.tables import console as screen
 from raylc.io.tables import markdown_table, rich_table
-from raylc.sweep.longscore import OVERALL, longscore
+from raylc.sweep.longscore import OVERALL, longscore, longscore_applies
 from raylc.sweep.stages import scores_for_longscore
 from raylc.sweep.tables import LONGSCORE_TABLES
 from raylc.sweep.tables import REPORT_TABLES as REPORT_SCHEMAS
@@ -76,7 +76,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
           markdown_table(tables["per_task_length"].with_columns(pl.col("score").round(4)))]
     base = suite.longscore_base()
     lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
-    if lc_input is not None and lc_input["length"].is_in(base).any() and (lc_input["length"] > max(base)).any():
+    if lc_input is not None and longscore_applies(lc_input, base):
         result = longscore_of_run(kept, job, n_boot, job.seed, run.mapper())
         result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns
                   else frame

@@ -127,6 +127,11 @@ def test_a_held_lock_is_rewritten_while_its_stage_writes_nothing(tmp_path, monke
     assert not (tmp_path / "r" / LOCK).exists()
     time.sleep(0.3)
     assert not (tmp_path / "r" / LOCK).exists()  # the timer stopped with the release
+    folder.acquire()
+    folder.acquire()  # the same run taken again by this process (its own pid is no live owner)
+    folder.release()
+    time.sleep(0.3)
+    assert not (tmp_path / "r" / LOCK).exists()  # the first timer did not outlive the release
 
 
 def test_no_lock_means_no_process(tmp_path):
