@@ -187,13 +187,15 @@ class COWFit(CellFit):
     (their partial sum is formed once per (problem, lambda)); the cells at or above lambda with
     C < L are laid out flat, one entry per (problem, lambda, k, cell), with pi computed once
     (Appendix A.1); the cell with C = L has pi = 1 and comes last. Entries whose term does not
-    depend on pi (pi = 1, or only outcome 0 observed) take the per-cell term of pi = 1, so
+    depend on pi (pi = 1, or only outcome 0 observed under ``not_covered="idk"``) take the
+    per-cell term of pi = 1, so
     mathematically tied pairs (e.g. lambda = 0 and lambda = maxC_i + 1 when every answer below
     maxC_i + 1 is correct) add bitwise equal terms in the same order and tie exactly; of the k
     for a lambda whose cells above all have C = L only the first is scored (pairs tied through
     differently computed terms are caught by the tie tolerance of step (b)). The other
-    entries take log P_i(O) + log(pi + P(x|N) P_i(N) / P_i(O)), two logs per entry and step,
-    their log P_i(O) and outcome-0 parts summed per pair. Every sum adds its terms one at a time in C order, as the
+    entries take n_1 log(pi P_i(O) + a_1) + n_IDK log((1 - pi) q(IDK) P_i(O) + a_IDK), and with q
+    fitted also n_0 log((1 - pi) q(0) P_i(O) + a_0) (a_x = P(x|N) P_i(N)): two logs per entry
+    and step, three with q fitted (:meth:`_objective`). Every sum adds its terms one at a time in C order, as the
     per-observation loop does, with the terms stored in jagged rows (:func:`_jagged_layout`:
     row j holds the j-th term of every sum with more than j terms). Cost
     O(P |Lambda|^2 |cells|) time and memory per step.

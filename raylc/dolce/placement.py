@@ -17,7 +17,7 @@ a = 0 .. L - lambda whose state is (copies placed so far j <= k, distance d from
 start, capped): a span is decided at the last start it contains, e = s + C - lambda, where it is
 covered iff j >= 1 and d <= C - lambda (the nearest copy to its left starts inside it); a copy
 may start at distance d + 1 >= lambda from the last. Cost per (problem, lambda): (L - lambda + 1)
-x (k + 1) x (max C - lambda + 2) per value of P_i(O).
+x (k + 1) x max(max C - lambda + 2, lambda) per value of P_i(O) (:func:`placement_work`).
 
 Past that budget the same likelihood is summed by a chain over the copies
 (:func:`few_copies_loglik`), whose work does not grow with the spans' lengths. A span covers

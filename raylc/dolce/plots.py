@@ -196,7 +196,8 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     subset (optional), lam, k, category). Axes are symmetric-log (linear below 1) so that
     lambda = 0 (Category I, closed-book / zero-shot) is drawn; ticks are the exponential
     candidates 0, 1, 2, 5, 10, ... With ``jitter = 0`` each distinct (lambda, k) is one marker
-    whose area is proportional to its share of the panel's problems, labelled in percent
+    whose area grows linearly with its share of the panel's problems (60 + 30 x the share in
+    percent, in points squared), labelled in percent
     (largest first; a label that would overlap a placed one is left out), coloured by the
     majority category; with ``jitter > 0`` every problem is a point, displaced
     by a multiplicative factor exp(U(-jitter, jitter)) (seeded), coloured by its category.
