@@ -1,10 +1,10 @@
 import os
 import secrets
-import socket
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from raycluster import free_port
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -28,16 +28,10 @@ DOUBLES = str(Path(__file__).resolve().parent / "doubles")
 collect_ignore_glob = [] if os.environ.get("RAYLC_REAL") == "1" else ["real/*"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # S3 for the whole session is a moto server on 127.0.0.1 (started by the tests that use it):
 # set before Ray starts so that its workers, which read request tables from the store, see the
 # same endpoint and credentials; nothing ever reaches an address outside 127.0.0.0/8.
-S3_PORT = _free_port()
+S3_PORT = free_port()
 S3_CREDS = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
             "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)}
 os.environ.update({

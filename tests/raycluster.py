@@ -4,6 +4,7 @@ for local ports and processes."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,11 +14,40 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
+_GIVEN: set[int] = set()
+_RANDOM = random.SystemRandom()  # a test that seeds ``random`` must not make two workers pick alike
+
+
+def _unshared_ports() -> list[range]:
+    """Ports no other process is handed without asking: above Ray's worker ports (10002-19999,
+    ``ray start --min/max-worker-port``) and outside the kernel's ephemeral range, from which
+    every outgoing connection and every ``bind(0)`` takes one."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return [r for r in (range(20000, min(lo, 65536)), range(max(hi + 1, 20000), 65536)) if len(r) > 100]
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free 127.0.0.1 port for a server a test starts later. A port from ``bind(0)`` is
+    ephemeral: between our close and the server's bind, an outgoing connection of a busy
+    machine may take it (ci57: a ``ray start`` exited 1, "Failed to bind ... already
+    occupied"). So it comes from outside that range, at random, not given before."""
+    spans = _unshared_ports()
+    for _ in range(1000):
+        span = _RANDOM.choice(spans)
+        port = _RANDOM.randrange(span.start, span.stop)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError("no free port outside the ephemeral range")
 
 
 def gone(pid: int) -> bool:
@@ -37,25 +67,40 @@ class LocalHead:
     ``agent_port_taken``: the job agent's HTTP port is held by this process, so the head never
     has a job agent (its Jobs API refuses every submission, as while an agent starts)."""
 
+    STARTS = 3  # tries when ``ray start`` exits because a port was taken in the meantime
+
     def __init__(self, tmp: Path, num_cpus: int = 2, agent_port_taken: bool = False):
+        self._tmp, self._num_cpus, self._agent_port_taken = tmp, num_cpus, agent_port_taken
+        self._taken: Optional[socket.socket] = None
+        self._gcs: Any = None
+        self.starts = 0
+        self.log = open(tmp.parent / "ray-head.log", "wb")
+        self._start()
+
+    def _start(self) -> None:
+        """``ray start`` on ports chosen now, in a temp dir of its own for each try."""
+        self.starts += 1
         self.dashboard_port = free_port()
         self.gcs_port = free_port()
         self.agent_port = free_port()
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
-        self._taken: Optional[socket.socket] = None
-        if agent_port_taken:
+        if self._taken is not None:
+            self._taken.close()
+            self._taken = None
+        if self._agent_port_taken:
             self._taken = socket.socket()
             self._taken.bind(("127.0.0.1", self.agent_port))
             self._taken.listen()
-        self._gcs: Any = None
+        self._gcs = None
         ray_bin = Path(sys.executable).parent / "ray"
+        temp_dir = self._tmp if self.starts == 1 else self._tmp.with_name(f"{self._tmp.name}{self.starts}")
         cmd = [
             str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-            f"--port={self.gcs_port}", f"--num-cpus={num_cpus}", "--include-dashboard=true",
+            f"--port={self.gcs_port}", f"--num-cpus={self._num_cpus}", "--include-dashboard=true",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
             f"--dashboard-agent-listen-port={self.agent_port}", f"--dashboard-agent-grpc-port={free_port()}",
             f"--ray-client-server-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}", f"--temp-dir={tmp}", "--disable-usage-stats",
+            f"--metrics-export-port={free_port()}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
         ]
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env["RAY_AUTH_MODE"] = "disabled"  # loopback-only test cluster
@@ -66,17 +111,28 @@ class LocalHead:
         # longer to store a shard and say it stopped. A run that ignores SIGTERM is still killed.
         env.setdefault("RAY_JOB_STOP_WAIT_TIME_S", "120")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # job drivers use this venv
-        self.log = open(tmp.parent / "ray-head.log", "wb")
+        self.log.write(f"--- start {self.starts}: {' '.join(cmd)}\n".encode())
+        self.log.flush()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+    def _log_tail(self, n: int = 2000) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_bytes()[-n:].decode(errors="replace")
 
     def _until(self, ready, what: str, deadline: float) -> None:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"ray head exited with {self.proc.returncode}")
+                tail = self._log_tail()
+                if "already occupied" in tail.rsplit("--- start", 1)[-1] and self.starts < self.STARTS:
+                    self._kill_group()  # what the failed start left running
+                    self._start()  # another process took a chosen port before Ray bound it
+                    continue
+                raise RuntimeError(f"ray head exited with {self.proc.returncode} (start {self.starts}); "
+                                   f"the end of {self.log.name}:\n{tail}")
             if ready():
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"ray head: {what} did not come up")
+        raise TimeoutError(f"ray head: {what} did not come up; the end of {self.log.name}:\n{self._log_tail()}")
 
     def _dashboard_answers(self) -> bool:
         try:
@@ -114,6 +170,12 @@ class LocalHead:
         self._until(self._dashboard_answers, "the dashboard", deadline)
         self._until(self.agent_registered, "the job agent", deadline)
 
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -122,6 +184,7 @@ class LocalHead:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
+        self._kill_group()  # what is left of it, also after a failed start
         self.log.close()
         if self._taken is not None:
             self._taken.close()

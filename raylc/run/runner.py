@@ -302,12 +302,14 @@ def open_run(job: Job, run_id: Optional[str]) -> Run:
     return Run(folder, job, manifest)
 
 
-def _record(run: Run, name: str, status: str, seconds: float, budget: Any = None) -> StageRecord:
-    """The stage's record when it fails, is interrupted or stops at its budget: its progress kept
-    (``raylc status``)."""
+def _ended(run: Run, name: str, status: str, t0: float, budget: Any = None) -> None:
+    """Record and save a stage that failed, was interrupted or stopped at its budget, its
+    progress kept (``raylc status``). A store failing now leaves the error on its way to the user."""
     progress = run.manifest.stages[name].progress if name in run.manifest.stages else None
-    return StageRecord(status=status, seconds=round(seconds, 3), progress=progress,  # type: ignore[arg-type]
-                       budget=budget)
+    run.manifest.stages[name] = StageRecord(status=status, seconds=round(time.perf_counter() - t0, 3),  # type: ignore[arg-type]
+                                            progress=progress, budget=budget)
+    with suppress(Exception):
+        run.save()
 
 
 def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
@@ -323,26 +325,18 @@ def _stage(run: Run, stage: Stage, upstream_redone: bool) -> bool:
     try:
         rows = stage.fn(run)
     except ValueError as exc:  # the stage's data cannot go on (a family's one-line message)
-        run.manifest.stages[name] = _record(run, name, "failed", time.perf_counter() - t0)
-        with suppress(Exception):
-            run.save()
+        _ended(run, name, "failed", t0)
         raise RunError(str(exc)) from exc
     except BudgetReached as exc:  # the prompt-token cap: recorded; the same run with a higher cap resumes
-        run.manifest.stages[name] = _record(run, name, "stopped", time.perf_counter() - t0, exc.budget)
-        with suppress(Exception):
-            run.save()
+        _ended(run, name, "stopped", t0, exc.budget)
         raise
     except KeyboardInterrupt:  # SIGINT or SIGTERM (run_job): recorded, and redone on resume
         run.interrupted = name
-        run.manifest.stages[name] = _record(run, name, "interrupted", time.perf_counter() - t0)
-        with suppress(Exception):
-            run.save()
+        _ended(run, name, "interrupted", t0)
         raise
     except Exception:  # inference failed, a store or backend gave out, a stored table is damaged:
         # `failed` (else the stage stayed `running` and `status` called it interrupted); redone on resume
-        run.manifest.stages[name] = _record(run, name, "failed", time.perf_counter() - t0)
-        with suppress(Exception):
-            run.save()
+        _ended(run, name, "failed", t0)
         raise
     seconds = round(time.perf_counter() - t0, 3)
     run.manifest.stages[name] = StageRecord(status="done", rows=rows, seconds=seconds)

