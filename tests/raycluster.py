@@ -65,15 +65,17 @@ def gone(pid: int) -> bool:
 class LocalHead:
     """``ray start --head --block`` in a new process group; ``stop()`` ends only this cluster.
     ``agent_port_taken``: the job agent's HTTP port is held by this process, so the head never
-    has a job agent (its Jobs API refuses every submission, as while an agent starts)."""
+    has a job agent (its Jobs API refuses every submission, as while an agent starts). A head
+    that exits before its dashboard answers is started again on fresh ports (:attr:`STARTS`)."""
 
-    STARTS = 3  # tries when ``ray start`` exits because a port was taken in the meantime
+    STARTS = 3  # tries when ``ray start`` exits before its dashboard answers (a port taken in the meantime)
 
     def __init__(self, tmp: Path, num_cpus: int = 2, agent_port_taken: bool = False):
         self._tmp, self._num_cpus, self._agent_port_taken = tmp, num_cpus, agent_port_taken
         self._taken: Optional[socket.socket] = None
         self._gcs: Any = None
         self.starts = 0
+        self._up = False  # the dashboard has answered
         self.log = open(tmp.parent / "ray-head.log", "wb")
         self._start()
 
@@ -123,9 +125,9 @@ class LocalHead:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 tail = self._log_tail()
-                if "already occupied" in tail.rsplit("--- start", 1)[-1] and self.starts < self.STARTS:
-                    self._kill_group()  # what the failed start left running
-                    self._start()  # another process took a chosen port before Ray bound it
+                if not self._up and self.starts < self.STARTS:  # before its dashboard answered: a port
+                    self._kill_group()  # taken in the meantime ("already occupied"), or another start-up
+                    self._start()  # failure; each try's output stays in the log
                     continue
                 raise RuntimeError(f"ray head exited with {self.proc.returncode} (start {self.starts}); "
                                    f"the end of {self.log.name}:\n{tail}")
@@ -137,6 +139,7 @@ class LocalHead:
     def _dashboard_answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.address}/api/version", timeout=2) as r:
+                self._up = self._up or r.status == 200
                 return r.status == 200
         except OSError:
             return False

@@ -12,9 +12,8 @@ import socket
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
     from raylc.spec import Job
@@ -304,33 +303,46 @@ def _job_config() -> dict[str, Any]:
 
 
 class _Late(BaseException):
-    """:func:`_deadline` passed (a BaseException, so that Ray's own ``except Exception`` retries
+    """:func:`_within`'s limit passed (a BaseException, so that Ray's own ``except Exception`` retries
     do not take it for one of theirs)."""
 
 
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Interrupt the block with :class:`_Late` once ``seconds`` have passed: ``ray.init`` joining
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``, given up with :class:`_Late` once ``seconds`` have passed: ``ray.init`` joining
     a server that answered the address check and then says nothing more waits without a limit
     (a Ray Client server, ``ray://``: its ``ClusterInfo`` call has none) or for Ray's own retries
-    (a GCS: about 10 minutes). By SIGALRM, so only in the main thread and when no other interval
-    timer runs (else no limit); a call inside Ray's C++ code is interrupted when it returns to
-    Python (a GCS client's wait: about 40 s)."""
-    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
-        yield
-        return
+    (a GCS: about 10 minutes). In the main thread by SIGALRM (a call inside Ray's C++ code is
+    interrupted when it returns to Python: a GCS client's wait, about 40 s). Elsewhere (a caller's
+    thread), or while another interval timer runs, ``call`` runs in a daemon thread that is left
+    behind at the limit: a join that ends later still leaves Ray initialised in this process."""
+    if (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+            and signal.getitimer(signal.ITIMER_REAL)[0] == 0):
+        def late(signum: int, frame: Any) -> None:
+            raise _Late()
 
-    def late(signum: int, frame: Any) -> None:
+        before = signal.signal(signal.SIGALRM, late)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="raylc-ray-init", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
         raise _Late()
-
-    before = signal.signal(signal.SIGALRM, late)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bool, timeout_s: float,
@@ -346,8 +358,7 @@ def _init(address: Optional[str], num_cpus: Optional[int], include_dashboard: bo
         check_ray_address(address, timeout_s, source)
         who, hint = _who(address, source)
         try:
-            with _deadline(timeout_s):
-                ray.init(address=address, **common)
+            _within(timeout_s, lambda: ray.init(address=address, **common))
         except _Late:
             raise RayUnavailable(f"{who} answered, but this driver had not joined it within {timeout_s:g} s "
                                  f"(ray.connect_timeout_s); {hint}") from None

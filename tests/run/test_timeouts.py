@@ -290,6 +290,42 @@ def test_a_cluster_that_answers_the_check_then_nothing_is_given_up_within_the_li
     assert not ctx["store"].exists()
 
 
+_IN_A_THREAD = """
+import sys, threading, time
+from raylc.run.session import RayUnavailable, init_ray
+said = {}
+def join():
+    t0 = time.monotonic()
+    try:
+        init_ray(sys.argv[1], timeout_s=3)
+        said["line"] = "joined"
+    except RayUnavailable as exc:
+        said["line"] = f"{time.monotonic() - t0:.2f} {exc}"
+caller = threading.Thread(target=join)
+caller.start()
+caller.join(90)
+print(said.get("line", "still waiting"), flush=True)
+"""
+
+
+def test_a_join_from_a_thread_that_is_not_main_is_given_up_within_the_limit():
+    """``ray.init`` called from a caller's own thread (an application that runs
+    :func:`raylc.evaluate.evaluate` off its main thread), joining a Ray Client server that answers
+    the check and then nothing: given up at ``ray.connect_timeout_s`` as in the main thread,
+    where SIGALRM cannot reach (it used to wait without a limit)."""
+    mute = MuteAfterHello()
+    try:
+        proc = subprocess.run([sys.executable, "-c", _IN_A_THREAD, f"ray://127.0.0.1:{mute.port}"],
+                              capture_output=True, text=True, timeout=150, env=_env())
+    finally:
+        mute.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    took, line = proc.stdout.strip().split(" ", 1)
+    assert line == (f"Ray address ray://127.0.0.1:{mute.port} answered, but this driver had not joined it within "
+                    "3 s (ray.connect_timeout_s); check the address"), proc.stdout
+    assert 3.0 <= float(took) < 30
+
+
 @contextlib.contextmanager
 def _grpc_server(*handlers):
     """A gRPC server on 127.0.0.1 with ``handlers``; yields its port."""
