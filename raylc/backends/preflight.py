@@ -2,8 +2,9 @@
 would refuse at engine start-up, and estimate what the engine will hold.
 
 Every rule below is transcribed from the vLLM 0.33.0 wheel's source (paths relative to its
-``vllm/`` package) and works on the model's ``config.json`` as a plain dict: no vLLM, torch or
-transformers import, no Ray.
+``vllm/`` package) and works on the model's ``config.json`` as a plain dict: no torch or
+transformers import, no Ray, and no vLLM import but to read the installed vLLM's ``EngineArgs``
+names when ``engine_args`` is set.
 
 1. **Config** (:func:`resolve_hf_config`): ``probe.hf_config`` (a config.json or a folder
    holding one), else ``probe.model`` as a local folder, else the Hugging Face cache, else (only

@@ -221,7 +221,9 @@ def engine_arg_names(vllm: Any = None) -> tuple[frozenset[str], str]:
 
 def check_engine_args(probe: VLLMProbe, section: str = "probe", vllm: Any = None) -> None:
     """Raise ValueError (one line naming the key) for an ``engine_args`` key that is no
-    ``EngineArgs`` field."""
+    ``EngineArgs`` field. No keys: nothing to check, and vLLM is not imported."""
+    if not probe.engine_args:
+        return
     names, where = engine_arg_names(vllm)
     unknown = sorted(k for k in probe.engine_args if k not in names)
     if unknown:

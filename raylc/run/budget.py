@@ -5,8 +5,9 @@ length run's score stage: both share the cap), :class:`TokenBudget` walks them i
 scheduler sends them (each chunk's rows in order, chunk after chunk) and keeps every request
 whose prompt tokens fit in what is left of the cap (:func:`first_fit`): a request that does not
 fit is not sent, and those after it are still offered what is left. What is left at the start
-is the cap less the prompt tokens the run's stored requests were sent with (the backend's
-count, the one ``raylc status`` shows); a pending request is counted by the backend, exactly,
+is the cap less the prompt tokens the run has sent (the backend's count: its stored successes,
+as ``raylc status`` shows them, and each stored failure the server answered,
+:meth:`raylc.run.runner.Run._sent`); a pending request is counted by the backend, exactly,
 when it can (:meth:`~raylc.backends.registry.BackendPlugin.prompt_counter`: vLLM's prepare
 stage), else as ``raylc plan`` counts it (the family's ``count``), plus what the backend adds to
 its text, at most (its chat template: :meth:`~raylc.backends.registry.BackendPlugin.added_tokens`).

@@ -247,6 +247,18 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, Optional[int
     }
 
 
+def answered_failure_tokens(folder: RunFolder, shards: str = SHARD_DIR) -> int:
+    """Prompt tokens of the stored failed requests that the server answered (the row has a
+    ``finish_reason``: an empty completion, a content filter): each attempt's prompt was
+    processed, so the token cap counts it (:meth:`raylc.run.runner.Run._sent`) however often the
+    request is sent again. A request refused, timed out or never sent has none."""
+    total = 0
+    for shard in iter_shards(folder, shards, ["error", "finish_reason", "prompt_tokens"]):
+        answered = shard.filter(pl.col("error").is_not_null() & pl.col("finish_reason").is_not_null())
+        total += int(answered["prompt_tokens"].sum() or 0)
+    return total
+
+
 def stored_accounting(folder: RunFolder, reused: int,
                       shards: str = SHARD_DIR) -> tuple[dict[str, Optional[int]], Optional[str]]:
     """:func:`accounting` of the completions stored under ``shards``, computed shard by shard

@@ -46,12 +46,14 @@ class Progress(BaseModel):
 
 class Budget(BaseModel):
     """Where a stage ``stopped`` at the run's prompt-token cap (:mod:`raylc.run.budget`): the cap,
-    the prompt tokens its stored requests were sent with (``sent``, the backend's count), the
-    requests stored and those left unsent, and raylc's count of the tokens these would take."""
+    the prompt tokens the run has sent (``sent``, the backend's count: its stored successes and the
+    failures the server answered), the requests stored and those left unsent, and raylc's count
+    of the tokens these would take."""
 
     max_prompt_tokens: int = Field(description="The cap (`inference.max_prompt_tokens`).")
-    sent: int = Field(description="Prompt tokens the stored requests were sent with (the backend's count).")
-    stored: int = Field(description="Requests stored.")
+    sent: int = Field(description="Prompt tokens sent (the backend's count): the stored successes' and those "
+                                  "of each failure the server answered (an empty completion, a content filter).")
+    stored: int = Field(description="Requests stored (successes).")
     left: int = Field(description="Requests left unsent.")
     left_tokens: int = Field(description="raylc's count of the prompt tokens those would take.")
 

@@ -118,9 +118,12 @@ RULER_DEPTHS = np.round(np.linspace(0, 100, num=40)) / 100
 _MV_VALUES = 4
 _CHUNK = 512  # units drawn per step: fixed, so the unit stream does not depend on the target length
 _TASK_INDEX = {t: i for i, t in enumerate(HELMET_RECALL_TASKS)}
-#: HELMET configs/recall.yaml ``generation_max_length`` (ruler_niah_mk_2, mk_3, mv, json_kv)
+#: HELMET configs/recall.yaml ``generation_max_length`` (ruler_niah_mk_2, mk_3, mv, json_kv; the same in
+#: configs/recall_short.yaml), both with ``use_chat_template: false``
 _MAX_TOKENS = {"json_kv": 100, "mk_needle_number": 50, "mk_needle_uuid": 100, "mv_needle": 50}
-#: HELMET scripts/collect_results.py: json_kv substring_exact_match, the RULER needles ruler_recall
+#: HELMET scripts/collect_results.py: json_kv substring_exact_match, the RULER needles ruler_recall;
+#: json_kv's ``post_process`` (data.py ``load_json_kv``) also scores the text after "corresponding
+#: value:" and keeps the max, which for a UUID answer is the raw output's SubEM
 _METRIC = {"json_kv": "subem", "mk_needle_number": "recall", "mk_needle_uuid": "recall", "mv_needle": "recall"}
 
 #: HELMET data.py ``load_json_kv``: ``{context}`` then this instruction, the demonstrations (none here) and the key

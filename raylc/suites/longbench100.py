@@ -191,6 +191,7 @@ PROMPTS = {
 NO_CONTEXT_QA = ("Answer the question as concisely as you can, using a single phrase or sentence if possible. If the "
                  "question cannot be answered, write \"unanswerable\". Do not provide any explanation. Question: "
                  "{input}\nOnly give me the answer and do not output any other words. Answer:\n ")
+#: generation lengths: uservan/100-LongBench config/dataset2maxlen.json
 MAX_TOKENS = {"kv_retrieval": 64, "counting_stars": 32, "passage_retrieval": 32, "passage_count": 32,
               "single_doc_qa": 256, "multi_doc_qa": 256, "single_doc_sum": 512, "multi_doc_sum": 512}
 #: task -> (metric, extractor); the answer rules of 100-LongBench's eval_trec.py / utils/metrics.py:

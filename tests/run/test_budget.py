@@ -294,6 +294,49 @@ def test_a_capped_length_sweep_on_a_chat_template_engine_stays_at_or_under_its_c
         assert _sent(tmp_path / "s" / "capped") == (total, requests)
 
 
+def test_a_failure_the_server_answered_counts_against_the_cap_on_resume(tmp_path, monkeypatch):
+    """Half the first attempt's requests come back empty (a content filter: the server processed
+    the prompt and said why it stopped); the run fails on its error budget. Resumed with the cap
+    at the tokens the first attempt sent, the run has no room left: the failed requests' first
+    sends count, so over both attempts the server is sent at most the cap (the resume used to
+    send them all again, counting only stored successes)."""
+    import pyarrow as pa
+    from in_process import infer_frame
+
+    from raylc.evaluate import evaluate
+    from raylc.run import pipeline
+    from raylc.run.errors import BudgetReached, InferenceFailed
+    from raylc.spec import load_job
+
+    filtered = {"on": True}
+
+    def stream(source, job, ledger=None, stages=None):
+        problems = source.folder.read(source.table)
+        for f in source.files:
+            rows = infer_frame(source.rows(pa.table({pipeline.FILE: [f]})), problems, job)
+            empty = (pl.int_range(pl.len()) % 2 == 0) & filtered["on"]
+            yield rows.with_columns(
+                completion=pl.when(empty).then(None).otherwise(pl.col("completion")),
+                finish_reason=pl.when(empty).then(pl.lit("content_filter")).otherwise(pl.col("finish_reason")),
+                error=pl.when(empty).then(pl.lit("empty completion (content null)")).otherwise(pl.col("error")))
+
+    monkeypatch.setattr(pipeline, "stream", stream)
+    monkeypatch.setattr(pipeline, "ensure_ray", lambda job: None)
+    job = load_job(ROOT / "jobs" / "quickstart.yaml", {"suite.problems_per_task": 2, "suite.min_units": 20,
+                                                        "suite.max_units": 40, "store.path": str(tmp_path / "s")})
+    with pytest.raises(InferenceFailed):
+        evaluate(job, "r", log=lambda m: None)
+    first, requests = _sent(tmp_path / "s" / "r")  # every request once, about half of them failed
+    failed = pl.read_parquet(tmp_path / "s" / "r" / "infer" / "**" / "*.parquet")["error"].is_not_null().sum()
+    assert first > 0 and 0.3 * requests < failed < 0.7 * requests
+    filtered["on"] = False
+    capped = job.model_copy(update={"inference": job.inference.model_copy(update={"max_prompt_tokens": first})})
+    with pytest.raises(BudgetReached) as stop:
+        evaluate(capped, "r", log=lambda m: None)
+    assert stop.value.budget.sent == first == _sent(tmp_path / "s" / "r")[0]  # nothing more sent
+    assert stop.value.budget.left == failed and stop.value.budget.stored == requests - failed
+
+
 def test_the_judges_calls_share_the_cap(tmp_path, monkeypatch):
     """A length run with an LLM judge (100-LongBench's QA and summaries; the simulated probe and
     judge, in process): the cap counts the judge's calls with the probe's. A cap between the
