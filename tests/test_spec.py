@@ -116,11 +116,9 @@ def test_store_that_is_a_file_nothing_written(tmp_path):
 
 def test_unreachable_s3_store_nothing_written(tmp_path):
     """An S3 store that fails before the run's first write: "nothing was written", not "finished stages are kept"."""
-    import socket
+    from raycluster import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the socket is
+    port = free_port()  # nothing listens there
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AWS_ENDPOINT_URL_S3")}
     env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_MAX_ATTEMPTS="1")
     proc = subprocess.run([sys.executable, "-m", "raylc", "run", str(ROOT / "jobs" / "quickstart.yaml"), "--store",

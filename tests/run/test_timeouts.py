@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from doubles.jobs_api import FakeJobsAPI
+from raycluster import free_port
 
 RAYLC = [sys.executable, "-m", "raylc"]
 SMALL = "name: small\nsuite: {kind: planted, tasks: [planted-a], problems_per_task: 2, min_units: 20, max_units: 40}\n"
@@ -28,12 +29,6 @@ _PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in _PROXIES}
     return {**env, "NO_PROXY": "127.0.0.1,localhost", **extra}
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed when the socket is
 
 
 class SilentPort:
@@ -201,7 +196,7 @@ def scenarios(tmp_path_factory):
         launched = Launched([*RAYLC, "run", str(_job(root / name, extra)), "--store", str(store)], env=_env(**env))
         runs[name] = (launched, {"store": store, **ctx})
 
-    closed = _closed_port()
+    closed = free_port()
     # a refused connection fails at once, not at the limit (600 s, so that start-up cannot reach it)
     run("stale", "ray: {connect_timeout_s: 600}\n", {"port": closed}, RAY_ADDRESS=f"127.0.0.1:{closed}")
     address = f"127.0.0.1:{silent['environment'].port}"
@@ -210,7 +205,7 @@ def scenarios(tmp_path_factory):
     # ray.address wins over RAY_ADDRESS
     address = f"127.0.0.1:{silent['job file'].port}"
     run("silent-job file", f"ray: {{connect_timeout_s: 2, address: '{address}'}}\n",
-        {"address": address, "server": silent["job file"]}, RAY_ADDRESS=f"127.0.0.1:{_closed_port()}")
+        {"address": address, "server": silent["job file"]}, RAY_ADDRESS=f"127.0.0.1:{free_port()}")
     client = f"ray://127.0.0.1:{mute.port}"
     run("mute-client", "ray: {connect_timeout_s: 5}\n", {"address": client, "server": mute}, RAY_ADDRESS=client)
     address = f"127.0.0.1:{mute_gcs.port}"
