@@ -468,22 +468,23 @@ def bayes_enumerable(generator: str) -> bool:
 
 def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
                 rho_prior: float | str | None = None, pairs: str = "generator", nodes: int = 24) -> pl.DataFrame:
-    """The Bayes-optimal category posterior of a fixed-copy COW generator (:data:`COW_GENERATORS`
-    with L <= :data:`BAYES_MAX_L`): the posterior that knows how :func:`simulate_cow_task` draws
+    """The Bayes-optimal category posterior of a fixed-copy COW generator (:data:`COW_GENERATORS` with
+    L <= :data:`BAYES_MAX_L`): the posterior that knows how :func:`simulate_cow_task` draws
     (closed-book with ``p_closed_book``; else lambda, k and the placement uniform as drawn; the
     task's noise; below lambda 0 with probability ``p_zero_below``, else IDK), by enumerating every
-    placement, with rho ~ U(0, ``rho_prior``) (default ``rho_max``, the generator's) integrated out on
-    Gauss-Legendre nodes. Its accuracy is the most any estimator of the same observations can
+    placement, with rho ~ U(0, ``rho_prior``) (default ``rho_max``, the generator's) integrated out
+    on Gauss-Legendre nodes. Its accuracy is the most any estimator of the same observations can
     expect, and its share at confidence >= 0.9 with the accuracy there the reference a calibrated
     estimator that does not know the generator cannot expect to beat; with ``rho_prior`` = 1 (P_i(O)
     uniform, as the fit assumes), what a vague prior on P_i(O) costs; with ``rho_prior="learned"``,
     the prior of rho a distribution on the nodes over (0, 1) fitted to the task (empirical Bayes,
-    the nonparametric maximum likelihood, jointly with ``pairs``). With ``pairs="learned"`` the
-    posterior does not know the prior over closed-book, lambda and k: the hypotheses are closed-book
-    and every lambda 1 .. L (lambda = L one value whatever L) with every k <= L / lambda, under a
-    task-level categorical fitted to the task's problems by EM (empirical Bayes, pseudo-count 1/2;
-    a problem's prior is it renormalised over the problem's own hypotheses): what an estimator that
-    learns the task's (lambda, k) distribution can expect.
+    the nonparametric maximum likelihood, jointly with ``pairs``); with ``rho_prior="bound"``, rho ~
+    U(0, r) on equal bins, the bound r fitted to the task (:func:`_bounded_posterior`). With
+    ``pairs="learned"`` the posterior does not know the prior over closed-book, lambda and k: the
+    hypotheses are closed-book and every lambda 1 .. L (lambda = L one value whatever L) with every
+    k <= L / lambda, under a task-level categorical fitted to the task's problems by EM (empirical
+    Bayes, pseudo-count 1/2; a problem's prior is it renormalised over the problem's own
+    hypotheses): what an estimator that learns the task's (lambda, k) distribution can expect.
     One row per problem: seed, truth, category, confidence, right (as :func:`calibration_frame`)."""
     from scipy.special import logsumexp
 
@@ -493,13 +494,16 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
         raise ValueError(f"{generator}: the enumeration needs fixed copies and L <= {BAYES_MAX_L}")
     if pairs not in ("generator", "learned"):
         raise ValueError(f"pairs: {pairs!r} is not 'generator' or 'learned'")
-    learn_rho = rho_prior == "learned"
-    if learn_rho:
-        rho_prior = 1.0
+    if isinstance(rho_prior, str) and rho_prior not in ("learned", "bound"):
+        raise ValueError(f"rho_prior: {rho_prior!r} is not a number, 'learned' or 'bound'")
+    learn_rho, bound = rho_prior == "learned", rho_prior == "bound"
     p_zero, p_closed, p_wrong = (_generator_setting(generator, n) for n in ("p_zero_below", "p_closed_book", "p_wrong"))
-    t, w = np.polynomial.legendre.leggauss(nodes)
-    rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else rho_prior)
-    log_w = np.log(w / 2.0)
+    if bound:  # equal bins over (0, 1), so that U(0, r) for every r of BOUND_GRID is a set of whole bins
+        rho, log_w = (np.arange(BOUND_BINS) + 0.5) / BOUND_BINS, np.full(BOUND_BINS, -math.log(BOUND_BINS))
+    else:
+        t, w = np.polynomial.legendre.leggauss(nodes)
+        rho = (t + 1.0) / 2.0 * (rho_max if rho_prior is None else 1.0 if learn_rho else rho_prior)
+        log_w = np.log(w / 2.0)
     # the oracle's P(x) for x coded 0: right, 1: wrong, 2: IDK, by the span's state
     oracle = {"right": np.array([1.0, 0.0, 0.0]), "below": np.array([0.0, p_zero, 1.0 - p_zero]),
               "missed": np.array([0.0, p_wrong, 1.0 - p_wrong])}
@@ -539,13 +543,37 @@ def bayes_frame(generator: str, seeds, n_problems: int, *, rho_max: float = 0.2,
                     ll.append(logsumexp(lk + base, axis=0) - math.log(len(copies)) + prior)
                     cat.append(int(category_codes(lam, k, lam_p, k_p, lam_q)))
             problems.append((pid, keys, np.array(ll), np.array(cat), lam_q))
-        for (pid, _, _, cat, lam_q), hyp in zip(problems, _hypotheses_posterior(
+        posterior = _bounded_posterior if bound else _hypotheses_posterior
+        for (pid, _, _, cat, lam_q), hyp in zip(problems, posterior(
                 [p[1] for p in problems], [p[2] for p in problems], log_w, pairs == "learned", learn_rho)):
             proba = np.bincount(cat, weights=np.exp(hyp - logsumexp(hyp)), minlength=len(CATEGORIES))
             truth = int(category_codes(*truth_of[pid], lam_p, k_p, lam_q))
             rows.append({"seed": seed, "truth": CATEGORIES[truth], "category": CATEGORIES[int(proba.argmax())],
                          "confidence": float(proba.max()), "right": int(proba.argmax()) == truth})
     return pl.DataFrame(rows)
+
+
+#: ``bayes_frame(rho_prior="bound")``: the bounds r of P_i(N) ~ U(0, r) tried, and the equal bins over (0, 1).
+BOUND_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+BOUND_BINS = 60
+
+
+def _bounded_posterior(keys: list, ll: list, log_w: np.ndarray, learn_pairs: bool, learn_rho: bool) -> list[np.ndarray]:
+    """:func:`_hypotheses_posterior` with P_i(N) ~ U(0, r), the bound r of :data:`BOUND_GRID` of
+    largest marginal likelihood over the task's problems (empirical Bayes, a family that holds the
+    uniform prior at r = 1); ``ll`` on :data:`BOUND_BINS` equal bins (``log_w`` unused)."""
+    from scipy.special import logsumexp
+
+    mids = (np.arange(BOUND_BINS) + 0.5) / BOUND_BINS
+    best = None
+    for r in BOUND_GRID:
+        inside = mids < r
+        with np.errstate(divide="ignore"):
+            post = _hypotheses_posterior(keys, ll, np.log(inside / inside.sum()), learn_pairs, False)
+        evidence = sum(logsumexp(p) for p in post)
+        if best is None or evidence > best[0]:
+            best = (evidence, post)
+    return best[1]
 
 
 def _hypotheses_posterior(keys: list, ll: list, log_w: np.ndarray, learn_pairs: bool, learn_rho: bool,

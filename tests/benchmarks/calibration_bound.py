@@ -1,7 +1,7 @@
 """The Bayes-optimal reference for the calibration figures of the short-document generators.
 
-    .venv/bin/python tests/benchmarks/calibration_bound.py [--groups 4] [--generators NAME ...] [--rho-prior R|learned]
-        [--pairs generator|learned]
+    .venv/bin/python tests/benchmarks/calibration_bound.py [--groups 4] [--generators NAME ...]
+        [--rho-prior R|learned|bound] [--pairs generator|learned]
 
 For each fixed-copy generator of ``dolce_reference.COW_GENERATORS`` whose documents are short
 enough to enumerate ("short", "short wrong 1", "short every", "short every wrong 1": 5-12
@@ -18,7 +18,9 @@ prior the COW posterior puts on P_i(O) (``raylc.dolce.placement``). What an esti
 not know the generator can expect: ``--pairs learned`` (closed-book, every lambda 1 .. L and every
 k a task-level categorical) and ``--rho-prior learned`` (P_i(N) a distribution on (0, 1)), fitted
 to each task by EM (empirical Bayes; the task's noise and the oracle's answers without its
-evidence stay known, as the fit estimates them from the whole task).
+evidence stay known, as the fit estimates them from the whole task); ``--rho-prior bound``
+(P_i(N) ~ U(0, r), the bound r fitted to each task by marginal likelihood: a family that holds
+the uniform prior, r = 1).
 Deterministic (seeded draws, no sampling in the posterior).
 """
 
@@ -46,20 +48,20 @@ def main() -> None:
                     help=f"generators (default: {', '.join(SHORT)})")
     ap.add_argument("--rho-prior", default=None,
                     help="P_i(N) ~ U(0, R) in the posterior instead of the generator's U(0, 0.2); 'learned': "
-                         "a distribution on (0, 1) fitted to the task")
+                         "a distribution on (0, 1) fitted to the task; 'bound': U(0, r), r fitted to the task")
     ap.add_argument("--pairs", choices=("generator", "learned"), default="generator",
                     help="the prior over closed-book, lambda and k: the generator's, or learned from the task")
     args = ap.parse_args()
     rho = args.rho_prior
-    if rho not in (None, "learned"):
+    if rho not in (None, "learned", "bound"):
         try:
             rho = float(rho)
         except ValueError:
-            ap.error(f"--rho-prior: {rho!r} is not a number or 'learned'")
+            ap.error(f"--rho-prior: {rho!r} is not a number, 'learned' or 'bound'")
     if args.groups < 1 or (isinstance(rho, float) and not 0.0 < rho <= 1.0):
         ap.error("--groups must be >= 1 and --rho-prior in (0, 1]")
     prior = ("P_i(N) ~ U(0, 0.2)" if rho is None else "P_i(N) learned" if rho == "learned"
-             else f"P_i(N) ~ U(0, {rho:g})")
+             else "P_i(N) ~ U(0, r), r learned" if rho == "bound" else f"P_i(N) ~ U(0, {rho:g})")
     prior += "; closed-book, lambda, k " + ("learned" if args.pairs == "learned" else "as drawn")
     for gen in args.generators:
         over_groups(f"Bayes-optimal ({prior}) {gen}",

@@ -9,7 +9,15 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from dolce_reference import _hypotheses_posterior, bayes_frame, calibration_frame, reliability, simulate_cow_task
+from dolce_reference import (
+    BOUND_BINS,
+    _bounded_posterior,
+    _hypotheses_posterior,
+    bayes_frame,
+    calibration_frame,
+    reliability,
+    simulate_cow_task,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -494,3 +502,17 @@ def test_the_learned_reference_priors_are_their_empirical_bayes_fixed_points():
     assert np.exp(post[-1] - np.logaddexp(*post[-1])) == pytest.approx([0.7, 0.3], abs=1e-4)
     fixed = _hypotheses_posterior([["a", "b"]], [either], log_w, learn_pairs=False, learn_rho=False)
     assert np.exp(fixed[0] - np.logaddexp(*fixed[0])) == pytest.approx([0.5, 0.5])
+
+
+def test_the_bounded_reference_prior_takes_the_smallest_bound_that_holds_the_task():
+    """``bayes_frame(rho_prior="bound")``: P_i(N) ~ U(0, r) with r of largest marginal likelihood.
+    100 problems possible only at rho < 0.18: the evidence (bins below 0.18) / (bins below r) is
+    largest at r = 0.2 of the grid. A problem whose key a needs rho = 0.5 and key b rho = 0.05
+    (0.5 each under the uniform prior) is then on b."""
+    mids = (np.arange(BOUND_BINS) + 0.5) / BOUND_BINS
+    low = np.where(mids < 0.18, 0.0, -60.0)[None, :]
+    a_or_b = np.where(np.isclose(mids[None, :], [[mids[30]], [mids[3]]]), 0.0, -60.0)  # a at 0.508, b at 0.058
+    post = _bounded_posterior([["a"]] * 100 + [["a", "b"]], [low] * 100 + [a_or_b], None, False, False)
+    assert np.exp(post[-1] - np.logaddexp(*post[-1])) == pytest.approx([0.0, 1.0], abs=1e-6)
+    uniform = _hypotheses_posterior([["a", "b"]], [a_or_b], np.full(BOUND_BINS, -np.log(BOUND_BINS)), False, False)
+    assert np.exp(uniform[0] - np.logaddexp(*uniform[0])) == pytest.approx([0.5, 0.5])
