@@ -87,6 +87,11 @@ LONGBENCH_FIELDS = ("input", "context", "answers", "dataset", "_id")
 _PASSAGE_LABEL = re.compile(r"Passage \d+:\n")
 
 
+#: a source pool's column: the passage_retrieval input of a LongBench record's summary (its answers
+#: list as ``str()`` prints it, :func:`longbench_pool`); null for every other pool
+SHOWN_SUMMARY = "_shown_summary"
+
+
 class PoolError(ValueError):
     """A document pool that cannot be used; the message is one line naming file, row and field."""
 
@@ -257,8 +262,11 @@ def longbench_pool(raw: pl.DataFrame, source: str,
     rows: list[dict] = []
     for r in frame.filter(pl.col("role").is_not_null()).iter_rows(named=True):
         qa = r["role"] in ("qa", "multi_qa")
+        # data_utils.py get_dataset nests a record's answers ('answers': [obj['answers']]), so the
+        # passage_retrieval input it writes ([d["answers"][0]]) is the list, and pred.py's
+        # str.format puts Python's str() of it in the prompt: "['The summary.']"
         fields = {"question": r["input"] if qa else None, "answers": r["answers"] if qa else None,
-                  "summary": None if qa else r["answers"][0],
+                  "summary": None if qa else r["answers"][0], SHOWN_SUMMARY: None if qa else str(list(r["answers"])),
                   "query": None if qa or not r["input"].strip() else r["input"], "row": r["row"]}
         if r["role"] in ("qa", "summary"):
             rows.append({"text": r["context"], "id": r["_id"], "group": None, **fields})
@@ -273,7 +281,8 @@ def longbench_pool(raw: pl.DataFrame, source: str,
             raise PoolError(f"{source}: row {r['row']}: field 'context' repeats a passage (Passage {repeat})")
         rows += [{"text": p, "id": f"{r['_id']}#{i}", "group": r["_id"], **fields} for i, p in enumerate(passages, 1)]
     schema = {"text": pl.String, "id": pl.String, "group": pl.String, "question": pl.String,
-              "answers": pl.List(pl.String), "summary": pl.String, "query": pl.String, "row": pl.Int64}
+              "answers": pl.List(pl.String), "summary": pl.String, SHOWN_SUMMARY: pl.String, "query": pl.String,
+              "row": pl.Int64}
     out = pl.DataFrame(rows, schema=schema)
     return out.drop("row"), out["row"], skipped
 
@@ -282,10 +291,12 @@ def pool_from_frame(raw: pl.DataFrame, tokenizer: Tokenizer, *, source: str = "p
                     kind: Literal["distractors", "sources"] = "distractors") -> DocumentPool:
     """Validate a pool table (see the module docstring; LongBench v1's released records too,
     :func:`longbench_pool`) and tokenize its documents once."""
-    rows, skipped = None, {}
-    if is_longbench_pool(raw):
+    rows, skipped, longbench = None, {}, is_longbench_pool(raw)
+    if longbench:
         raw, rows, skipped = longbench_pool(raw, source, kind)
     frame = _base_frame(raw, source, rows)
+    if not longbench:  # only a LongBench record's summary is shown as its list
+        frame = frame.with_columns(pl.lit(None, pl.String).alias(SHOWN_SUMMARY))
     if kind == "distractors":
         frame = frame.select("row", "id", "text")
         dup = frame["text"].is_duplicated() & ~frame["text"].is_first_distinct()
@@ -368,7 +379,7 @@ def _source_fields(frame: pl.DataFrame, source: str) -> pl.DataFrame:
         first = frame.filter(same.is_first_distinct() & (same == dup["_k"][0]))["row"][0]
         raise PoolError(f"{source}: row {row}: duplicate row (same text, question, answers, summary, query and group "
                         f"as row {first})")
-    return frame.select("row", "id", "text", "question", "answers", "summary", "query", "group")
+    return frame.select("row", "id", "text", "question", "answers", "summary", "query", "group", SHOWN_SUMMARY)
 
 
 def load_distractors(uri: str, tokenizer: Tokenizer) -> DocumentPool:

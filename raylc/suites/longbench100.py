@@ -24,7 +24,9 @@ sample plus random distractors up to the length (:func:`raylc.suites.context.bui
 
 Prompts are ``config/dataset2prompt.json`` of uservan/100-LongBench byte for byte (the paper's
 Appendix A.3 prints them with "Import" for "Ignore" and without the ``{context}`` of Counting
-Stars and Multi-Doc Sum), split into ``head + context + tail``. Sample ids are stable across
+Stars and Multi-Doc Sum), split into ``head + context + tail``, and sent without the chat template
+as ``pred.py`` sends them to an open model (``raw_prompt``; ``chat_template: probe`` gives them the
+probe's setting). Sample ids are stable across
 lengths (a QA sample keeps its id at every length, so the prior-knowledge filter can drop it
 everywhere). At each length a task takes the first ``samples_per_length`` source samples, in
 one seeded order, whose documents fit that length, so a sample used at one length may give way
@@ -47,6 +49,7 @@ from pydantic import Field, field_validator
 from raylc.io.schemas import TableSchema, declare
 from raylc.scoring.extract import raw_first_line
 from raylc.suites.context import (
+    SHOWN_SUMMARY,
     BuiltContext,
     ContextTooLong,
     DocumentPool,
@@ -92,6 +95,10 @@ class LongBench100Suite(LengthSuite):
     star_passages: int = Field(default=4, ge=2, description="Star-count sentences of Counting Stars.")
     max_repeats: int = Field(default=3, ge=1, description=(
         "Passage Count repeats each document 1 to this many times."))
+    chat_template: Literal["pred_py", "probe"] = Field(default="pred_py", description=(
+        "`pred_py`: every prompt without the chat template, as `pred.py` sends them to an open model "
+        "(`utils/model_utils.py` `HFModel`: `use_chat_template=False`, the prompt tokenized as is); `probe`: the "
+        "probe's `chat_template` setting."))
 
     columns = declare(
         ("n_passages", pl.Int64, "Passages (or paragraphs) in the context."),
@@ -234,6 +241,7 @@ class _Item:
     answers: Optional[tuple[str, ...]]
     summary: Optional[str]
     query: Optional[str] = None
+    shown: Optional[str] = None  # the summary as passage_retrieval's prompt shows it, if not as is
 
 
 def source_items(sources: DocumentPool, task: str) -> list[_Item]:
@@ -244,14 +252,14 @@ def source_items(sources: DocumentPool, task: str) -> list[_Item]:
         groups = (f.filter(pl.col("group").is_not_null())
                   .group_by("group", maintain_order=True)
                   .agg(pl.col("_i"), *(pl.col(c).drop_nulls().first() for c in ("question", "answers", "summary",
-                                                                                  "query")))
+                                                                                  "query", SHOWN_SUMMARY)))
                   .filter(pl.col(need).is_not_null()))
         return [_Item(g["group"], tuple(g["_i"]), g["question"], tuple(g["answers"]) if g["answers"] else None,
-                      g["summary"], g["query"]) for g in groups.iter_rows(named=True)]
+                      g["summary"], g["query"], g[SHOWN_SUMMARY]) for g in groups.iter_rows(named=True)]
     need = "question" if task == "single_doc_qa" else "summary"
     rows = f.filter(pl.col("group").is_null() & pl.col(need).is_not_null())
     return [_Item(r["id"], (r["_i"],), r["question"], tuple(r["answers"]) if r["answers"] else None, r["summary"],
-                  r["query"]) for r in rows.iter_rows(named=True)]
+                  r["query"], r[SHOWN_SUMMARY]) for r in rows.iter_rows(named=True)]
 
 
 def _rng(seed: int, task: str, key: int, length: int) -> np.random.Generator:
@@ -340,9 +348,10 @@ def _passage_count(suite: LongBench100Suite, pool: DocumentPool, i: int, length:
 def _source_row(task: str, item: _Item, length: int, ctx: BuiltContext) -> dict:
     labels = list(ctx.required_labels)
     if task == "passage_retrieval":
-        head, tail = around_context(PROMPTS[task], input=item.summary)
+        shown = item.shown or item.summary
+        head, tail = around_context(PROMPTS[task], input=shown)
         gold = str(labels[0])
-        return _row(task, item.sample_id, length, ctx, head, tail, item.summary, [gold], gold, labels)
+        return _row(task, item.sample_id, length, ctx, head, tail, shown, [gold], gold, labels)
     if task in QA_TASKS:  # data_utils.py: "Passage 2,5. " (a bare comma) for the multi-doc groups
         shown = ",".join(str(i) for i in sorted(labels))
         instruction = f"Answer the question related with Passage {shown}. "
@@ -442,7 +451,8 @@ LONGBENCH100_INFO = SuiteInfo(
 @register_suite(LongBench100Suite, LONGBENCH100_INFO)
 def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
     """The samples table (:mod:`raylc.suites.samples`) of the suite's tasks at every length, plus
-    ``n_passages`` and ``gold_passages`` (passage numbers of the ground truth / needles).
+    ``n_passages``, ``gold_passages`` (passage numbers of the ground truth / needles) and
+    ``raw_prompt`` (``chat_template``).
     Deterministic per ``seed``; shortfalls (sources too long for a length, too few sources) are
     logged and visible in :func:`longbench100_report`."""
     tok = get_tokenizer(suite.tokenizer)
@@ -467,6 +477,7 @@ def build_longbench100(suite: LongBench100Suite, seed: int) -> pl.DataFrame:
                 log.warning("%s at length %d: %d of %d samples could not be built", task, length, n,
                             suite.samples_per_length)
     frame = pl.DataFrame(rows, schema={**SAMPLE_SCHEMA, **EXTRA_SCHEMA})
+    frame = frame.with_columns(raw_prompt=pl.lit(suite.chat_template == "pred_py"))
     return check_samples(frame, f"suite longbench100 ({suite.sources})")
 
 

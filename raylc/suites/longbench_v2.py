@@ -16,7 +16,11 @@ inserts ``output.strip()``), and asks for the final answer. Generation budgets
 are C.2's: 128 new tokens zero-shot, 1024 for the reasoning call and 128 for the answer
 call; C.2's temperature 0.1 is the probe's ``sampling.temperature``. Contexts are not
 length-controlled: ``length`` is the context's token count and the backend truncates from
-the middle to the model window (Section 4 "Setup").
+the middle to the model window (Section 4 "Setup"). First, as ``pred.py`` ``query_llm`` does, a
+prompt over ``max_length`` tokens (``config/model2maxlen.json``: 120000 for every open model,
+200000 for Claude) keeps its first and last ``max_length // 2`` tokens, decoded as one
+(:func:`raylc.text.truncation.truncate_prompt_middle`, counted with ``suite.tokenizer``; give it
+the model's, ``hf:<model>``, for the official cut).
 
 Scoring: the ``longbench_v2`` extractor reads "The correct answer is (X)" (``pred.py``
 ``extract_answer``); no letter is an invalid output, which the compensated score credits with
@@ -40,12 +44,14 @@ from raylc.io.store import StoreError, json_records, locate
 from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
+from raylc.text.truncation import truncate_prompt_middle
 
 
 class LongBenchV2Suite(SweepSuite):
     """A LongBench v2 run on data in its released JSON/JSONL format (``data``), zero-shot or
-    two-call chain of thought (Appendix C); contexts are cut to the probe's window by
-    ``probe.truncation`` (default ``middle``, the paper's); invalid outputs count 0.25 in the compensated score."""
+    two-call chain of thought (Appendix C); prompts over ``max_length`` tokens are cut as
+    ``pred.py`` cuts them, then contexts to the probe's window by ``probe.truncation`` (default
+    ``middle``, the paper's); invalid outputs count 0.25 in the compensated score."""
 
     kind: Literal["longbench_v2"] = Field(description="`longbench_v2`: LongBench v2 on its released data.")
     data: str = Field(min_length=1, description=(
@@ -53,7 +59,11 @@ class LongBenchV2Suite(SweepSuite):
     mode: Literal["zero_shot", "cot"] = Field(default="zero_shot", description=(
         "`zero_shot`, or `cot`: two calls, the reasoning then the answer (Appendix C)."))
     tokenizer: Optional[str] = Field(default=None, description=(
-        "Tokenizer the context's length is counted with: null, the offline default; `hf:<name-or-path>`."))
+        "Tokenizer of `max_length` and of the context's length: null, the offline default; `hf:<name-or-path>`."))
+    max_length: Optional[int] = Field(default=120000, ge=2, description=(
+        "Cut a prompt of more than this many tokens to its first and last `max_length // 2` tokens, decoded as one, "
+        "as `pred.py` `query_llm` does (`config/model2maxlen.json`: 120000 for every open model, 200000 for "
+        "Claude); null: no cut here, the backend cuts the context to its window by `probe.truncation`."))
     empty_outputs: Literal["skip", "invalid"] = Field(default="skip", description=(
         "An empty output (first or answer call): `skip` it as the official `pred.py` does, or count it "
         "`invalid`."))
@@ -209,8 +219,8 @@ LONGBENCH_V2_INFO = SuiteInfo(
                 "THUDM/LongBench `pred.py`, `result.py`, `prompts/0shot.txt`, `0shot_cot.txt`, `0shot_cot_ans.txt`",
                 extractor="longbench_v2",
                 note="Accuracy of the letter in \"The correct answer is (X)\"; an invalid output counts 0.25 in the "
-                     "compensated score. Contexts are cut to the probe's window by `probe.truncation` (default "
-                     "`middle`, as the paper does)."),),
+                     "compensated score. A prompt over `suite.max_length` tokens (120000) is cut as `pred.py` "
+                     "cuts it, then contexts to the probe's window by `probe.truncation` (default `middle`)."),),
     lengths="the records' own contexts (reported by their `length` class: short, medium, long)",
     data="`suite.data`: one record per question.",
     real_data="`data.json` of the Hugging Face dataset `THUDM/LongBench-v2`, as published.",
@@ -222,9 +232,9 @@ LONGBENCH_V2_INFO = SuiteInfo(
 def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     """The samples table of ``suite.data`` in ``suite.mode``: task ``longbench_v2``, sample_id the
     record's ``_id``, metric and extractor ``longbench_v2``, extra columns ``domain,
-    sub_domain, difficulty, length_class``. ``length`` = ``context_tokens`` = the context's
-    token count (``suite.tokenizer``). Nothing is random: ``seed`` is accepted for the common
-    builder signature and does not change the table."""
+    sub_domain, difficulty, length_class``. ``length``: the context's token count
+    (``suite.tokenizer``); ``context_tokens``: the same after the ``max_length`` cut. Nothing is
+    random: ``seed`` is accepted for the common builder signature and does not change the table."""
     del seed
     data = load_longbench_v2(suite.data_path(suite.data))
     tok = get_tokenizer(suite.tokenizer)
@@ -233,8 +243,11 @@ def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     for rec in data.iter_rows(named=True):
         head, context, tail = prompt(rec, suite.mode)
         n = tok.count(context)
+        if suite.max_length is not None:
+            head, context, tail = truncate_prompt_middle(head, context, tail, tok, suite.max_length, together=True)
         rows.append({
-            "task": "longbench_v2", "sample_id": rec["_id"], "length": n, "context_tokens": n, "head": head,
+            "task": "longbench_v2", "sample_id": rec["_id"], "length": n,
+            "context_tokens": min(n, tok.count(context)), "head": head,
             "context": context, "tail": tail, "question": rec["question"], "answers": [rec["answer"]],
             "gold": f"The correct answer is ({rec['answer']})", "metric": "longbench_v2", "extractor": "longbench_v2",
             "followup": cot_followup(rec) if cot else None, "max_tokens": MAX_TOKENS[suite.mode],

@@ -7,8 +7,8 @@ of tokens; the head and tail are never touched:
 * ``middle`` keeps the first and last halves of the allowed context tokens, the end taking
   the odd one, decoded together, as LongBench v2's ``pred.py`` cuts its prompt
   (``input_ids[:n//2] + input_ids[-n//2:]``, one ``decode``; "truncated from the middle").
-  LongBench v1's ``pred.py`` cut, each half decoded on its own, is
-  :func:`truncate_prompt_middle` (``suite.max_length``);
+  The official scripts' own cut of the whole prompt (LongBench v1, each half decoded on its own;
+  v2 at its ``model2maxlen``) is :func:`truncate_prompt_middle` (``suite.max_length``);
 * ``end`` keeps the start of the context (HELMET "truncate the document from the end");
 * ``start`` keeps the end of the context;
 * ``refuse`` raises :class:`PromptTooLong` (backends record it as the row's error).
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 from raylc.text.prompts import TEMPLATE
-from raylc.text.tokenize import Tokenizer
+from raylc.text.tokenize import HFTokenizer, Tokenizer
 
 Policy = Literal["middle", "end", "start", "refuse"]
 POLICIES = ("middle", "end", "start", "refuse")
@@ -110,19 +110,30 @@ def fit_to_window(
 
 
 def truncate_prompt_middle(head: str, context: str, tail: str, tokenizer: Tokenizer,
-                           max_length: int) -> tuple[str, str, str]:
-    """LongBench v1 ``pred.py``: a prompt of more than ``max_length`` tokens becomes
-    ``decode(ids[:half]) + decode(ids[-half:])`` with ``half = max_length // 2`` (its
-    ``int(max_length/2)``): the *whole* prompt is cut, each half decoded on its own, and nothing
-    is re-counted. Returned as ``(head, context, tail)`` again when the cut prompt still starts
-    with ``head`` and ends with ``tail`` (the cut fell inside the context, the usual case),
-    else as ``("", cut prompt, "")``. raylc's tokenizers add no special tokens; ``pred.py``'s
-    Hugging Face call adds a model's BOS, which then takes one of the first half's tokens."""
-    ids = tokenizer.encode(head + context + tail)
+                           max_length: int, *, together: bool = False) -> tuple[str, str, str]:
+    """The *whole* prompt cut as the official ``pred.py`` scripts cut it: a prompt of more than
+    ``max_length`` tokens keeps its first ``max_length // 2`` tokens and its last ones, and
+    nothing is re-counted. LongBench v1 (``LongBench/pred.py``): ``half = int(max_length/2)`` at
+    each end, each half decoded on its own. With ``together``, LongBench v2 (``pred.py``
+    ``query_llm``): ``input_ids[:max_len//2] + input_ids[-max_len//2:]`` (the end takes the odd
+    token), decoded as one. Both count the ids of Hugging Face's ``tokenizer.encode(prompt)``,
+    the special tokens it adds (a model's BOS) included, and decode with
+    ``skip_special_tokens=True``: with an ``hf:`` tokenizer the BOS takes one of the first
+    half's tokens and is dropped from the text (raylc's default tokenizer adds none).
+    Returned as ``(head, context, tail)`` again when the cut prompt still starts with ``head``
+    and ends with ``tail`` (the cut fell inside the context, the usual case), else as
+    ``("", cut prompt, "")``."""
+    text = head + context + tail
+    if isinstance(tokenizer, HFTokenizer):
+        ids, added = tokenizer.encode(text, special=True), set(tokenizer.encode("", special=True))
+    else:
+        ids, added = tokenizer.encode(text), set()
     if len(ids) <= max_length:
         return head, context, tail
-    half = max_length // 2
-    cut = tokenizer.decode(ids[:half]) + tokenizer.decode(ids[len(ids) - half:])
+    first = ids[:max_length // 2]
+    last = ids[len(ids) - (max_length - max_length // 2 if together else max_length // 2):]
+    first, last = [i for i in first if i not in added], [i for i in last if i not in added]
+    cut = tokenizer.decode(first + last) if together else tokenizer.decode(first) + tokenizer.decode(last)
     if cut.startswith(head) and cut.endswith(tail) and len(cut) >= len(head) + len(tail):
         return head, cut[len(head):len(cut) - len(tail)], tail
     return "", cut, ""

@@ -252,3 +252,25 @@ def test_code_matcher_chooses_fuzzywuzzys_matcher_for_the_code_datasets():
     pred, ref = ["Unanswerable"], ["    return len(text.splitlines())"]
     assert metrics.METRICS["edit_sim"](pred, ref).item() == 0.13
     assert metrics.METRICS["edit_sim_levenshtein"](pred, ref).item() == 0.22
+
+
+def test_the_cut_counts_a_models_bos_as_pred_py_does(tmp_path):
+    """``pred.py``'s ``tokenizer(prompt).input_ids`` holds a Llama-style BOS: a prompt one text
+    token over ``max_length - 1`` is cut, the BOS takes one of the first half's tokens and is not
+    decoded (``skip_special_tokens=True``)."""
+    from doubles.model_dir import train_tokenizer
+    from tokenizers import Tokenizer
+
+    (tmp_path / "tokenizer.json").write_text(train_tokenizer("llama"))
+    raw = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok = get_tokenizer(f"hf:{tmp_path / 'tokenizer.json'}")
+    head, tail = "Read the passage.\n\n", "\n\nQuestion: who wrote it?\nAnswer:"
+    context = " ".join(f"Line {i} of the report." for i in range(40))
+    for max_length in (tok.count(head + context + tail), tok.count(head + context + tail) + 1, 60, 61):
+        tokenized_prompt = raw.encode(head + context + tail).ids  # pred.py, restated
+        prompt = head + context + tail
+        if len(tokenized_prompt) > max_length:
+            half = int(max_length / 2)
+            prompt = (raw.decode(tokenized_prompt[:half], skip_special_tokens=True)
+                      + raw.decode(tokenized_prompt[-half:], skip_special_tokens=True))
+        assert "".join(truncate_prompt_middle(head, context, tail, tok, max_length)) == prompt

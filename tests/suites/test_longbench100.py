@@ -471,6 +471,9 @@ def _longbench_record(dataset: str, _id: str, context: str, answers: list[str], 
             "dataset": dataset, "language": "en", "all_classes": None, "_id": _id}
 
 
+DECIDED = "The group agreed to buy the team's new microphone.\nIt was cheap."
+
+
 def test_a_suite_built_from_longbench_v1_records(tmp_path, caplog):
     """Sources as LongBench v1 publishes them, built as 100-LongBench builds its tasks from them
     (utils/data_utils.py): the record's input and answers for QA with its context (or, for a
@@ -485,8 +488,7 @@ def test_a_suite_built_from_longbench_v1_records(tmp_path, caplog):
                           "Passage 2:\nAnn Lee\nAnn Lee was born in Oslo.\n", ["Oslo"],
                           "Where was the director of Alpha Film born?"),
         _longbench_record("qmsum", "m1", "Grad A: we should buy the new microphone. Professor B: agreed, buy it. "
-                          * 4, ["The group agreed to buy the new microphone."],
-                          "What did the group decide about the microphone?"),
+                          * 4, [DECIDED], "What did the group decide about the microphone?"),
         _longbench_record("multi_news", "n1", "Passage 1:\nA storm hit the coast on Monday.\n"
                           "Passage 2:\nPower was cut to many towns.\n", ["A storm hit the coast and cut power."]),
         _longbench_record("lcc", "c1", "def f():\n    return 1\n", ["return 1"]),
@@ -509,8 +511,27 @@ def test_a_suite_built_from_longbench_v1_records(tmp_path, caplog):
     summary = rows["single_doc_sum"]
     assert summary["question"] == (f"Write a one-page summary of Passage {summary['gold_passages'][0]} into a few "
                                    "short sentences: What did the group decide about the microphone?")
-    assert summary["answers"] == ["The group agreed to buy the new microphone."]
+    assert summary["answers"] == [DECIDED]
     listed = ",".join(f"Passage {i}" for i in sorted(rows["multi_doc_sum"]["gold_passages"]))
     assert rows["multi_doc_sum"]["question"] == ("Combine and summarize the main ideas from the selected relevant "
                                                  f"passages into one cohesive summary: {listed}.")
-    assert rows["passage_retrieval"]["question"] == "The group agreed to buy the new microphone."  # ungrouped
+    # data_utils.py nests a LongBench record's answers, so pred.py's prompt shows the list as str() prints it
+    retrieval = rows["passage_retrieval"]
+    shown = '["The group agreed to buy the team\'s new microphone.\\nIt was cheap."]'
+    assert retrieval["question"] == shown == str([DECIDED])  # ungrouped
+    assert retrieval["tail"].startswith(f"\n\nThe following is a summarization.\n\n{shown}\n\nPlease enter the number")
+
+
+def test_prompts_go_without_the_chat_template_as_pred_py_sends_them(samples):
+    """``pred.py`` calls ``HFModel.generate`` (``use_chat_template=False``: the prompt is tokenized
+    as is) for every open model, the no-context QA probe included; ``chat_template: probe`` gives
+    every row the probe's setting instead."""
+    from types import SimpleNamespace
+
+    from raylc.sweep.stages import requests
+
+    assert samples["raw_prompt"].all() and (samples["length"] == 0).any()
+    probe = build_longbench100(suite(chat_template="probe"), seed=11)
+    assert not probe["raw_prompt"].any() and probe.drop("raw_prompt").equals(samples.drop("raw_prompt"))
+    job = SimpleNamespace(probe_fingerprint=lambda: "fp")
+    assert requests(samples, job)["raw_prompt"].all()

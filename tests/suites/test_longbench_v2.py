@@ -92,6 +92,10 @@ def test_zero_shot_samples_follow_appendix_c():
 
 #: THUDM/LongBench prompts/0shot_cot.txt and 0shot_cot_ans.txt, as the files have them (note "questions"
 #: and the typographic apostrophe of "Let’s"); pred.py fills them with str.replace
+OFFICIAL_ZERO_SHOT = ("Please read the following text and answer the question below.\n\n<text>\n$DOC$\n</text>\n\n"
+                      "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n"
+                      "(C) $C_C$\n(D) $C_D$\n\nFormat your response as follows: \"The correct answer is (insert "
+                      "answer here)\".")
 OFFICIAL_COT = ("Please read the following text and answer the questions below.\n\n<text>\n$DOC$\n</text>\n\n"
                 "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n"
                 "(D) $C_D$\n\nLet\u2019s think step by step:")
@@ -232,3 +236,39 @@ def test_report_rounds_and_compensates_as_result_py():
             rows["overall"]["compensated"]) == (16, 6.2, 6.2, 7.8)
     assert rows["easy"] == {**rows["overall"], "split": "easy"} and rows["hard"]["n"] == 0
     assert rows["hard"]["accuracy"] is None
+
+
+def _official_cut(raw, prompt: str, max_len: int) -> str:
+    """``pred.py`` ``query_llm`` restated on a ``tokenizers`` tokenizer, as Hugging Face's calls it:
+    ``encode`` adds the special tokens, ``decode(skip_special_tokens=True)``."""
+    input_ids = raw.encode(prompt).ids
+    if len(input_ids) > max_len:
+        input_ids = input_ids[:max_len // 2] + input_ids[-max_len // 2:]
+        prompt = raw.decode(input_ids, skip_special_tokens=True)
+    return prompt
+
+
+@pytest.mark.parametrize("max_len", [400, 401])
+def test_a_prompt_over_max_length_is_cut_as_query_llm_cuts_it(tmp_path, max_len):
+    """A Llama-style tokenizer (BOS added): the BOS takes one of the first half's tokens, the end
+    takes the odd one, the halves are decoded as one; a prompt within the limit is untouched."""
+    from doubles.model_dir import train_tokenizer
+    from tokenizers import Tokenizer
+
+    (tmp_path / "tokenizer.json").write_text(train_tokenizer("llama"))
+    raw = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    records = json.loads(FIXTURE.read_text())
+    records[0]["context"] = " ".join(f"Line {i} of a long report says little." for i in range(60))
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(records))
+    suite = LongBenchV2Suite(kind="longbench_v2", data=str(data), tokenizer=f"hf:{tmp_path / 'tokenizer.json'}",
+                             max_length=max_len)
+    samples = build_longbench_v2(suite, 0)
+    for row in samples.iter_rows(named=True):
+        record = next(r for r in records if r["_id"] == row["sample_id"])
+        whole = _official(OFFICIAL_ZERO_SHOT, record)
+        assert row["head"] + row["context"] + row["tail"] == _official_cut(raw, whole, max_len)
+    first = samples.row(0, named=True)
+    assert first["context_tokens"] < first["length"] and first["tail"].endswith("(insert answer here)\".")
+    uncut = build_longbench_v2(suite.model_copy(update={"max_length": None}), 0)
+    assert uncut["context"][0] == records[0]["context"].strip() != first["context"]
