@@ -130,6 +130,14 @@ class RayResources(_Strict):
         "How long the cluster (or the Jobs API of `raylc submit`) may take to answer before the run fails in one "
         "line."))
 
+    @field_validator("address")
+    @classmethod
+    def _has_a_host(cls, value: Optional[str]) -> Optional[str]:
+        """``ray://`` or ``ray://:10001`` name no host: Ray's client would wait on a DNS lookup of nothing."""
+        if value is not None and "://" in value and not value.split("://", 1)[1].strip("/").partition(":")[0]:
+            raise ValueError("no host: give host:port or ray://host:port (or auto)")
+        return value
+
     def cluster(self) -> tuple[Optional[str], str]:
         """The cluster a run joins and where its address came from: ``address``, else RAY_ADDRESS;
         ``(None, "RAY_ADDRESS")`` when neither is set and a local Ray starts here (one that never grows)."""

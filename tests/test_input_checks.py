@@ -223,8 +223,17 @@ def test_fit_accepts_a_single_problem_and_an_all_idk_task(tmp_path, monkeypatch)
     assert _cli(tmp_path, monkeypatch, "fit", "idk.csv", "--out", "out2", "--no-ray")[0] == 0
 
 
+def test_an_s3_endpoint_s3_does_not_speak_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "ftp://127.0.0.1:1")
+    err = _refused(tmp_path, monkeypatch, "runs", "s3://bucket/x")
+    assert err == "error: s3://bucket/x: AWS_ENDPOINT_URL 'ftp://127.0.0.1:1': Invalid S3 connection scheme 'ftp'", err
+
+
 @pytest.mark.parametrize("args, message", [
-    (("fit", "obs.parquet", "--out", "foo://x"), "foo://x: not a store address (Unrecognized filesystem type"),
+    (("fit", "obs.parquet", "--out", "foo://x"), "foo://x: not a store address: give a folder"),
+    (("fit", "obs.parquet", "--out", "mock://x"), "mock://x: not a store address"),  # pyarrow's, kept nowhere
+    (("runs", "hdfs://127.0.0.1:1/x"), "hdfs://127.0.0.1:1/x: not a store address"),  # pyarrow's, needs a JVM
+    (("fit", "gs://bucket/obs.parquet", "--out", "out"), "gs://bucket: not a store address"),
     (("fit", "obs.parquet", "--out", "s3://"), "s3://: no bucket"),
     (("fit", "obs.parquet", "--out", "s3:///x"), "s3:///x: no bucket"),
     (("fit", "obs.parquet", "--out", ""), "the store path is empty"),
@@ -237,8 +246,9 @@ def test_fit_accepts_a_single_problem_and_an_all_idk_task(tmp_path, monkeypatch)
     (("report", "foo://x/run"), "foo://x: not a store address"),
 ])
 def test_store_addresses_that_name_no_store_are_refused_in_one_line(tmp_path, monkeypatch, args, message):
-    """A malformed URI, an empty path or a file where a folder belongs is bad input (exit 2, one
-    line, nothing written), not a pyarrow traceback or a write into the working folder."""
+    """A malformed URI, a scheme that is not a local folder or S3 (pyarrow's others would wait on a
+    cloud, need a JVM or keep nothing), an empty path or a file where a folder belongs is bad input
+    (exit 2, one line, nothing written), not a pyarrow traceback or a write into the working folder."""
     _obs(("p1", "p2")).write_parquet(tmp_path / "obs.parquet")
     err = _refused(tmp_path, monkeypatch, *args, *(("--no-ray",) if args[0] == "fit" else ()))
     assert message in err, err
@@ -251,11 +261,22 @@ def test_store_addresses_that_name_no_store_are_refused_in_one_line(tmp_path, mo
      "key 'ray.num_cpus': Input should be less than or equal to 100000"),
     (("plan", "job.yaml", "--set", "sampling.lengths=[]"), "key 'sampling.lengths': lengths is empty"),
     (("plan", "job.yaml", "--set", "sampling.lengths=[-5, 0]"), "every length must be L or 0 <= C"),
+    (("plan", "job.yaml", "--set", "sampling.lengths=[0, L]"), "key 'sampling': no partial length 0 < C < L"),
+    (("plan", "job.yaml", "--set", "sampling.min_length=20", "--set", "sampling.max_length=10"),
+     "no partial length 0 < C < L is sampled"),
     (("plan", "job.yaml", "--set", "sampling.every=99999999999999999999"), "each at most 1,000,000,000"),
     (("plan", "job.yaml", "--set", "suite.problems_per_task=100000000000"),
      "key 'suite.problems_per_task': Input should be less than or equal to 1000000"),
     (("plan", "job.yaml", "--set", "seed=99999999999999"), "key 'seed': Input should be less than or equal to"),
     (("plan", "job.yaml", "--set", "seed=true"), "key 'seed': expected a number, not true or false (got True)"),
+    (("plan", "job.yaml", "--set", "ray.connect_timeout_s=1e10"), "key 'ray.connect_timeout_s': at most 604800 s"),
+    (("plan", "job.yaml", "--set", "ray.address=ray://"), "key 'ray.address': no host: give host:port"),
+    (("plan", "job.yaml", "--set", "ray.address=ray://:10001"), "key 'ray.address': no host"),
+    (("plan", "job.yaml", "--set", "ray.no_progress_timeout_s=1e300"), "key 'ray.no_progress_timeout_s': at most"),
+    (("plan", "job.yaml", "--set", "inference.shard_seconds=1e9"), "key 'inference.shard_seconds': at most 604800"),
+    (("plan", "openai.yaml", "--set", "probe.timeout_s=1e12"), "key 'probe.timeout_s': at most 604800 s"),
+    (("plan", "openai.yaml", "--set", "probe.max_model_len=9223372036854775808"),
+     "key 'probe.max_model_len': must be below 2^63 in size"),
     (("plan", "job.yaml", "--set", "sampling.lengths=[yes, 4]"), "key 'sampling.lengths': expected numbers, not true"),
     (("plan", "job.yaml", "--set", "fit.em_tol=false"), "key 'fit.em_tol': expected a number, not true or false"),
     (("plan", "job.yaml", "--set", "probe.guess_rate=true"), "key 'probe.guess_rate': expected a number, not true"),
@@ -510,3 +531,15 @@ def test_planted_suite_task_names_are_checked(tmp_path, monkeypatch, tasks, mess
     (tmp_path / "job.yaml").write_text(yaml.safe_dump({"name": "j", "suite": {"tasks": tasks, "problems_per_task": 2}}))
     err = _refused(tmp_path, monkeypatch, "plan", "job.yaml")
     assert err.startswith("error: job.yaml: key 'suite.tasks': ") and message in err, err
+
+
+def test_a_ray_address_from_the_environment_with_no_host_fails_at_once():
+    """``RAY_ADDRESS=ray://``: Ray's client would wait about 30 s on a DNS lookup of nothing."""
+    import time
+
+    from raylc.run.session import RayUnavailable, check_ray_address
+
+    start = time.monotonic()
+    with pytest.raises(RayUnavailable, match=r"RAY_ADDRESS=ray:// \(from the environment\): no host; unset"):
+        check_ray_address("ray://", 30.0, "RAY_ADDRESS")
+    assert time.monotonic() - start < 1.0

@@ -1,6 +1,9 @@
 """The base of every model a job file's keys are read into (the job, its suite, sampling, fit
 options, probe and generation settings): unknown keys refused, values frozen, numbers finite,
-and ``true`` / ``false`` refused where a number belongs (pydantic's lax mode reads them as 1 / 0)."""
+``true`` / ``false`` refused where a number belongs (pydantic's lax mode reads them as 1 / 0),
+integers within 64 bits (numpy and Ray take them as C longs), and every time a run waits (a key
+ending in ``_s`` or ``_seconds``) at most :data:`MAX_WAIT_S` (a larger one overflows the clocks
+it is passed to, after the run has started)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+
+#: The longest wait a job may set, in seconds: a week.
+MAX_WAIT_S = 7 * 24 * 3600.0
+_INT64 = 2 ** 63
 
 
 def _kinds(annotation: Any) -> set[Any]:
@@ -40,4 +47,16 @@ class JobModel(BaseModel):
             if kinds & {int, float} and not kinds & {bool, Any}:
                 raise PydanticCustomError("bool_for_number", "expected {what}, not true or false",
                                           {"what": "a number" if isinstance(value, bool) else "numbers"})
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _within_limits(cls, value: Any, info: ValidationInfo) -> Any:
+        numbers = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < _INT64 for v in numbers):
+            raise PydanticCustomError("int64", "must be below 2^63 in size")
+        name = info.field_name or ""
+        if (name.endswith(("_s", "_seconds")) and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and value > MAX_WAIT_S):
+            raise PydanticCustomError("wait", f"at most {MAX_WAIT_S:.0f} s (a week)")
         return value

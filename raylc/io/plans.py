@@ -3,6 +3,7 @@ writing the planned job."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -37,8 +38,12 @@ def capped(job: Any, budget_tokens: int) -> Any:
 
 
 def write_whole(text: str, path: Union[str, Path]) -> None:
-    """``text`` to ``path`` through a temporary file and a rename: whole or not at all."""
-    path = Path(path)
+    """``text`` to ``path`` through a temporary file and a rename: whole or not at all. A symbolic
+    link is followed (its target is written, the link kept); a path that is there and is not a
+    regular file (a folder, a FIFO, a device) is one :class:`PlanError` line, never replaced."""
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise PlanError(f"{path}: not a regular file; give a file path to write the plan to")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")

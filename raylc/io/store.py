@@ -67,7 +67,12 @@ def _split(uri: str) -> tuple[pafs.FileSystem, str]:
             region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
             if region:
                 kwargs["region"] = region
-            return pafs.S3FileSystem(**kwargs), uri[len("s3://"):].rstrip("/")
+            try:
+                return pafs.S3FileSystem(**kwargs), uri[len("s3://"):].rstrip("/")
+            except ValueError as exc:  # ArrowInvalid: e.g. an endpoint scheme S3 does not speak
+                raise StoreError(f"{uri}: AWS_ENDPOINT_URL {endpoint!r}: {exc}") from None
+        if not uri.startswith("file://"):  # pyarrow would open gs://, hdfs://, abfs://, mock:// too
+            raise StoreError(f"{uri}: not a store address: give a folder (or file://) or s3://bucket/prefix")
         try:
             fs, path = pafs.FileSystem.from_uri(uri)
         except ValueError as exc:  # pyarrow's ArrowInvalid: an unknown scheme or a malformed URI
@@ -106,6 +111,25 @@ def json_records(uri: str, data: bytes) -> list[tuple[str, Any]]:
     return out
 
 
+def _kind(value: Any) -> str:
+    return ("a list" if isinstance(value, list) else "an object" if isinstance(value, dict)
+            else "text" if isinstance(value, str) else "a number or a boolean")
+
+
+def _mixed_kinds(uri: str, records: list[tuple[str, Any]]) -> None:
+    """A :class:`StoreError` naming the first field whose JSON kind (list, object, text, scalar)
+    differs from the kind it has in an earlier record, if there is one."""
+    first: dict[str, tuple[str, str]] = {}
+    for where, record in records:
+        for key, value in record.items():
+            if value is None:
+                continue
+            kind = _kind(value)
+            seen = first.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                raise StoreError(f"{uri}: {where}: field {key!r} holds {kind} where {seen[1]} holds {seen[0]}")
+
+
 def locate(uri: str) -> tuple["Store", str]:
     """The store holding the file or folder ``uri`` names (a local path or URI), and its name there.
     An address that names no file (empty, a bare bucket, a malformed URI) is :class:`StoreError`."""
@@ -134,19 +158,19 @@ def read_input(uri: str) -> pl.DataFrame:
     try:
         if name.endswith(".csv"):
             return pl.read_csv(io.BytesIO(data), infer_schema_length=None)
-        if name.endswith((".jsonl", ".ndjson")):  # every row decides the schema: a field may first appear late
-            return pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
-        if name.endswith(".json"):
+        if name.endswith((".json", ".jsonl", ".ndjson")):
+            # parsed here, not by pl.read_ndjson, which turns a field holding a list in one row and
+            # text in another into text; every row decides the schema (a field may first appear late)
             records = json_records(uri, data)
             for where, record in records:
                 if not isinstance(record, dict):
                     raise StoreError(f"{uri}: {where}: expected a JSON object, got {type(record).__name__}")
-            return pl.DataFrame([record for _, record in records], infer_schema_length=None)
+            try:
+                return pl.DataFrame([record for _, record in records], infer_schema_length=None)
+            except pl.exceptions.PolarsError:
+                _mixed_kinds(uri, records)
+                raise
     except pl.exceptions.PolarsError as exc:
-        if name.endswith((".jsonl", ".ndjson")):  # Polars names no line: find it (raises on a syntax error)
-            for where, record in json_records(uri, data):
-                if not isinstance(record, dict):
-                    raise StoreError(f"{uri}: {where}: expected a JSON object, got {type(record).__name__}") from None
         raise StoreError(f"{uri}: cannot parse ({str(exc).splitlines()[0]})") from None
     raise StoreError(f"{uri}: unsupported format (use .parquet, .csv, .jsonl or .json)")
 
@@ -321,6 +345,11 @@ class Store:
         write's ``compare.parquet`` or figure must not stay beside results it does not describe),
         and nothing else in the folder is touched."""
         made = {f"{name}.parquet" for name in tables} | set(files)
+        with _io(self.uri(*parts)):
+            infos = self.fs.get_file_info([self.path(*parts, name) for name in sorted(made)])
+        folder = next((info.path for info in infos if info.type == pafs.FileType.Directory), None)
+        if folder is not None:  # found before anything is written, not after the tables before it
+            raise StoreError(f"{self.uri(*parts, os.path.basename(folder))}: a folder where a file belongs")
         for name in replaces:
             if name not in made:
                 self.delete(*parts, name)

@@ -87,7 +87,10 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
     :data:`REFUSED_GRACE_S`. ``auto``, ``local`` and addresses without a port are left to
     ``ray.init``."""
     who, hint = _who(address, source)
-    host, sep, port = address.split("://", 1)[-1].strip().rstrip("/").rpartition(":")
+    rest = address.split("://", 1)[-1].strip().rstrip("/")
+    if "://" in address and not rest.partition(":")[0]:  # ray:// (RAY_ADDRESS): Ray would wait on a DNS lookup
+        raise RayUnavailable(f"{who}: no host; {hint}")
+    host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not host:
         return
     host = host.strip("[]")

@@ -145,6 +145,12 @@ def _check_text(frame: pl.DataFrame, uri: str, name: str, what: str = "missing f
         raise DocumentsError(f"{uri}: missing field {name!r} (columns: {', '.join(frame.columns)})")
     if isinstance(frame.schema[name], (pl.List, pl.Struct, pl.Array)):
         raise DocumentsError(f"{uri}: field {name!r} must hold text, not {frame.schema[name]}")
+    if frame.schema[name] == pl.Binary:  # Parquet bytes: text only where they are UTF-8 (polars' cast raises)
+        for row, value in enumerate(frame[name]):
+            try:
+                value is None or value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DocumentsError(f"{uri}: row {row + 1}: field {name!r} is not UTF-8 text") from None
     frame = frame.with_columns(pl.col(name).cast(pl.String))
     blank = pl.col(name).is_null()
     if name != "id" and what == "empty":
@@ -238,6 +244,11 @@ def _check_task_names(frame: pl.DataFrame, uri: str) -> None:
             f"only in case ({CASE_CLASH_WHY})")
 
 
+def _flat_list(dtype: pl.DataType) -> bool:
+    """A list of text, numbers or nulls (each cast to text), not of lists, structs or bytes."""
+    return isinstance(dtype, pl.List) and not isinstance(dtype.inner, (pl.List, pl.Struct, pl.Array, pl.Binary))
+
+
 def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:
     """``answer`` (first) and ``answers`` merged into one list; nulls, blanks and repeats dropped."""
     parts = []
@@ -246,7 +257,7 @@ def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:
             raise DocumentsError(f"{uri}: field 'answer' must hold text (use 'answers' for a list)")
         parts.append(pl.concat_list(pl.col("answer").cast(pl.String)))
     if "answers" in frame.columns:
-        if not isinstance(frame.schema["answers"], pl.List):
+        if not _flat_list(frame.schema["answers"]):
             raise DocumentsError(f"{uri}: field 'answers' must be a list of strings (got {frame.schema['answers']})")
         parts.append(pl.col("answers").cast(pl.List(pl.String)).fill_null(pl.lit([], pl.List(pl.String))))
     if not parts:
@@ -259,7 +270,7 @@ def _answers(frame: pl.DataFrame, uri: str) -> pl.Expr:
 def _choices(frame: pl.DataFrame, uri: str) -> pl.Expr:
     """The options as a list (null for an open question), from ``choices`` or ``choice_A..D``."""
     if "choices" in frame.columns:
-        if not isinstance(frame.schema["choices"], pl.List):
+        if not _flat_list(frame.schema["choices"]):
             raise DocumentsError(f"{uri}: field 'choices' must be a list of {len(CHOICE_LETTERS)} strings "
                                  f"(CSV: columns {', '.join(CHOICE_COLUMNS)})")
         return pl.col("choices").cast(pl.List(pl.String))

@@ -91,8 +91,9 @@ class LongBench100Suite(LengthSuite):
     prior_knowledge_threshold: Optional[float] = Field(default=0.5, ge=0.0, le=1.0, description=(
         "QA samples scoring at least this with no context are dropped at every length; 0 or null: no filter (and "
         "no no-context rows)."))
-    kv_pairs: int = Field(default=3, ge=1, description="Chained UUID key-value pairs of KV Retrieval.")
-    star_passages: int = Field(default=4, ge=2, description="Star-count sentences of Counting Stars.")
+    kv_pairs: int = Field(default=3, ge=1, le=1000, description="Chained UUID key-value pairs of KV Retrieval.")
+    star_passages: int = Field(default=4, ge=2, le=100, description=(
+        "Star-count sentences of Counting Stars (their counts are distinct, from 1 to 100)."))
     max_repeats: int = Field(default=3, ge=1, description=(
         "Passage Count repeats each document 1 to this many times."))
     chat_template: Literal["pred_py", "probe"] = Field(default="pred_py", description=(

@@ -86,6 +86,20 @@ class Sampling(JobModel):
         return v
 
     @model_validator(mode="after")
+    def _a_partial_length(self) -> "Sampling":
+        """Some partial length 0 < C survives ``min_length`` / ``max_length``: the categories'
+        thresholds (lambda_p, k_p) are read off them, and a fit without one fails after inference."""
+        low, high = max(self.min_length, 1), self.max_length
+        if self.lengths == "exponential":
+            none = high is not None and high < low
+        else:
+            none = not any(c != "L" and low <= c and (high is None or c <= high) for c in self.lengths)
+        if none:
+            raise ValueError("no partial length 0 < C < L is sampled (lengths, min_length, max_length): DOLCE's "
+                             "categories need one (e.g. lengths: [0, 1, 2, 5, L])")
+        return self
+
+    @model_validator(mode="after")
     def _strategy_params(self) -> "Sampling":
         if self.strategy == "take_ip_rate" and self.stride_fraction <= 0:
             raise ValueError("strategy take_ip_rate needs stride_fraction > 0")

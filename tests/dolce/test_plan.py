@@ -348,3 +348,24 @@ def test_short_documents_on_the_exponential_ladder_get_one_warning_line(tmp_path
     evaluation.sample_stage(run)
     assert [x for x in logged if x.startswith("[sample] warning: 3 of 3 problems have 4 to 12 units")] == logged
     assert len(logged) == 1
+
+
+def test_write_follows_a_link_and_never_replaces_what_is_not_a_file(tmp_path):
+    """``--write`` through a symbolic link writes its target and keeps the link; a FIFO or a folder
+    there is one line, exit 2, left as it was (the rename would have replaced it)."""
+    import os
+    import stat
+
+    small = tmp_path / "small.yaml"
+    small.write_text(QUICKSTART.read_text().replace("problems_per_task: 100", "problems_per_task: 3"))
+    target, link, fifo = tmp_path / "target.yaml", tmp_path / "link.yaml", tmp_path / "fifo"
+    target.write_text("original\n")
+    link.symlink_to(target.name)
+    os.mkfifo(fifo)
+    assert CliRunner().invoke(app, ["plan", str(small), "--write", str(link)]).exit_code == 0
+    assert link.is_symlink() and target.read_text().startswith("# Planned by `raylc plan`")
+    for path in (fifo, tmp_path):
+        result = CliRunner().invoke(app, ["plan", str(small), "--write", str(path)])
+        assert result.exit_code == 2 and result.output == f"error: {path}: not a regular file; give a file path to " \
+                                                          "write the plan to\n", result.output
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

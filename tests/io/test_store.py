@@ -263,3 +263,32 @@ def test_json_files_are_a_list_of_objects_or_one_object(tmp_path):
     (tmp_path / "broken.json").write_text('[{"text": "a"},\n {"text": }]')
     with pytest.raises(StoreError, match=r"broken.json: invalid JSON at line 2, column 11"):
         read_input(str(tmp_path / "broken.json"))
+
+
+def test_outputs_with_a_folder_where_one_belongs_write_nothing(tmp_path):
+    """``write_outputs`` looks for a folder in place of any of its files before it writes the
+    first, so a refusal leaves no half of a result set (``raylc fit --out`` wrote problems.parquet,
+    then refused tasks.parquet)."""
+    (tmp_path / "tasks.parquet").mkdir()
+    (tmp_path / "old.png").write_bytes(b"x")
+    frame = pl.DataFrame({"a": [1]})
+    with pytest.raises(StoreError) as err:
+        Store(str(tmp_path)).write_outputs({"problems": frame, "tasks": frame}, {"fit.json": {}}, replaces=["old.png"])
+    assert str(err.value) == f"{tmp_path / 'tasks.parquet'}: a folder where a file belongs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.png", "tasks.parquet"]
+
+
+@pytest.mark.parametrize("suffix, where", [(".jsonl", ("line 2", "line 1")), (".json", ("record 1", "record 0"))])
+def test_a_field_that_is_a_list_in_one_row_and_text_in_another_is_named(tmp_path, suffix, where):
+    """pl.read_ndjson would turn the list into the text '["Two"]' and the table would pass every
+    type check after it: JSON Lines are parsed as JSON lists are, and the mixed field is named."""
+    rows = [{"id": "a1", "answer": ["Two"], "n": 1}, {"id": "a2", "answer": "Two", "n": 2.5}]
+    path = tmp_path / f"mixed{suffix}"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) if suffix == ".jsonl" else json.dumps(rows))
+    with pytest.raises(StoreError) as err:
+        read_input(str(path))
+    assert str(err.value) == f"{path}: {where[0]}: field 'answer' holds text where {where[1]} holds a list"
+    rows[1]["answer"] = ["Two", "2"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) if suffix == ".jsonl" else json.dumps(rows))
+    table = read_input(str(path))
+    assert table["answer"].to_list() == [["Two"], ["Two", "2"]] and table.schema["n"] == pl.Float64

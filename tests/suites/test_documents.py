@@ -110,6 +110,27 @@ def test_bad_files_name_file_row_and_field(tmp_path, edit, message):
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text
 
 
+def test_nested_lists_and_bytes_that_are_not_text_are_one_line(tmp_path):
+    """A list of lists where answers or choices belong, or a Parquet binary id that is not UTF-8,
+    is named (polars' casts would raise a compute error)."""
+    rows = [dict(r) for r in ROWS]
+    rows[1]["answers"] = [["1"]]
+    with pytest.raises(DocumentsError, match=r"field 'answers' must be a list of strings \(got List\(List"):
+        read_documents(write_jsonl(tmp_path / "a.jsonl", rows))
+    rows = [dict(r) for r in ROWS]
+    rows[3]["choices"] = [["a"], ["b"], ["c"], ["d"]]
+    with pytest.raises(DocumentsError, match=r"field 'choices' must be a list of 4 strings"):
+        read_documents(write_jsonl(tmp_path / "b.jsonl", [rows[3]]))
+    frame = read_documents(str(DATA)).rename({"problem_id": "id"})
+    binary = frame.with_columns(pl.when(pl.int_range(pl.len()) == 1).then(pl.lit(b"\xff\xfe", pl.Binary))
+                                .otherwise(pl.col("id").cast(pl.Binary)).alias("id"))
+    binary.write_parquet(tmp_path / "c.parquet")
+    with pytest.raises(DocumentsError, match=r"c.parquet: row 2: field 'id' is not UTF-8 text$"):
+        read_documents(str(tmp_path / "c.parquet"))
+    frame.with_columns(pl.col("id").cast(pl.Binary)).write_parquet(tmp_path / "d.parquet")
+    assert read_documents(str(tmp_path / "d.parquet")).equals(read_documents(str(DATA)))
+
+
 def test_bad_choices(tmp_path):
     rows = [dict(r) for r in ROWS]
     rows[3]["choices"] = ["x", "y", "z"]
