@@ -378,7 +378,9 @@ def longscore(
         try:
             lengths = [int(x) for x in base_lengths.split(",") if x.strip()]
         except ValueError:
-            _fail(f"--base-lengths {base_lengths!r}: expected comma-separated integers")
+            lengths = []
+        if not lengths or min(lengths) < 1:
+            _fail(f"--base-lengths {base_lengths!r}: expected comma-separated lengths of 1 or more, e.g. 2048,4096")
     from raylc.run.tasks import task_mapper
 
     result = run_longscore(scores, out, lengths, _whole(n_boot, "--n-boot", 0, N_BOOT_MAX),
@@ -545,8 +547,8 @@ def sensitivity(
         th = [float(x) for x in thresholds.split(",") if x.strip()]
     except ValueError:
         _fail(f"--every {every!r} / --thresholds {thresholds!r}: expected comma-separated numbers")
-    if not ev and "take_every" in experiments:
-        _fail(f"--every {every!r}: expected comma-separated strides, e.g. 2,5,10")
+    if (not ev and "take_every" in experiments) or any(n < 1 or n > MAX_UNITS for n in ev):
+        _fail(f"--every {every!r}: expected comma-separated strides from 1 to {MAX_UNITS:,}, e.g. 2,5,10")
     settings = {}
     for item in set_ or []:
         name, _, values = item.partition("=")

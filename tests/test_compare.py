@@ -89,15 +89,27 @@ def test_find_runs_by_folder_and_glob(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _shares(empty: pl.DataFrame, categories: list) -> pl.DataFrame:
+    """Rows of a category table, one per category given, of one task subset."""
+    fill = {pl.String: "x", pl.Int64: 1, pl.Float64: 0.5}
+    return pl.DataFrame([{c: fill.get(t) for c, t in empty.schema.items()} | {"category": c} for c in categories],
+                        schema=empty.schema)
+
+
 @pytest.mark.parametrize("command", ["report", "compare"])
 @pytest.mark.parametrize("edit, message", [
     pytest.param(lambda t: t.drop("task"), "column 'task' is missing", id="dropped"),
     pytest.param(lambda t: t.with_columns(pl.col("share").cast(pl.String)),
                  "column 'share' is String, declared Float64", id="retyped"),
+    pytest.param(lambda t: _shares(t, ["III", "ZZ"]), "row 2: category 'ZZ' is not one of I, II, III, IV, V",
+                 id="not-a-category"),
+    pytest.param(lambda t: _shares(t, ["II", "III", "II"]), "row 3: category 'II' of its task subset a second time",
+                 id="twice"),
 ])
 def test_a_stored_table_that_raylc_did_not_write_is_one_line(tmp_path, command, edit, message):
-    """A report table edited by hand (a column dropped, or of another type) is one line naming
-    the file and the column, exit 2, and compare writes nothing; a column added is kept."""
+    """A report table edited by hand (a column dropped, or of another type, a category that is
+    not I-V or one twice) is one line naming the file and the column or row, exit 2, and compare
+    writes nothing; a column added is kept."""
     from raylc.dolce.tables import CATEGORIES_TABLE
 
     run = _fake_run(tmp_path, "q-1")

@@ -5,6 +5,7 @@ once (:class:`raylc.io.schemas.TableSchema`) and checked by the stage functions 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 import polars as pl
 
@@ -111,6 +112,21 @@ FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.
     **since(_PROBE_CHECK, tuple(_PROBE_CHECK), "2026-11-28 (the probe check)")},
     optional=(*_SHARE_ENDS, "share_interval", "em_steps", "em_ll_change", *_PROBE_CHECK)))
 
+def _shares_ok(frame: pl.DataFrame) -> Optional[str]:
+    """A category table's rows: each category one of I-V, once per task subset."""
+    if "category" not in frame.columns:
+        return None
+    frame = frame.with_row_index("_row", offset=1)
+    odd = frame.filter(~pl.col("category").is_in(list(CATEGORIES)))
+    if odd.height:
+        return f"row {odd['_row'][0]}: category {odd['category'][0]!r} is not one of {', '.join(CATEGORIES)}"
+    keys = [c for c in ("task", "subset", "category") if c in frame.columns]
+    twice = frame.filter(pl.col("category").is_not_null() & pl.struct(keys).is_duplicated())
+    if twice.height > 1:
+        return f"row {twice['_row'][1]}: category {twice['category'][1]!r} of its task subset a second time"
+    return None
+
+
 CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
     "The category shares per task subset, as every output prints them."), described(
     {"task": pl.String, "subset": pl.String, "scenario": pl.String, **SHARE_SCHEMA}, since({
@@ -119,7 +135,7 @@ CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
         "share": "The share: the posterior mean (with `uncertainty: none`, the share of the reported categories).",
         "share_lo": "Its 95% interval, low end.", "share_hi": "High end.",
         "interval": "What the interval is over."}, ("n_problems", "interval"), "2026-11-27 (one share everywhere)"),
-    optional=("n_problems", "interval")))
+    optional=("n_problems", "interval")), values=_shares_ok)
 
 PROBE = TableSchema("probe", "report/probe.parquet", (
     "The probe check: does the probe say IDK where DOLCE's oracle would ([DOLCE](../dolce.md))?"), described(

@@ -10,8 +10,8 @@ length-run tables in :mod:`raylc.sweep.tables`, the samples contract in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional, Sequence
 
 import polars as pl
 
@@ -45,6 +45,9 @@ class TableSchema:
     description: str
     columns: tuple[Column, ...]
     extra: str = ""
+    #: what a stored table's values must satisfy that its dtypes cannot say (a reader checks it,
+    #: :func:`stored_table`): a few words naming the first row that does not, or None
+    values: Optional[Callable[[pl.DataFrame], Optional[str]]] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -107,6 +110,8 @@ def stored_table(schema: TableSchema, frame: pl.DataFrame, uri: str, columns: Op
     wrong = f"column {absent[0]!r} is missing" if absent else schema.mismatch(frame, undeclared=True)
     if wrong is None and wrote is not None and rows != wrote:
         wrong = f"{rows:,} rows, where the run's {stage} stage wrote {wrote:,}"
+    if wrong is None and schema.values is not None:
+        wrong = schema.values(frame)
     if wrong is not None:
         raise StoreError(f"{uri}: {wrong}; it is not the table raylc wrote (edited, or written by another program?)")
     return frame if columns is None else frame.select(columns)
