@@ -34,6 +34,7 @@ from raylc.backends.registry import parse_probe, probe_config_of
 from raylc.dolce.options import FitOptions
 from raylc.io.errors import why_unreadable
 from raylc.io.job_model import JobModel
+from raylc.io.urls import ray_host_port
 from raylc.suites import PlantedSuite
 from raylc.suites.registry import SuiteConfig, config_of, parse_suite
 from raylc.text.sampling import Sampling
@@ -134,7 +135,7 @@ class RayResources(_Strict):
     @classmethod
     def _has_a_host(cls, value: Optional[str]) -> Optional[str]:
         """``ray://`` or ``ray://:10001`` name no host: Ray's client would wait on a DNS lookup of nothing."""
-        if value is not None and "://" in value and not value.split("://", 1)[1].strip("/").partition(":")[0]:
+        if value is not None and "://" in value and not ray_host_port(value)[0]:
             raise ValueError("no host: give host:port or ray://host:port (or auto)")
         return value
 

@@ -105,6 +105,8 @@ def _shares(empty: pl.DataFrame, categories: list) -> pl.DataFrame:
                  id="not-a-category"),
     pytest.param(lambda t: _shares(t, ["II", "III", "II"]), "row 3: category 'II' of its task subset a second time",
                  id="twice"),
+    pytest.param(lambda t: _shares(t, ["II", "III", "III", "II"]),
+                 "row 3: category 'III' of its task subset a second time", id="two-twice"),
 ])
 def test_a_stored_table_that_raylc_did_not_write_is_one_line(tmp_path, command, edit, message):
     """A report table edited by hand (a column dropped, or of another type, a category that is

@@ -121,9 +121,9 @@ def _shares_ok(frame: pl.DataFrame) -> Optional[str]:
     if odd.height:
         return f"row {odd['_row'][0]}: category {odd['category'][0]!r} is not one of {', '.join(CATEGORIES)}"
     keys = [c for c in ("task", "subset", "category") if c in frame.columns]
-    twice = frame.filter(pl.col("category").is_not_null() & pl.struct(keys).is_duplicated())
-    if twice.height > 1:
-        return f"row {twice['_row'][1]}: category {twice['category'][1]!r} of its task subset a second time"
+    twice = frame.filter(pl.col("category").is_not_null() & ~pl.struct(keys).is_first_distinct())
+    if twice.height:
+        return f"row {twice['_row'][0]}: category {twice['category'][0]!r} of its task subset a second time"
     return None
 
 

@@ -75,7 +75,7 @@ def _split(uri: str) -> tuple[pafs.FileSystem, str]:
             raise StoreError(f"{uri}: not a store address: give a folder (or file://) or s3://bucket/prefix")
         try:
             fs, path = pafs.FileSystem.from_uri(uri)
-        except ValueError as exc:  # pyarrow's ArrowInvalid: an unknown scheme or a malformed URI
+        except ValueError as exc:  # pyarrow's ArrowInvalid: a malformed file:// URI
             raise StoreError(f"{uri}: not a store address ({exc}); give a folder or s3://bucket/prefix") from None
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(uri)

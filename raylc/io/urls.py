@@ -1,5 +1,6 @@
 """The one check of an http(s) address a user gives (the Ray dashboard of ``raylc submit``, an
-OpenAI-compatible ``base_url``), before anything is contacted."""
+OpenAI-compatible ``base_url``), and the one reading of a Ray cluster address, before anything
+is contacted."""
 
 from __future__ import annotations
 
@@ -21,3 +22,11 @@ def check_http_url(url: str, example: str) -> None:
     if parts.scheme not in ("http", "https") or not parts.hostname or any(
             c.isspace() or not c.isprintable() for c in url):
         raise ValueError(f"not an http(s) URL with a host; e.g. {example}")
+
+
+def ray_host_port(address: str) -> tuple[str, str]:
+    """The host (brackets kept) and port of a Ray address, ``host:port`` or ``ray://host:port``
+    (a trailing ``/`` ignored); either is empty when the address names none (``ray://``)."""
+    rest = address.split("://", 1)[-1].strip().rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    return (host, port) if sep else (rest, "")

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from raylc.io.urls import ray_host_port
+
 if TYPE_CHECKING:
     from raylc.spec import Job
 
@@ -87,11 +89,10 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source
     :data:`REFUSED_GRACE_S`. ``auto``, ``local`` and addresses without a port are left to
     ``ray.init``."""
     who, hint = _who(address, source)
-    rest = address.split("://", 1)[-1].strip().rstrip("/")
-    if "://" in address and not rest.partition(":")[0]:  # ray:// (RAY_ADDRESS): Ray would wait on a DNS lookup
+    host, port = ray_host_port(address)
+    if "://" in address and not host:  # ray:// (RAY_ADDRESS): Ray would wait on a DNS lookup
         raise RayUnavailable(f"{who}: no host; {hint}")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not port.isdigit() or not host:
         return
     host = host.strip("[]")
     tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")

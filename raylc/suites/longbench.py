@@ -35,7 +35,7 @@ from raylc.suites.longbench_v2 import LongBenchV2DataError, _read_bytes, located
 from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
-from raylc.text.truncation import truncate_prompt_middle
+from raylc.text.truncation import counted_cut
 
 #: ``LongBench/config/dataset2prompt.json``, byte for byte (``{context}`` and ``{input}`` are
 #: filled with the record's fields)
@@ -336,12 +336,10 @@ def build_longbench(suite: LongBenchSuite, seed: int) -> pl.DataFrame:
     rows = []
     for rec in data.iter_rows(named=True):
         head, context, tail = prompt(rec)
-        n = tok.count(context)
-        if suite.max_length is not None:
-            head, context, tail = truncate_prompt_middle(head, context, tail, tok, suite.max_length)
+        head, context, tail, n, kept = counted_cut(head, context, tail, tok, suite.max_length)
         dataset = rec["dataset"]
         rows.append({
-            "task": dataset, "sample_id": rec["_id"], "length": n, "context_tokens": min(n, tok.count(context)),
+            "task": dataset, "sample_id": rec["_id"], "length": n, "context_tokens": kept,
             "head": head, "context": context, "tail": tail, "question": rec["input"], "answers": rec["answers"],
             "gold": rec["answers"][0], "metric": _metric(dataset, suite.code_matcher),
             "extractor": "raw_first_line" if dataset in FIRST_LINE_DATASETS else "none", "followup": None,

@@ -44,7 +44,7 @@ from raylc.io.store import StoreError, json_records, locate
 from raylc.suites.registry import SuiteInfo, SweepSuite, Task, register_suite
 from raylc.suites.samples import COMPLETION, SAMPLE_SCHEMA, check_samples
 from raylc.text.tokenize import get_tokenizer
-from raylc.text.truncation import truncate_prompt_middle
+from raylc.text.truncation import counted_cut
 
 
 class LongBenchV2Suite(SweepSuite):
@@ -242,12 +242,9 @@ def build_longbench_v2(suite: LongBenchV2Suite, seed: int) -> pl.DataFrame:
     rows = []
     for rec in data.iter_rows(named=True):
         head, context, tail = prompt(rec, suite.mode)
-        n = tok.count(context)
-        if suite.max_length is not None:
-            head, context, tail = truncate_prompt_middle(head, context, tail, tok, suite.max_length, together=True)
+        head, context, tail, n, kept = counted_cut(head, context, tail, tok, suite.max_length, together=True)
         rows.append({
-            "task": "longbench_v2", "sample_id": rec["_id"], "length": n,
-            "context_tokens": min(n, tok.count(context)), "head": head,
+            "task": "longbench_v2", "sample_id": rec["_id"], "length": n, "context_tokens": kept, "head": head,
             "context": context, "tail": tail, "question": rec["question"], "answers": [rec["answer"]],
             "gold": f"The correct answer is ({rec['answer']})", "metric": "longbench_v2", "extractor": "longbench_v2",
             "followup": cot_followup(rec) if cot else None, "max_tokens": MAX_TOKENS[suite.mode],

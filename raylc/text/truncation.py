@@ -137,3 +137,17 @@ def truncate_prompt_middle(head: str, context: str, tail: str, tokenizer: Tokeni
     if cut.startswith(head) and cut.endswith(tail) and len(cut) >= len(head) + len(tail):
         return head, cut[len(head):len(cut) - len(tail)], tail
     return "", cut, ""
+
+
+def counted_cut(head: str, context: str, tail: str, tokenizer: Tokenizer, max_length: Optional[int], *,
+                together: bool = False) -> tuple[str, str, str, int, int]:
+    """A released benchmark's prompt as its suite builds it: ``(head, context, tail)`` cut by
+    :func:`truncate_prompt_middle` when ``max_length`` is set, the context's token count before the
+    cut and after it (the context counted again only when the cut changed it)."""
+    n = kept = tokenizer.count(context)
+    if max_length is not None:
+        cut = truncate_prompt_middle(head, context, tail, tokenizer, max_length, together=together)
+        if cut[1] is not context:
+            head, context, tail = cut
+            kept = min(n, tokenizer.count(context))
+    return head, context, tail, n, kept
