@@ -202,6 +202,12 @@ class Store:
         with _io(self.uri(*parts)):
             return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
 
+    def kind(self, *parts: str) -> str:
+        """What is at ``parts``: ``folder``, ``file`` or ``missing``."""
+        with _io(self.uri(*parts)):
+            found = self.fs.get_file_info(self.path(*parts)).type
+        return {pafs.FileType.Directory: "folder", pafs.FileType.NotFound: "missing"}.get(found, "file")
+
     @property
     def is_s3(self) -> bool:
         return isinstance(self.fs, pafs.S3FileSystem)

@@ -39,7 +39,7 @@ _REQUEST_COLUMNS = ("the request's columns but `task`, which names the folder (D
 SHARDS = (
     TableSchema("infer", "infer/task=<task>/part-<attempt>-<n>.parquet", (
         "The probe's completions, checkpointed as they stream in (hive-partitioned by task; a request stored twice "
-        "keeps one success: the last in the shards' name order, not necessarily the newest)."), GENERATION,
+        "keeps one success: the newest attempt's, the last in the shards' name order)."), GENERATION,
         extra=_REQUEST_COLUMNS),
     TableSchema("judge", "judge/task=judge/part-<attempt>-<n>.parquet", (
         "A length run's judge calls (100-LongBench's judged tasks), checkpointed like the probe's."), GENERATION,
@@ -164,12 +164,19 @@ def load_completions(folder: RunFolder, shards: str = SHARD_DIR) -> pl.DataFrame
 REQUEST_DIR = "requests"
 
 
+def attempt_id() -> str:
+    """A new attempt's name in shard and part names: its UTC start to the microsecond, then 6
+    random hex digits, so that name order is start order (the newest attempt's shards read last)."""
+    now = time.time_ns() // 1000
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now // 10**6))}{now % 10**6:06d}-{uuid.uuid4().hex[:6]}"
+
+
 def write_requests(folder: RunFolder, chunks: Iterable[pl.DataFrame], part_rows: int) -> tuple[str, ...]:
     """Pending request rows as Parquet parts of ``part_rows`` rows,
     ``requests/<attempt>/part-<n>.parquet`` (run-relative paths, in order), written chunk by
     chunk: the driver holds one chunk. A part is one Ray Data block, so it bounds how much work
     finishes before its completions reach the shards."""
-    attempt = uuid.uuid4().hex[:8]
+    attempt = attempt_id()
     files = []
     n = 0
     for chunk in chunks:
@@ -188,7 +195,7 @@ class ShardWriter:
                  on_flush: Optional[Callable[[pl.DataFrame], None]] = None, shards: str = SHARD_DIR):
         self.folder, self.shards_dir, self.on_flush = folder, shards, on_flush
         self.max_rows, self.max_seconds = max_rows, max_seconds
-        self.attempt = uuid.uuid4().hex[:8]
+        self.attempt = attempt_id()
         self.pending: list[pl.DataFrame] = []
         self.rows = 0
         self.shards = 0
@@ -247,16 +254,24 @@ def accounting(completions: pl.DataFrame, reused: int) -> dict[str, Optional[int
     }
 
 
-def answered_failure_tokens(folder: RunFolder, shards: str = SHARD_DIR) -> int:
-    """Prompt tokens of the stored failed requests that the server answered (the row has a
-    ``finish_reason``: an empty completion, a content filter): each attempt's prompt was
-    processed, so the token cap counts it (:meth:`raylc.run.runner.Run._sent`) however often the
-    request is sent again. A request refused, timed out or never sent has none."""
-    total = 0
-    for shard in iter_shards(folder, shards, ["error", "finish_reason", "prompt_tokens"]):
-        answered = shard.filter(pl.col("error").is_not_null() & pl.col("finish_reason").is_not_null())
-        total += int(answered["prompt_tokens"].sum() or 0)
-    return total
+def sent_tokens(folder: RunFolder, shards: str = SHARD_DIR) -> tuple[int, int]:
+    """Prompt tokens the run has sent under ``shards`` (the backend's count), read in one pass:
+    each stored success's once (a request stored twice counts once) and each stored failure's
+    that the server answered (the row has a ``finish_reason``: an empty completion, a content
+    filter), whose prompt was processed however often the request is sent again; a request
+    refused, timed out or never sent has none. And the number of stored successes. The token
+    cap's count (:meth:`raylc.run.runner.Run._sent`)."""
+    answered, keys, tokens = 0, [], []
+    for shard in iter_shards(folder, shards, ["request_id", "error", "finish_reason", "prompt_tokens"]):
+        failed = pl.col("error").is_not_null()
+        answered += int(shard.filter(failed & pl.col("finish_reason").is_not_null())["prompt_tokens"].sum() or 0)
+        ok = shard.filter(~failed)
+        keys.append(request_keys(ok["request_id"]))
+        tokens.append(ok["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy())
+    if not keys:
+        return answered, 0
+    _, first = np.unique(np.concatenate(keys), return_index=True)
+    return answered + int(np.concatenate(tokens)[first].sum()), int(first.size)
 
 
 def stored_accounting(folder: RunFolder, reused: int,

@@ -346,9 +346,11 @@ class RunFolder:
         return checkpoint.stored_accounting(self, reused, shards)
 
 
-def store_exists(root: str) -> bool:
-    """Whether a store's root exists (an ``s3://`` store always does)."""
-    return "://" in root or Store(root).exists()
+def store_kind(root: str) -> str:
+    """What a store's root is: ``folder``, ``missing`` or ``file`` (:meth:`Store.kind`); an
+    ``s3://`` root is always a folder (a prefix exists once written to)."""
+    store = Store(root)
+    return "folder" if store.is_s3 else store.kind()
 
 
 def run_folders(root: str) -> list[RunFolder]:

@@ -33,7 +33,7 @@ from raylc.io.names import UnsafeName, path_segment
 from raylc.io.schemas import TableSchema
 from raylc.run import pipeline, session
 from raylc.run.budget import Count, TokenBudget
-from raylc.run.checkpoint import JUDGE_REQUESTS, answered_failure_tokens, prompt_request_ids
+from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids, sent_tokens
 from raylc.run.errors import BudgetReached, InferenceFailed, NothingWritten, RunError, RunInterrupted
 from raylc.run.folder import JUDGE_SHARDS, SHARDS, RunFolder
 from raylc.run.manifest import Manifest, StageRecord
@@ -228,13 +228,10 @@ class Run:
     def _sent(self) -> tuple[int, int]:
         """Prompt tokens (the backend's count) the run has sent, the probe's and the judge's,
         which share the cap: its stored successes' and every answered failure's
-        (:func:`~raylc.run.checkpoint.answered_failure_tokens`); and its stored successes."""
-        tokens = requests = 0
-        for shards in (SHARDS, JUDGE_SHARDS):
-            rows, _ = self.folder.accounting(0, shards)
-            tokens += int(rows["prompt_tokens"] or 0) + answered_failure_tokens(self.folder, shards)
-            requests += int(rows["requests"] or 0) - int(rows["errors"] or 0)
-        return tokens, requests
+        (:func:`~raylc.run.checkpoint.sent_tokens`, one read of each stage's shards); and its
+        stored successes."""
+        probe, judge = (sent_tokens(self.folder, shards) for shards in (SHARDS, JUDGE_SHARDS))
+        return probe[0] + judge[0], probe[1] + judge[1]
 
     def inference_rows(self, reused: int, total: int) -> Rows:
         """The infer stage's counts from the stored shards; :class:`InferenceFailed` when more of

@@ -6,14 +6,13 @@ stage is running but whose process is gone (killed, its node lost) is ``interrup
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 from typing import Any, Optional
 
 import polars as pl
 
 from raylc.io.errors import StoreError
-from raylc.run.folder import MANIFEST, RunFolder, lock_alive, run_folders, store_exists
+from raylc.run.folder import MANIFEST, RunFolder, lock_alive, run_folders, store_kind
 from raylc.run.manifest import Manifest
 from raylc.run.progress import INFER, infer_progress
 
@@ -98,9 +97,10 @@ def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
     model, state, created (UTC, to the second), seconds since it was created (``age_s``) and
     since its last update (``updated_s``), newest first; a :class:`StoreError` when a local
     store does not exist."""
-    if not store_exists(root):
+    kind = store_kind(root)
+    if kind == "missing":
         raise StoreError(f"{root}: no such store (the folder does not exist)")
-    if "://" not in root and not os.path.isdir(root):
+    if kind == "file":
         raise StoreError(f"{root}: not a store (a file, not a folder)")
     rows = []
     now = time.time() if now is None else now  # one instant for every run's ages

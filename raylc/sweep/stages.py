@@ -124,10 +124,10 @@ def score_samples(
     (an answer could be extracted), by the sample's extractor and metric.
 
     ``longbench_v2``: accuracy of the extracted letter; an invalid output scores 0 here and
-    0.25 in the compensated score of the report. Judge metrics call ``judge(frame)`` with the
-    rows' ``metric, question, answers, prediction`` and expect a score per row.
+    0.25 in the compensated score of the report. Judge metrics make one call ``judge(frame)``
+    with every judged row's ``metric, question, answers, prediction`` and expect a score per row.
     """
-    parts = []
+    parts, judged = [], []
     for (metric, extractor), group in answered.partition_by("metric", "extractor", as_dict=True,
                                                              maintain_order=True).items():
         pred = _extract(group["completion"], extractor)
@@ -138,7 +138,8 @@ def score_samples(
         elif metric in JUDGE_METRICS:
             if judge is None:
                 raise ValueError(f"metric {metric} needs a judge: add a judge: section to the job")
-            group = group.with_columns(score=judge(group).cast(pl.Float64))
+            judged.append(group)
+            continue
         elif metric in METRICS:
             extra = {c: group[c] for c in METRIC_COLUMNS.get(metric, ())}
             group = group.with_columns(
@@ -146,6 +147,9 @@ def score_samples(
         else:
             raise ValueError(f"unknown metric {metric!r}; known: {sorted(METRICS) + ['longbench_v2', *JUDGE_METRICS]}")
         parts.append(group)
+    if judged:  # every judged row in one call: the run's prompt-token cap sees all its judge calls at once
+        group = pl.concat(judged, how="vertical_relaxed")
+        parts.append(group.with_columns(score=judge(group).cast(pl.Float64)))  # type: ignore[misc]
     drop = ["head", "context", "tail", "gold", "followup", "max_tokens", "followup_max_tokens"]
     if not parts:
         return answered.drop(drop).with_columns(prediction=pl.lit(None, pl.String), valid=pl.lit(None, pl.Boolean),

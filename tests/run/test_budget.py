@@ -365,6 +365,15 @@ def test_the_judges_calls_share_the_cap(tmp_path, monkeypatch):
     evaluate(full, "capped", log=lambda m: None)  # no cap: the rest
     assert (_sent(tmp_path / "s" / "capped"), _sent(tmp_path / "s" / "capped", "judge")) == (probe, judge)
     assert hashes(tmp_path / "s" / "capped") == hashes(tmp_path / "s" / "full")
+    # room for the probe only: the stop counts every judge call left, the QA judge's and the summaries'
+    # (each metric's calls were offered the cap in turn, and the stop counted only the first metric's)
+    smallest = int(pl.read_parquet(tmp_path / "s" / "full" / "judge" / "**" / "*.parquet")["prompt_tokens"].min())
+    room = probe[0] + smallest // 2
+    tight = full.model_copy(update={"inference": full.inference.model_copy(update={"max_prompt_tokens": room})})
+    with pytest.raises(BudgetReached) as stop:
+        evaluate(tight, "tight", log=lambda m: None)
+    assert (stop.value.budget.left, stop.value.budget.stored) == (judge[1], probe[1])
+    assert stop.value.budget.left_tokens >= judge[0]  # as the plan counts them: at most, never fewer
 
 
 def test_a_plan_counts_the_judges_calls_as_the_cap_does(tmp_path):

@@ -261,6 +261,33 @@ def test_completions_are_read_from_the_shards_only_a_success_preferred(tmp_path)
     assert first in ("refused", "refused again")
 
 
+def test_a_request_stored_by_two_attempts_keeps_the_newer_attempts_success(tmp_path, monkeypatch):
+    """Attempt names sort by start time, whatever their random part: the newest success is kept."""
+    folder = RunFolder(str(tmp_path), "r")
+    later = []
+    for start_us, completion in ((1_800_000_000_250_000, "first"), (1_800_000_000_500_000, "second"),
+                                 (1_900_000_000_000_000, "third")):
+        monkeypatch.setattr(checkpoint.time, "time_ns", lambda s=start_us: s * 1000)
+        writer = checkpoint.ShardWriter(folder, max_rows=1, max_seconds=60.0)
+        later.append(writer.attempt)
+        writer.add(_rows(["a"], [None]).with_columns(completion=pl.lit(completion)))
+    assert later == sorted(later) and later[0].startswith("20270115T080000250000-")
+    assert checkpoint.load_completions(folder)["completion"].to_list() == ["third"]
+
+
+def test_sent_tokens_count_a_success_once_and_every_answered_failure(tmp_path):
+    """The cap's count: a success stored twice counts once; a failure the server answered (it has a
+    finish_reason) counts at each send; one refused counts nothing."""
+    folder = RunFolder(str(tmp_path), "r")
+    for _ in range(2):  # two attempts, each storing all three
+        writer = checkpoint.ShardWriter(folder, max_rows=10, max_seconds=60.0)
+        writer.add(_rows(["a", "b", "c"], [None, "empty completion", "refused"], prompt=[10, 7, 5]).with_columns(
+            finish_reason=pl.Series(["stop", "content_filter", None], dtype=pl.String)))
+        writer.flush()
+    assert checkpoint.sent_tokens(folder) == (10 + 2 * 7, 1)
+    assert checkpoint.sent_tokens(RunFolder(str(tmp_path), "none")) == (0, 0)
+
+
 def test_each_shards_footer_is_read_once_when_the_completions_are_loaded(tmp_path, monkeypatch):
     """Checked and listed from one footer per shard (one request each on S3), then read."""
     import pyarrow.parquet as pq
@@ -305,7 +332,7 @@ def test_shard_writer_flushes_at_max_rows_or_max_seconds(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint.time, "monotonic", clock)
     folder = RunFolder(str(tmp_path), "r")
     w = checkpoint.ShardWriter(folder, max_rows=3, max_seconds=10.0)
-    assert len(w.attempt) == 8 and w.attempt != checkpoint.ShardWriter(folder, 1, 1.0).attempt
+    assert len(w.attempt) == 28 and w.attempt != checkpoint.ShardWriter(folder, 1, 1.0).attempt
     w.add(_rows(["a", "b"], [None, None]))
     assert not (tmp_path / "r").exists()
     w.add(_rows(["c"], [None], task="u"))  # 3 rows: a shard per task, the first shard number

@@ -172,6 +172,11 @@ def test_runs_lists_each_run_newest_first_and_skips_other_folders(tmp_path):
     missing = RUNNER.invoke(app, ["runs", str(tmp_path / "typo")])
     assert (missing.exit_code == 2
             and missing.output == f"error: {tmp_path}/typo: no such store (the folder does not exist)\n")
+    as_url = RUNNER.invoke(app, ["runs", f"file://{tmp_path}/typo"])  # a file:// root is looked up too
+    assert (as_url.exit_code == 2
+            and as_url.output == f"error: file://{tmp_path}/typo: no such store (the folder does not exist)\n")
+    listed = RUNNER.invoke(app, ["runs", f"file://{tmp_path}"])
+    assert listed.exit_code == 0 and "quickstart" in listed.output
 
 
 def test_runs_lists_a_run_whose_manifest_is_unreadable_under_its_folder_name(tmp_path):
@@ -187,6 +192,8 @@ def test_runs_lists_a_run_whose_manifest_is_unreadable_under_its_folder_name(tmp
     file = tmp_path / "cut" / MANIFEST
     out = RUNNER.invoke(app, ["runs", str(file)])
     assert out.exit_code == 2 and out.output == f"error: {file}: not a store (a file, not a folder)\n"
+    out = RUNNER.invoke(app, ["runs", f"file://{file}"])
+    assert out.exit_code == 2 and out.output == f"error: file://{file}: not a store (a file, not a folder)\n"
 
 
 def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(tmp_path, monkeypatch):
