@@ -191,7 +191,8 @@ def run(
                                         help="Store root (local folder or s3://bucket/prefix); overrides store.path."),
     run_id: Optional[str] = typer.Option(None, "--run-id",
                                          help="Run id; an existing run with the same job resumes at its first "
-                                              "unfinished stage."),
+                                              "unfinished stage. Default: <job name>-<UTC time>-<6 hex digits of "
+                                              "the job's fingerprint>."),
     seed: Optional[str] = typer.Option(None, "--seed", metavar="N", help="Seed; overrides the job's seed."),
     settings: list[str] = typer.Option([], "--set",
                                        help="Override a job field, key.path=value (YAML value); repeatable."),

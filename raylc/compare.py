@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -64,17 +65,18 @@ class RunRef:
 def _candidates(pattern: str) -> list[RunFolder]:
     """The run folders a pattern names: itself, or the folders its last segment matches."""
     root, _, last = pattern.rstrip("/").rpartition("/")
+    if any(c in root for c in "*?[") and "://" not in root:  # a local glob with wildcards higher up
+        matched = sorted(glob.glob(pattern.rstrip("/")))
+        return [RunFolder.at(path) for path in matched or ([pattern] if os.path.isdir(pattern) else [])]
     if not any(c in last for c in "*?["):
         return [RunFolder.at(pattern)]
-    if any(c in root for c in "*?[") and "://" not in root:  # a local glob with wildcards higher up
-        return [RunFolder.at(path) for path in sorted(glob.glob(pattern.rstrip("/")))]
     return [folder for folder in run_folders(root or ".") if fnmatch.fnmatchcase(folder.run_id, last)]
 
 
 def find_runs(patterns: Sequence[str]) -> list[RunRef]:
-    """The finished runs the patterns name, in order, each once. A run named directly that is
-    missing or unfinished is a :class:`StoreError` (one line); a glob skips folders that are
-    not finished runs, and matching none is an error."""
+    """The finished runs the patterns name, in order, each once (a local one by its real path). A
+    run named directly that is missing or unfinished is a :class:`StoreError` (one line); a glob
+    skips folders that are not finished runs, and matching none is an error."""
     runs: list[RunRef] = []
     seen: set[str] = set()
     for pattern in patterns:
@@ -86,8 +88,9 @@ def find_runs(patterns: Sequence[str]) -> list[RunRef]:
             if ref is None:
                 continue
             kept += 1
-            if ref.uri not in seen:
-                seen.add(ref.uri)
+            key = ref.uri if "://" in ref.uri else os.path.realpath(ref.uri)  # a link or a ../ names one run once
+            if key not in seen:
+                seen.add(key)
                 runs.append(ref)
         if not direct and not kept:
             raise StoreError(f"{pattern}: matches no finished raylc run")

@@ -84,6 +84,9 @@ def test_find_runs_by_folder_and_glob(tmp_path):
         find_runs([f"{tmp_path}/nope"])
     with pytest.raises(StoreError, match=r"z-\*: matches no finished raylc run"):
         find_runs([f"{tmp_path}/z-*"])
+    # a wildcard above the last segment (the last segment a plain name: it was taken literally)
+    above = f"{tmp_path.parent}/{tmp_path.name[:-1]}"
+    assert [r.run_id for r in find_runs([f"{above}*/q-1", f"{above}?/h-1"])] == ["q-1", "h-1"]
     out = RUNNER.invoke(app, ["compare", f"{tmp_path}/q-3", "--out", str(tmp_path / "out")])
     assert out.exit_code == 2 and out.output.startswith("error: ") and len(out.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()

@@ -102,10 +102,11 @@ def test_refused_prompt_names_the_requests_own_max_tokens():
 
 
 def test_store_that_is_a_file_nothing_written(tmp_path):
-    """A store that is a file: one line saying so, exit 2, before anything runs (no "stages kept")."""
+    """A store that is a file, given as a path or a file:// URL: one line saying so, exit 2, before
+    anything runs (no "stages kept")."""
     store = tmp_path / "afile"
     store.write_text("not a folder")
-    for where in (store, store / "sub"):
+    for where in (store, store / "sub", f"file://{store}", f"file://{store}/sub"):
         proc = raylc("run", ROOT / "jobs" / "quickstart.yaml", "--store", where)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr

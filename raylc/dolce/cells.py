@@ -357,9 +357,6 @@ class CellFit:
         """The :class:`CellStats` this estimator fits from a checked observation table."""
         return cell_statistics(obs)
 
-    def miss_expr(self, obs: pl.DataFrame) -> pl.Expr:
-        """An answer that is not right (scores of ``obs``; IDK aside): PIG, a score of 0."""
-        return pl.col("score") <= 0.0
 
     def fit(self, obs: pl.DataFrame) -> "CellFit":
         """Fit one task's observation table (columns task, problem_id, L, C, start, score,
@@ -484,7 +481,7 @@ class CellFit:
             "lam_p": int(self.lam_p_),
             "k_p": int(self.k_p_),
             "em_steps": int(self.n_iter_),
-            "em_ll_change": float(self.ll_change_),
+            "em_ll_change": None if np.isnan(self.ll_change_) else float(self.ll_change_),  # null: one step
             # the posterior's per-sweep category counts (None without it): the shares' interval
             "share_draws": None if getattr(self, "uncertainty_", None) is None else self.uncertainty_["share_draws"],
         }

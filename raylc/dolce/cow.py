@@ -28,7 +28,7 @@ from raylc.dolce.placement import (
     placement_logliks,
     placement_work,
 )
-from raylc.dolce.scenario import binarization_cut
+from raylc.dolce.scenario import binarization_cut, miss_expr
 from raylc.dolce.uncertainty import (
     dirichlet_mle,
     log_dirichlet_multinomial,
@@ -251,7 +251,7 @@ class COWFit(CellFit):
         if live.size == 0:  # long documents: nothing read
             return [pairs]
         ids = self.problems_.astype(str)
-        x = pl.when(pl.col("score").is_null()).then(2).when(self.miss_expr(obs)).then(1).otherwise(0)
+        x = pl.when(pl.col("score").is_null()).then(2).when(miss_expr(obs, self.threshold)).then(1).otherwise(0)
         spans = (obs.filter(pl.col("problem_id").cast(pl.String).is_in(pl.Series(ids[live]).implode()))
                  .select(pl.col("problem_id").cast(pl.String), "C", "start", x=x).sort("problem_id"))
         pid = np.searchsorted(ids, spans["problem_id"].to_numpy())
@@ -286,10 +286,6 @@ class COWFit(CellFit):
         for i, v in zip(live, _below_prior_of_placement(parts, len(noise))):
             out[:, rows[i]:rows[i + 1]] = v
         return [pairs, *(pairs | {"placement_ll": v} for v in out)]
-
-    def miss_expr(self, obs: pl.DataFrame) -> pl.Expr:
-        """An answer that is not right: a score below the binarization cut."""
-        return pl.col("score").cast(pl.Float64) < binarization_cut(obs, self.threshold)
 
     # ------------------------------------------------------------------ preparation
     @staticmethod

@@ -199,6 +199,7 @@ class DolceEvaluation:
             ("infer", ("infer",), infer_stage),
             ("score", (OBSERVATIONS,), score_stage),
             ("fit", (FIT_PROBLEMS.path, FIT_TASKS.path), fit_stage),
-            ("report", ("report/categories.parquet", "report/summary.md", "report/categories.png",
-                        "report/lambda_k.png"), report_stage),
+            # "report": every table of the folder (probe and recovery are written when they apply)
+            ("report", ("report", "report/categories.parquet", "report/summary.md", "report/index.html",
+                        "report/categories.png", "report/lambda_k.png"), report_stage),
         )

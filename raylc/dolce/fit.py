@@ -34,6 +34,7 @@ from raylc.dolce.scenario import (
     BINARY_METRICS,
     SELECTION_SCHEMA,
     binary_metric_expr,
+    miss_expr,
     select_scenarios,
     task_dip_pvalues,
 )
@@ -247,7 +248,7 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
                                       "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],
-        **probe_check(frame, problems, estimator.miss_expr(frame), getattr(estimator, "not_covered", None),
+        **probe_check(frame, problems, miss_expr(frame, options.threshold), getattr(estimator, "not_covered", None),
                       getattr(estimator, "not_covered_", None)),
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)

@@ -10,7 +10,8 @@ fitted (task, subset), how the probe behaved, so that every report can say so:
   them answered IDK;
 * ``n_not_covered``, ``idk_not_covered``: the spans the fit says miss the evidence, those at or
   above the problem's lambda (lambda >= 1) and short of the whole context whose answer is not
-  right (COW: below the binarization cut; PIG: a score of 0), and the share of them answered IDK;
+  right (a score below the binarization cut, ``fit.threshold`` for a continuous metric, in
+  both scenarios: :func:`raylc.dolce.scenario.miss_expr`), and the share of them answered IDK;
 * ``not_covered``: how COW's fit treated it, ``fitted`` or ``idk`` (``fit.not_covered``; null
   for PIG, whose Eq. 5 has no such outcome), and ``not_covered_wrong``, ``not_covered_idk``: q
   (Eq. 3's (0, 1) with ``idk``).
@@ -18,6 +19,7 @@ fitted (task, subset), how the probe behaved, so that every report can say so:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import polars as pl
@@ -61,7 +63,11 @@ def probe_check(obs: pl.DataFrame, problems: pl.DataFrame, miss: pl.Expr, mode: 
 
 
 def _pct(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
+    """A whole percent; a share just under :data:`IGNORES_IDK` never reads as the threshold itself
+    (0.49996 is "49.99%", not "50%", beside "ignores the IDK instruction")."""
+    if x is None:
+        return "n/a"
+    return f"{math.floor(x * 1e4) / 100:.2f}%" if x < IGNORES_IDK <= round(x, 2) else f"{100 * x:.0f}%"
 
 
 def probe_check_note(row: dict[str, Any]) -> str:
@@ -76,8 +82,9 @@ def probe_check_note(row: dict[str, Any]) -> str:
     if share >= IGNORES_IDK:
         return f"{name}: the probe follows the IDK instruction ({seen})."
     if row.get("scenario") == "PIG":
-        return (f"{name}: the probe ignores the IDK instruction and answers wrongly instead ({seen}); PIG scores "
-                "such an answer 0, as it does IDK, so its fit is unaffected.")
+        return (f"{name}: the probe ignores the IDK instruction and answers wrongly instead ({seen}); PIG's likelihood "
+                "reads IDK as a score of 0 and a wrong answer scores near 0, so its fit hardly depends on which "
+                "of the two the probe gives.")
     if row.get("not_covered") == "idk":
         return (f"{name}: the probe ignores the IDK instruction and answers wrongly instead ({seen}). This fit "
                 "assumed the oracle says IDK there (fit.not_covered: idk, DOLCE Eq. 3), so those wrong answers "

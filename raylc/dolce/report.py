@@ -19,8 +19,10 @@ PROBE_PCT = ("idk_closed_book", "idk_not_covered", "not_covered_wrong", "not_cov
 
 
 def category_matrix(categories: pl.DataFrame) -> pl.DataFrame:
-    """One row per task subset (COW/PIG split), one column per category I..V (share), plus ``n``."""
-    keys = ["subset", "scenario"]
+    """One row per task subset (COW/PIG split), one column per category I..V (share), plus ``n``;
+    keyed by task and subset, as every table of the fit is (a task may be named like another
+    task's subset, ``a/COW``)."""
+    keys = [c for c in ("task", "subset", "scenario") if c in categories.columns]
     wide = categories.pivot(on="category", index=keys, values="share")
     wide = wide.with_columns(pl.lit(0.0).alias(c) for c in CATEGORIES if c not in wide.columns).fill_null(0.0)
     totals = categories.group_by(keys).agg(n=pl.col("n").sum())
@@ -69,7 +71,7 @@ def print_report(tables: dict[str, pl.DataFrame], console: Console | None = None
     console = console or screen()
     console.print(rich_table(shares_with_intervals(tables["categories"]),
                              "DOLCE focus categories: share of problems [95% interval]"))
-    console.print(f"Share: {interval_note(tables['categories'])}", highlight=False)
+    console.print(f"Share: {interval_note(tables['categories'])}", highlight=False, markup=False)
     print_legend(console)
     print_probe_check(tables, console)
     if "recovery" in tables:
@@ -88,7 +90,7 @@ def print_probe_check(tables: dict[str, pl.DataFrame], console: Console) -> None
         return
     console.print(rich_table(tables["probe"], PROBE_HEADING, pct=PROBE_PCT))
     for note in probe_check_notes(tables["probe"]):
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
 
 
 def shares_with_intervals(categories: pl.DataFrame) -> pl.DataFrame:
@@ -166,9 +168,10 @@ def em_note(fit: dict[str, Any]) -> str:
                 f"steps; {meaning}. A subset whose em_steps reached that bound stopped before the tolerance.")
     return (f"The EM ran the paper's fixed T steps (Algorithms 1 and 2: {opts['em_steps_cow']} for COW, "
             f"{opts['em_steps_pig']} for PIG), as DOLCE reports its results, not to a tolerance; {meaning}. "
-            "A change other than 0 says the objective was still rising when the T steps ended, which the paper's "
-            "procedure accepts; to run until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for "
-            "example 1e-6.")
+            "A change other than 0 says the objective was still moving when the T steps ended, which the paper's "
+            "procedure accepts (with fit.pig_likelihood paper, Algorithm 2's argmax step does not make PIG's "
+            "objective rise at every step, so its change may be negative; empty: the EM ran one step); to run "
+            "until it stops, set fit.em_tol in the job (or raylc fit --em-tol), for example 1e-6.")
 
 
 #: the file names of :func:`figures`

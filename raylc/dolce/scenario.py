@@ -258,3 +258,10 @@ def binarization_cut(obs: pl.DataFrame, threshold: float = 0.5) -> pl.Expr:
     if len(binary) == len(metrics):
         return pl.lit(0.5)
     return pl.when(pl.col("metric").is_in(binary)).then(pl.lit(0.5)).otherwise(pl.lit(float(threshold)))
+
+
+def miss_expr(obs: pl.DataFrame, threshold: float = 0.5) -> pl.Expr:
+    """An answer that is not right: a score below :func:`binarization_cut` (IDK, a null score,
+    aside). COW's outcome 0 and the probe check's wrong answer in both scenarios (a PIG task's
+    wrong answer scores above 0 with ROUGE or F1)."""
+    return pl.col("score").cast(pl.Float64) < binarization_cut(obs, threshold)

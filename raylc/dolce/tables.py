@@ -107,7 +107,7 @@ FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.
     "k_p": "The threshold k_p (= lambda_p).",
     "dip_pvalue": "The dip test p-value of the task's continuous-metric scores (null: a binary metric).",
     **since({"em_steps": "EM steps run.",
-             "em_ll_change": "The last step's change of the summed objective (nats)."},
+             "em_ll_change": "The last step's change of the summed objective (nats); null after one step."},
             ("em_steps", "em_ll_change"), "2026-11-24 (the convergence diagnostic)"),
     **since(_PROBE_CHECK, tuple(_PROBE_CHECK), "2026-11-28 (the probe check)")},
     optional=(*_SHARE_ENDS, "share_interval", "em_steps", "em_ll_change", *_PROBE_CHECK)))

@@ -130,6 +130,12 @@ def _mixed_kinds(uri: str, records: list[tuple[str, Any]]) -> None:
                 raise StoreError(f"{uri}: {where}: field {key!r} holds {kind} where {seen[1]} holds {seen[0]}")
 
 
+def _temp_beside(final: str) -> tuple[str, str]:
+    """(the folder of ``final``, a new temporary dot-name beside it, which readers skip)."""
+    parent, name = final.rsplit("/", 1)
+    return parent, f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
+
+
 def locate(uri: str) -> tuple["Store", str]:
     """The store holding the file or folder ``uri`` names (a local path or URI), and its name there.
     An address that names no file (empty, a bare bucket, a malformed URI) is :class:`StoreError`."""
@@ -228,8 +234,7 @@ class Store:
         ends (on S3 a server-side copy), removed if the block raises. For files written piece by
         piece, so that memory never holds the whole file."""
         final = self.path(*parts)
-        parent, name = final.rsplit("/", 1)
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
+        parent, tmp = _temp_beside(final)
         with _io(self.uri(*parts)):
             if not self.is_s3:
                 self.fs.create_dir(parent, recursive=True)
@@ -369,6 +374,27 @@ class Store:
 
     def write_json(self, obj: Any, *parts: str) -> None:
         self._write_bytes(json.dumps(obj, indent=2, sort_keys=True, default=str).encode(), *parts)
+
+    def create_json(self, obj: Any, *parts: str) -> bool:
+        """Write ``obj`` as JSON at ``parts`` only if nothing is there, in one atomic step; True
+        when this call created it. Local stores: a hard link to a whole temporary file, which
+        fails when the name exists. False on S3 (no such step through this filesystem) and on a
+        local filesystem without hard links: the caller then writes and reads back."""
+        if self.is_s3:
+            return False
+        final = self.path(*parts)
+        parent, tmp = _temp_beside(final)
+        with _io(self.uri(*parts)):
+            self.fs.create_dir(parent, recursive=True)
+            with open(tmp, "wb") as out:
+                out.write(json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+            try:
+                os.link(tmp, final)
+            except OSError:  # the name exists (FileExistsError), or no hard links here
+                return False
+            finally:
+                os.unlink(tmp)
+        return True
 
     def read_json(self, *parts: str) -> Optional[Any]:
         text = self.read_text(*parts)

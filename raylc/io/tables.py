@@ -8,6 +8,7 @@ from typing import IO, Any, Optional
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 #: the width tables get when the output is not a terminal (piped, logged): wide enough that
 #: rich never cuts a cell to "…", so every name shows in full
@@ -16,9 +17,10 @@ PIPED_WIDTH = 1000
 
 def console(file: Optional[IO[str]] = None) -> Console:
     """A console for tables: a terminal's own width, else :data:`PIPED_WIDTH` (each table at its
-    natural width, nothing cut)."""
-    out = Console(file=file)
-    return out if out.is_terminal else Console(file=file, width=PIPED_WIDTH)
+    natural width, nothing cut). Never markup: run ids, task names and paths print as they are
+    (a task named ``qa [/b]`` is not a style tag)."""
+    out = Console(file=file, markup=False)
+    return out if out.is_terminal else Console(file=file, width=PIPED_WIDTH, markup=False)
 
 
 def _float_format(values: pl.Series) -> str:
@@ -104,26 +106,34 @@ class _WholeCellsTable(Table):
             table.add_column(column.header, justify=column.justify, overflow="fold",
                              width=kept.get(i) if self._natural(shown) > options.max_width else None)
         for row in self.cells:
-            table.add_row(*(row[i] for i in shown))
+            table.add_row(*(Text(row[i]) for i in shown))
         yield table
 
 
 def rich_table(df: pl.DataFrame, title: str, pct: tuple[str, ...] = ()) -> Table:
     """``df`` as a rich table (text columns left, numbers right; ``pct`` columns as percent;
     cells as :func:`format_cells` writes them). On a narrow terminal cells wrap, never cut, and
-    names and numbers stay whole while they fit (:class:`_WholeCellsTable`)."""
-    table = _WholeCellsTable(title=title)
+    names and numbers stay whole while they fit (:class:`_WholeCellsTable`). Title and cells are
+    plain text, never markup, whatever the console."""
+    table = _WholeCellsTable(title=Text(title))
     for col in df.columns:  # a narrow terminal wraps cells (fold), never cuts them to "…"
         table.add_column(col, justify="left" if df[col].dtype == pl.String else "right", overflow="fold")
     table.cells = format_cells(df, pct)
     table.text = [df[c].dtype == pl.String for c in df.columns]
     for row in table.cells:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 
+def _markdown_cell(text: str) -> str:
+    """One cell's text that stays one cell and shows as it is: a ``|`` escaped, line breaks and
+    tabs as spaces, ``&``, ``<`` and ``>`` as entities (a name is never HTML)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return " ".join(text.splitlines()).replace("\t", " ")
+
+
 def markdown_table(df: pl.DataFrame, pct: tuple[str, ...] = ()) -> str:
-    """``df`` as a Markdown table (``pct`` columns as percent)."""
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in format_cells(df, pct)]
+    """``df`` as a Markdown table (``pct`` columns as percent; cells as :func:`_markdown_cell`)."""
+    lines = ["| " + " | ".join(map(_markdown_cell, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(map(_markdown_cell, row)) + " |" for row in format_cells(df, pct)]
     return "\n".join(lines)

@@ -34,6 +34,9 @@ MANIFEST = "manifest.json"
 LOCK = "_lock.json"
 LOCK_STALE_S = 900.0  # a lock whose owner has not written for this long is taken over
 LOCK_BEAT_S = LOCK_STALE_S / 6  #: how often a run that holds its lock rewrites it, whatever its stage is doing
+#: how long a process that wrote a lock it did not create in one step waits before reading it
+#: back (:meth:`RunFolder.acquire`): longer than another process takes from reading the lock to writing its own
+LOCK_SETTLE_S = 1.0
 _BEATS: dict[str, "_Heartbeat"] = {}  # by lock URI: a RunFolder pickles without them
 SHARDS = checkpoint.SHARD_DIR  #: the infer stage's shards
 JUDGE_SHARDS = "judge"  #: the judge calls' shards (a length sweep's score stage)
@@ -43,6 +46,10 @@ _STARTED = dt.datetime.now(dt.timezone.utc).isoformat()
 
 def _lock_record() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started_at": _STARTED, "heartbeat": time.time()}
+
+
+def _owner(held: dict[str, Any]) -> tuple[Any, Any]:
+    return held.get("host"), held.get("pid")
 
 
 def lock_alive(held: dict[str, Any]) -> bool:
@@ -284,15 +291,31 @@ class RunFolder:
         return held if isinstance(held, dict) else None
 
     def acquire(self) -> None:
-        """Take the run's lock; refuse (:class:`RunError`) while another live process holds it."""
+        """Take the run's lock; refuse (:class:`RunError`) while another live process holds it.
+
+        Two processes that start together never both take it: with no lock there, a local store
+        creates it in one atomic step (:meth:`Store.create_json`); a stale lock, or any lock on
+        S3, is written, read back after :data:`LOCK_SETTLE_S` and kept only if still this
+        process's (the last writer wins, and every writer reads the same last one)."""
         held = self.lock()
+        if held is None and self._store.create_json(_lock_record(), *self._parts(LOCK)):
+            self._beat()
+            return
+        held = self.lock() if held is None else held  # another process may have just created it
         if held and lock_alive(held):
-            raise RunError(
-                f"{self.uri()}: run is in use by pid {held.get('pid')} on {held.get('host')} "
-                f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id"
-            )
-        self._store.write_json(_lock_record(), *self._parts(LOCK))
+            raise self._in_use(held)
+        record = _lock_record()
+        self._store.write_json(record, *self._parts(LOCK))
+        if not (held and _owner(held) == _owner(record)):  # taken over, or created on S3: did it stay ours?
+            time.sleep(LOCK_SETTLE_S)
+            now = self.lock()
+            if not now or _owner(now) != _owner(record):
+                raise self._in_use(now or {})
         self._beat()
+
+    def _in_use(self, held: dict[str, Any]) -> RunError:
+        return RunError(f"{self.uri()}: run is in use by pid {held.get('pid')} on {held.get('host')} "
+                        f"since {held.get('started_at')} (lock {LOCK}); wait for it or choose another --run-id")
 
     def _beat(self) -> None:
         """Rewrite the lock every :data:`LOCK_BEAT_S` on a daemon thread until :meth:`release`: a
@@ -344,6 +367,27 @@ class RunFolder:
         """The counts of the completions under ``shards`` (default: the infer stage's), and one
         error of a request that never succeeded."""
         return checkpoint.stored_accounting(self, reused, shards)
+
+
+def check_store(root: str) -> None:
+    """A local store must be a folder this process can write (it is created when missing): else
+    one :class:`RunError` line, before anything runs or is written. An ``s3://`` store is checked
+    by the run's first write (:class:`NothingWritten`); a ``file://`` one is a local folder."""
+    store = Store(root)
+    if store.is_s3:
+        return
+    path = os.path.abspath(store.path())
+    near = path
+    while not os.path.exists(near) and os.path.dirname(near) != near:
+        near = os.path.dirname(near)  # the folder the store will be created in
+    if not os.path.isdir(near):
+        what = "is a file" if near == path else f"is inside a file ({near})"
+        raise RunError(f"{root}: the store {what}, not a folder (store.path or --store); nothing was written")
+    if not os.access(near, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(near).f_flag & os.ST_RDONLY)
+        why = "read-only file system" if read_only else "permission denied"
+        where = "" if near == path else f" ({near})"
+        raise RunError(f"{root}: the store is not writable{where}: {why}; nothing was written")
 
 
 def store_kind(root: str) -> str:

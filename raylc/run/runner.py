@@ -35,7 +35,7 @@ from raylc.run import pipeline, session
 from raylc.run.budget import Count, TokenBudget
 from raylc.run.checkpoint import JUDGE_REQUESTS, prompt_request_ids, sent_tokens
 from raylc.run.errors import BudgetReached, InferenceFailed, NothingWritten, RunError, RunInterrupted
-from raylc.run.folder import JUDGE_SHARDS, SHARDS, RunFolder
+from raylc.run.folder import JUDGE_SHARDS, SHARDS, RunFolder, check_store
 from raylc.run.manifest import Manifest, StageRecord
 from raylc.run.progress import InferProgress
 from raylc.run.tasks import map_tasks, raising_own_errors
@@ -121,26 +121,6 @@ def _interrupted(run: Optional["Run"], signum: int) -> RunInterrupted:
     return RunInterrupted(f"{how} {where}; {stored}; re-run with --run-id {run.run_id} to resume", signum)
 
 
-def check_store(root: str) -> None:
-    """A local store must be a folder this process can write (it is created when missing): else
-    one :class:`RunError` line, before anything runs or is written. An ``s3://`` store is checked
-    by the run's first write (:class:`NothingWritten`)."""
-    if "://" in root:
-        return
-    path = os.path.abspath(root)
-    near = path
-    while not os.path.exists(near) and os.path.dirname(near) != near:
-        near = os.path.dirname(near)  # the folder the store will be created in
-    if not os.path.isdir(near):
-        what = "is a file" if near == path else f"is inside a file ({near})"
-        raise RunError(f"{root}: the store {what}, not a folder (store.path or --store); nothing was written")
-    if not os.access(near, os.W_OK | os.X_OK):
-        read_only = bool(os.statvfs(near).f_flag & os.ST_RDONLY)
-        why = "read-only file system" if read_only else "permission denied"
-        where = "" if near == path else f" ({near})"
-        raise RunError(f"{root}: the store is not writable{where}: {why}; nothing was written")
-
-
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "raylc": __version__}
     for pkg in ("ray", "polars", "pyarrow", "numpy", "scipy", "pydantic", "diptest"):
@@ -152,9 +132,11 @@ def _versions() -> dict[str, str]:
 
 
 def default_run_id(job: Job) -> str:
-    """``<job name>-<UTC time>``, a safe path segment (:func:`raylc.io.names.path_segment`; raises
+    """``<job name>-<UTC time>-<fingerprint>``: the UTC time to the second and the first 6 hex
+    digits of the job's fingerprint, so that jobs started in the same second (one per seed)
+    get runs of their own. A safe path segment (:func:`raylc.io.names.path_segment`; raises
     :class:`RunError` when the job's name makes it unsafe, e.g. a leading '.' or too long)."""
-    run_id = f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    run_id = f"{job.name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}-{job.fingerprint()[:6]}"
     try:
         return path_segment(run_id, "run id (from the job's name)")
     except UnsafeName as exc:
@@ -424,5 +406,5 @@ def stage_table(manifest: Manifest) -> str:
         counts = ", ".join(f"{k}={'unknown' if v is None else f'{v:,}'}" for k, v in (state.rows or {}).items())
         table.add_row(stage, state.status, f"{state.seconds or 0:.1f}", counts)
     buf = io.StringIO()
-    Console(file=buf, width=120).print(table)
+    Console(file=buf, width=120, markup=False).print(table)
     return buf.getvalue().rstrip()

@@ -81,7 +81,8 @@ def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]
     states = stage_states(manifest, alive)
     now = time.time() if now is None else now
     return {
-        "run_id": manifest.run_id, "uri": folder.uri(), "job": manifest.job_name, "model": manifest.model,
+        # the run is its folder, what --run-id takes (a moved or copied run's manifest names another)
+        "run_id": folder.run_id, "uri": folder.uri(), "job": manifest.job_name, "model": manifest.model,
         "state": run_state(states, alive), "stages": states,
         "seconds": {k: v.seconds for k, v in manifest.stages.items()},
         "rows": {k: v.rows for k, v in manifest.stages.items()},

@@ -43,16 +43,17 @@ def _with_generations(reqs: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     return reqs.join(stored.select(cols), on="request_id", how="left")
 
 
-def _run_round(run: Run, reqs: pl.DataFrame, count: Callable[[pl.DataFrame], np.ndarray]) -> int:
+def _run_round(run: Run, reqs: pl.DataFrame, count: Callable[[pl.DataFrame], np.ndarray], earlier: int = 0) -> int:
     """Run the requests without a stored success (``count``: their prompt tokens, for the run's
-    cap); returns how many were reused."""
+    cap; ``earlier``: the requests of the rounds before, which the stage's progress record
+    counts as stored, so that `raylc status` counts both rounds); returns how many were reused."""
     done = run.folder.completed()
     pending = reqs.select(stages.REQUEST_COLUMNS).filter(~done.among(reqs["request_id"]))
     reused = reqs.height - pending.height
     run.log(f"[infer] round {int(reqs['round'][0]) if reqs.height else 1}: {reused} completions kept from earlier "
             f"attempts, {pending.height} to run")
     if pending.height:
-        run.infer([pending], count, table=SAMPLES, reused=reused)
+        run.infer([pending], count, table=SAMPLES, reused=earlier + reused)
     return reused
 
 
@@ -84,7 +85,7 @@ def infer_stage(run: Run) -> Rows:
     reused = _run_round(run, first, count)
     second = _rounds(run, samples, first)[1]
     if second.height:
-        reused += _run_round(run, second, count)
+        reused += _run_round(run, second, count, earlier=first.height)
     return run.inference_rows(reused, first.height + second.height)
 
 
@@ -179,5 +180,5 @@ class SweepEvaluation:
             ("build", (SAMPLES,), build_stage),
             ("infer", ("infer",), infer_stage),
             ("score", (SCORES,), score_stage),
-            ("report", ("report/summary.md",), report_stage),
+            ("report", ("report", "report/summary.md", "report/index.html"), report_stage),  # every table, the page
         )

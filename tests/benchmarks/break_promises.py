@@ -34,7 +34,7 @@ BREAKS = [
      'for part in (fp, head, context, tail, str(m), __import__("uuid").uuid4().hex, *(("raw",) if raw else ())):',
      ["tests/test_request_ids.py"]),
     ("Store.open_output writes in place", "raylc/io/store.py",
-     'tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"', "tmp = final",
+     'return parent, f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"', "return parent, final",
      ["tests/io/test_store.py"]),
     ("_scrub returns its input", "raylc/backends/openai_http.py",
      'return text.replace(self._key, "***") if self._key else text', "return text",

@@ -282,3 +282,19 @@ def test_fit_prints_the_shares_with_intervals_and_the_probe_check(tmp_path, gene
     text = " ".join(out.stdout.split())
     assert "share of problems [95% interval]" in text and "Probe check" in text
     assert f"sim: the probe {says}" in text
+
+
+def test_fit_prints_task_names_as_they_are_never_as_markup(tmp_path):
+    """Task names are data, not rich markup: a closing tag does not crash `raylc fit`, and a
+    bracketed suffix (LongBench's ``passage_retrieval[en]`` style) is printed whole."""
+    from dolce_reference import COW_GENERATORS, simulate_cow_task
+
+    obs, _, _ = simulate_cow_task(6, 4, **COW_GENERATORS["fixed"])
+    names = ["qa [/b] en", "passage_retrieval[en]", "[bold red]x"]
+    obs = pl.concat([obs.with_columns(task=pl.lit(name)) for name in names])
+    obs.write_parquet(tmp_path / "obs.parquet")
+    out = raylc("fit", str(tmp_path / "obs.parquet"), "--out", str(tmp_path / "fit"), "--no-ray",
+                "--uncertainty", "none", "--no-figures")
+    assert out.returncode == 0, out.stderr
+    for name in names:
+        assert out.stdout.count(name) >= 2, name  # in the shares table and in the probe check

@@ -462,5 +462,7 @@ def test_the_tasks_table_carries_the_diagnostic_and_the_options_reach_the_estima
     tol = DolceFit(FitOptions(scenario="cow", em_tol=1e-3, em_max_steps=50, uncertainty="none")).fit(obs)
     steps = tol.tasks_["em_steps"][0]
     assert 1 < steps <= 50 and (steps == 50 or abs(tol.tasks_["em_ll_change"][0]) <= 1e-3)
+    one = DolceFit(FitOptions(scenario="cow", em_steps_cow=1, uncertainty="none")).fit(obs)
+    assert one.tasks_["em_steps"].to_list() == [1] and one.tasks_["em_ll_change"].to_list() == [None]  # not NaN
     with pytest.raises(ValueError):
         FitOptions(em_tol=-1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from dolce_reference import COW_GENERATORS, simulate_cow_task
+from dolce_reference import COW_GENERATORS, simulate_cow_task, synth_task
 
 from raylc.dolce.cow import COWFit
 from raylc.dolce.fit import fit_observations
@@ -57,9 +57,32 @@ def test_too_few_spans_and_pig_subsets_get_their_own_sentence():
             "not_covered_wrong": None, "not_covered_idk": None}
     assert "too few spans" in probe_check_note(base | {"scenario": "COW", "n_not_covered": 2, "idk_not_covered": 0.0})
     pig = probe_check_note(base | {"scenario": "PIG", "n_not_covered": 30, "idk_not_covered": 0.0})
-    assert "PIG scores such an answer 0" in pig
+    assert "hardly depends on which of the two the probe gives" in pig
 
 
 def test_old_option_name_of_algorithm_2_reads_as_paper():
     assert FitOptions(pig_likelihood="hit_rate").pig_likelihood == "paper"
     assert FitOptions().pig_likelihood == "binned" and FitOptions().not_covered == "fitted"
+
+
+@pytest.mark.parametrize("share", [0.4996, 0.49996, 0.499])
+def test_a_share_just_under_the_threshold_never_reads_as_the_threshold(share):
+    row = {"task": "t", "subset": "t", "scenario": "COW", "n_closed_book": 3, "idk_closed_book": 0.0,
+           "n_not_covered": 1000, "idk_not_covered": share, "not_covered": "fitted",
+           "not_covered_wrong": 0.5, "not_covered_idk": 0.5}
+    note = probe_check_note(row)
+    assert "ignores the IDK instruction" in note and "(50% of its 1,000" not in note
+    shown = float(note.split("(")[1].split("%")[0])
+    assert shown < 50 and abs(shown - 100 * share) < 0.1
+
+
+@pytest.mark.parametrize("scenario", ["cow", "pig"])
+def test_a_wrong_answer_with_a_small_f1_counts_as_wrong_in_both_scenarios(scenario):
+    """F1 scores a wrong answer above 0 (here U(0, .12)), and 30% of the misses are IDK: both
+    scenarios' checks count those answers as wrong (below the cut), so the IDK share is near 30%,
+    not the 100% of counting only exact zeros as wrong."""
+    obs = synth_task("t", 12, 0, seed=1)
+    _, tasks = fit_observations(obs, FitOptions(scenario=scenario, uncertainty="none"))
+    row = tasks.row(0, named=True)
+    assert row["scenario"] == scenario.upper() and row["n_not_covered"] >= 100
+    assert 0.15 <= row["idk_not_covered"] <= 0.45

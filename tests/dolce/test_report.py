@@ -27,9 +27,16 @@ CATEGORIES_TABLE = pl.DataFrame({
 
 def test_category_matrix_is_one_row_per_subset_with_n():
     matrix = category_matrix(CATEGORIES_TABLE)
-    assert matrix.columns == ["subset", "scenario", "n", "I", "II", "III", "IV", "V"]
-    assert matrix.rows() == [("qa", "cow", 4, 0.25, 0.0, 0.5, 0.25, 0.0),
-                             ("sum-pig", "pig", 4, 0.0, 0.0, 0.0, 0.25, 0.75)]
+    assert matrix.columns == ["task", "subset", "scenario", "n", "I", "II", "III", "IV", "V"]
+    assert matrix.rows() == [("qa", "qa", "cow", 4, 0.25, 0.0, 0.5, 0.25, 0.0),
+                             ("sum", "sum-pig", "pig", 4, 0.0, 0.0, 0.0, 0.25, 0.75)]
+
+
+def test_category_matrix_keeps_a_task_named_like_another_tasks_subset_apart():
+    other = CATEGORIES_TABLE.filter(pl.col("task") == "sum").with_columns(task=pl.lit("sum-pig"))
+    matrix = category_matrix(pl.concat([CATEGORIES_TABLE, other]))
+    assert matrix.select("task", "subset", "V").rows() == [("qa", "qa", 0.0), ("sum", "sum-pig", 0.75),
+                                                           ("sum-pig", "sum-pig", 0.75)]
 
 
 def test_category_matrix_fills_categories_no_problem_has():

@@ -123,6 +123,8 @@ def test_run_ids_are_safe_names(tmp_path):
             open_run(job, bad)
     assert open_run(job, "数学-run").run_id == "数学-run"
     assert default_run_id(job).startswith(f"{job.name}-")
+    other = job.model_copy(update={"seed": job.seed + 1})  # started in the same second, one run each
+    assert len({default_run_id(job), default_run_id(other)}) == 2
     for name in (".hidden", "n" * MAX_BYTES):  # a job name the spec lets through, making an unsafe run id
         with pytest.raises(RunError, match="run id \\(from the job's name\\)"):
             default_run_id(job.model_copy(update={"name": name}))

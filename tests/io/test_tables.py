@@ -5,7 +5,7 @@ import io
 import polars as pl
 from cli_runner import raylc
 
-from raylc.io.tables import PIPED_WIDTH, console, format_cells, rich_table
+from raylc.io.tables import PIPED_WIDTH, console, format_cells, markdown_table, rich_table
 
 MODELS = ["meta-llama/Llama-3.1-70B-Instruct-long-context-v2", "Qwen/Qwen2.5-14B-Instruct-1M-yarn-256k-eval"]
 TASKS = ["multi_doc_qa_with_a_long_task_name", "kv_retrieval"]
@@ -85,3 +85,15 @@ def test_at_80_columns_run_ids_task_names_and_numbers_stay_whole():
     widest = Console(width=200, force_terminal=True, record=True, file=io.StringIO())
     widest.print(rich_table(wide, "LongScore per run"))  # wide enough: every column as it is
     assert widest.export_text().count("/models/some/very/long/model/path/SmolLM2") == 2
+
+
+def test_a_markdown_cell_stays_one_cell_and_shows_a_name_as_it_is():
+    """A task name with a pipe, a line break, a tab or HTML is one cell of one row, never markup."""
+    df = pl.DataFrame({"task | name": ['<b>x</b> & "q" | pipe', "tab\tnew\nline", "plain"], "n": [1, 2, 3]})
+    lines = markdown_table(df).splitlines()
+    assert len(lines) == 2 + df.height
+    assert lines[0] == "| task \\| name | n |"
+    assert lines[2] == '| &lt;b&gt;x&lt;/b&gt; &amp; "q" \\| pipe | 1 |'
+    assert lines[3] == "| tab new line | 2 |" and lines[4] == "| plain | 3 |"
+    unescaped = [line.replace("\\|", "") for line in lines]
+    assert all(line.count("|") == 3 for line in unescaped)  # two cells per row

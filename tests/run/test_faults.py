@@ -30,7 +30,7 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
     job = load_job(ROOT / "jobs" / "quickstart.yaml", {"store.path": str(tmp_path), **SMALL})
     evaluate(job, "r", log=lambda m: None)
     before = {rel: pl.read_parquet(tmp_path / "r" / rel)
-              for rel in ("score/observations.parquet", "fits/problems.parquet")}
+              for rel in ("score/observations.parquet", "fits/problems.parquet", "report/problems.parquet")}
     obs = tmp_path / "r" / "score" / "observations.parquet"
     obs.write_bytes(obs.read_bytes()[: obs.stat().st_size // 2])  # truncated
     (tmp_path / "r" / "fits" / "problems.parquet").write_bytes(b"not parquet at all")  # corrupt
@@ -42,6 +42,14 @@ def test_corrupt_and_truncated_tables_are_detected_and_redone(ray_session, tmp_p
     assert skipped == {"build", "sample", "infer"}
     for rel, df in before.items():
         assert pl.read_parquet(tmp_path / "r" / rel).equals(df), rel
+    # any table of the report, not only the first one it listed (the stage ran again only for that)
+    report = tmp_path / "r" / "report" / "problems.parquet"
+    report.write_bytes(report.read_bytes()[:100])
+    logs.clear()
+    evaluate(job, "r", log=logs.append)
+    assert {line.split("]")[0].strip("[") for line in logs if "skipped" in line} == {
+        "build", "sample", "infer", "score", "fit"}
+    assert pl.read_parquet(report).equals(before["report/problems.parquet"])
 
 
 def _infer_actor_pids(parent: int) -> list[int]:

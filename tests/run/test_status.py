@@ -196,6 +196,17 @@ def test_runs_lists_a_run_whose_manifest_is_unreadable_under_its_folder_name(tmp
     assert out.exit_code == 2 and out.output == f"error: file://{file}: not a store (a file, not a folder)\n"
 
 
+def test_status_of_a_moved_run_names_its_folder_in_the_resume_line(tmp_path):
+    """A run folder copied or renamed keeps its manifest's run id: `status` names the folder, which
+    is what --run-id resumes (it named the manifest's id, which would start a new run)."""
+    _write(tmp_path, "renamed", _manifest({"build": {"status": "failed"}}))
+    (tmp_path / "renamed" / MANIFEST).write_text((tmp_path / "renamed" / MANIFEST).read_text().replace(
+        '"run_id": "renamed"', '"run_id": "original"'))
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "renamed")])
+    assert out.exit_code == 0 and out.output.startswith("run renamed (") and "--run-id renamed " in out.output
+    assert "original" not in out.output
+
+
 def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(tmp_path, monkeypatch):
     done = {s: {"status": "done"} for s in STAGES}
     _write(tmp_path / "runs", "r1", _manifest(done, created_at="2026-11-20T10:00:00.123456+00:00",
@@ -307,3 +318,38 @@ def test_a_manifest_with_odd_names_and_times_still_lists(tmp_path):
     (tmp_path / "odd" / MANIFEST).write_bytes(b"\xff\xfe\x00")  # not UTF-8: one line, exit 2
     out = RUNNER.invoke(app, ["status", str(tmp_path / "odd")])
     assert out.exit_code == 2 and out.output.strip().endswith("manifest.json: not UTF-8 text (byte 0)"), out.output
+
+
+def _take_lock(root: str, barrier, results) -> None:
+    """In a child process: wait for the others, try the run's lock, report, and stay alive while
+    the others look at it."""
+    from raylc.run.errors import RunError
+
+    barrier.wait()
+    try:
+        RunFolder(root, "r").acquire()
+        results.put("took")
+    except RunError:
+        results.put("refused")
+    time.sleep(1.5)
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["no-lock", "stale-lock"])
+def test_of_processes_starting_one_run_together_exactly_one_takes_its_lock(tmp_path, stale):
+    """Started behind one barrier, two processes never both hold the run (the lock was read,
+    then written: both took it in 9 of 20 rounds), with no lock there and with a dead owner's."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(2):
+        root = str(tmp_path / str(round_))
+        if stale:  # a lock of a process on this host that is gone
+            Store(root).write_json({"host": socket.gethostname(), "pid": 2**22 + 1, "heartbeat": 0}, "r", LOCK)
+        barrier, results = ctx.Barrier(3), ctx.Queue()
+        children = [ctx.Process(target=_take_lock, args=(root, barrier, results)) for _ in range(3)]
+        for child in children:
+            child.start()
+        got = sorted(results.get(timeout=120) for _ in children)
+        for child in children:
+            child.join(timeout=60)
+        assert got == ["refused", "refused", "took"], (round_, got)

@@ -1,5 +1,6 @@
 """Length-controlled runs end to end on the shipped jobs (simulated probe, shared Ray)."""
 
+import time
 from pathlib import Path
 
 import polars as pl
@@ -41,6 +42,30 @@ def test_longbench_v2_cot_runs_two_calls_and_reports_exact_splits(v2_run):
     assert ((expected["accuracy"] + expected["invalid"] - 100).abs() < 1e-6).all()
     summary = Path(run.folder.uri("report/summary.md")).read_text()
     assert "## LongBench v2" in summary and "compensated" in summary
+
+
+@pytest.mark.ray
+def test_the_second_rounds_progress_counts_the_first_rounds_requests(v2_run, tmp_path):
+    """`raylc status` during the answer calls: stored and planned count the reasoning calls too
+    (they counted the second round's requests only)."""
+    import json
+
+    from raylc.run.manifest import Manifest
+    from raylc.run.progress import infer_progress
+
+    job, run, _ = v2_run
+    seen = []
+
+    def log(line: str) -> None:
+        if line.startswith("[infer] round 2"):
+            seen.append("round 2")
+        elif seen and "requests stored" in line:
+            manifest = Manifest.model_validate(json.loads((tmp_path / "p" / "manifest.json").read_text()))
+            seen.append(infer_progress(manifest.stages["infer"], "running", time.time()))
+
+    evaluate(job.model_copy(update={"store": job.store.model_copy(update={"path": str(tmp_path)})}), "p", log=log)
+    last = seen[-1]
+    assert seen[0] == "round 2" and last["stored"] == last["planned"] == run.folder.completions().height
 
 
 @pytest.mark.ray
