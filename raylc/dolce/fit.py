@@ -29,7 +29,7 @@ from raylc.dolce.cells import OBS_COLUMNS, UNCERTAINTY_SCHEMA, CellFit
 from raylc.dolce.cow import COWFit
 from raylc.dolce.options import FitOptions
 from raylc.dolce.pig import PIGFit
-from raylc.dolce.probe_check import PROBE_CHECK_SCHEMA, probe_check
+from raylc.dolce.probe_check import PROBE_CHECK_SCHEMA, answered_right, probe_check
 from raylc.dolce.scenario import (
     BINARY_METRICS,
     SELECTION_SCHEMA,
@@ -66,6 +66,7 @@ PROBLEM_SCHEMA = {
     "category": pl.String,
     "loglik": pl.Float64,
     "prior_oracle": pl.Float64,
+    "answered_right": pl.Boolean,
     **UNCERTAINTY_SCHEMA,
 }
 TASK_SCHEMA = {
@@ -231,7 +232,9 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
     task, subset, scenario = head["task"], head["subset"], head["scenario"]
     estimator = cell_estimator(scenario, options).fit(frame.select(OBS_COLUMNS))
     fitted, info = estimator.frames()
-    pvals = frame.group_by("problem_id").agg(pl.col("dip_pvalue").first())
+    miss = miss_expr(frame, options.threshold)
+    pvals = frame.group_by("problem_id").agg(pl.col("dip_pvalue").first()).join(
+        answered_right(frame, miss), on="problem_id")
     problems = (
         fitted.with_columns(
             pl.col("task").cast(pl.String), pl.col("problem_id").cast(pl.String),
@@ -248,7 +251,7 @@ def fit_subset(frame: pl.DataFrame, options: FitOptions = FitOptions()) -> tuple
         **{key: info[key] for key in ("p_noise_1", "p_noise_0", "p_noise_idk", "lam_p", "k_p", "em_steps",
                                       "em_ll_change")},
         "dip_pvalue": head["task_dip_pvalue"],
-        **probe_check(frame, problems, miss_expr(frame, options.threshold), getattr(estimator, "not_covered", None),
+        **probe_check(frame, problems, miss, getattr(estimator, "not_covered", None),
                       getattr(estimator, "not_covered_", None)),
     }
     return problems, pl.DataFrame([row], schema=TASK_SCHEMA)

@@ -12,6 +12,10 @@ fitted (task, subset), how the probe behaved, so that every report can say so:
   above the problem's lambda (lambda >= 1) and short of the whole context whose answer is not
   right (a score below the binarization cut, ``fit.threshold`` for a continuous metric, in
   both scenarios: :func:`raylc.dolce.scenario.miss_expr`), and the share of them answered IDK;
+* ``n_never_right``: the problems no span of which was answered right. Their answers do not
+  show where the evidence is, so their categories say nothing about the task (the paper's
+  limitations: "if all the evaluation outcomes are 0, the mixture model assumption could hardly
+  distinguish the source"); ``answered_right`` of ``fits/problems.parquet`` names them;
 * ``not_covered``: how COW's fit treated it, ``fitted`` or ``idk`` (``fit.not_covered``; null
   for PIG, whose Eq. 5 has no such outcome), and ``not_covered_wrong``, ``not_covered_idk``: q
   (Eq. 3's (0, 1) with ``idk``).
@@ -24,13 +28,15 @@ from typing import Any, Optional
 
 import polars as pl
 
-__all__ = ["PROBE_CHECK_SCHEMA", "probe_check", "probe_check_note", "probe_check_notes", "probe_check_table"]
+__all__ = ["PROBE_CHECK_SCHEMA", "answered_right", "probe_check", "probe_check_note", "probe_check_notes",
+           "probe_check_table"]
 
 PROBE_CHECK_SCHEMA = {
     "n_closed_book": pl.Int64,
     "idk_closed_book": pl.Float64,
     "n_not_covered": pl.Int64,
     "idk_not_covered": pl.Float64,
+    "n_never_right": pl.Int64,
     "not_covered": pl.String,
     "not_covered_wrong": pl.Float64,
     "not_covered_idk": pl.Float64,
@@ -41,6 +47,12 @@ PROBE_CHECK_SCHEMA = {
 IGNORES_IDK = 0.5
 #: Fewer spans without the evidence than this say nothing about the probe.
 MIN_SPANS = 5
+
+
+def answered_right(obs: pl.DataFrame, miss: pl.Expr) -> pl.DataFrame:
+    """Per problem of ``obs``: ``answered_right``, whether any of its spans was answered right
+    (a score, not IDK, that ``miss`` does not call wrong)."""
+    return obs.group_by("problem_id").agg(answered_right=(pl.col("score").is_not_null() & ~miss).fill_null(False).any())
 
 
 def probe_check(obs: pl.DataFrame, problems: pl.DataFrame, miss: pl.Expr, mode: Optional[str],
@@ -58,6 +70,7 @@ def probe_check(obs: pl.DataFrame, problems: pl.DataFrame, miss: pl.Expr, mode: 
         n_not_covered=without.sum(),
         idk_not_covered=idk.filter(without).mean(),
     ).row(0, named=True)
+    row["n_never_right"] = int((~answered_right(obs, miss)["answered_right"]).sum())
     q = (None, None) if not_covered is None else (float(not_covered[0]), float(not_covered[1]))
     return {**row, "not_covered": mode, "not_covered_wrong": q[0], "not_covered_idk": q[1]}
 
@@ -71,12 +84,26 @@ def _pct(x: Optional[float]) -> str:
 
 
 def probe_check_note(row: dict[str, Any]) -> str:
-    """One plain sentence on a (task, subset)'s probe check (a row with the columns of
-    :data:`PROBE_CHECK_SCHEMA`, task, subset, scenario)."""
+    """Plain sentences on a (task, subset)'s probe check (a row with the columns of
+    :data:`PROBE_CHECK_SCHEMA`, task, subset, scenario): how the probe answers without the
+    evidence, and how many problems were never answered right, if any."""
     name = row.get("subset") or row.get("task")
     n, share = row.get("n_not_covered") or 0, row.get("idk_not_covered")
     seen = (f"{_pct(share)} of its {n:,} answers on spans without the evidence and "
             f"{_pct(row.get('idk_closed_book'))} of its {row.get('n_closed_book') or 0:,} closed-book answers were IDK")
+    return _idk_sentence(row, name, n, share, seen) + _never_right_sentence(row)
+
+
+def _never_right_sentence(row: dict[str, Any]) -> str:
+    never = row.get("n_never_right")
+    if not never:
+        return ""
+    some = "1 problem was" if never == 1 else f"{never:,} problems were"
+    return (f" {some} never answered right at any span (answered_right false in fits/problems.parquet): "
+            "nothing shows where their evidence is, so their categories say nothing about the task.")
+
+
+def _idk_sentence(row: dict[str, Any], name: str, n: int, share: Optional[float], seen: str) -> str:
     if n < MIN_SPANS or share is None:
         return f"{name}: too few spans without the evidence ({n}) to check how the probe answers there."
     if share >= IGNORES_IDK:
@@ -100,7 +127,8 @@ def probe_check_table(task_fits: pl.DataFrame) -> pl.DataFrame:
     table written before the check existed."""
     if "n_not_covered" not in task_fits.columns:
         return pl.DataFrame()
-    return task_fits.select("task", "subset", "scenario", *PROBE_CHECK_SCHEMA).sort("task", "subset")
+    present = [c for c in PROBE_CHECK_SCHEMA if c in task_fits.columns]  # n_never_right: since 2026-12-01
+    return task_fits.select("task", "subset", "scenario", *present).sort("task", "subset")
 
 
 def probe_check_notes(task_fits: pl.DataFrame) -> list[str]:

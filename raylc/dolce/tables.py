@@ -63,6 +63,8 @@ OBSERVATIONS = TableSchema("observations", "score/observations.parquet", (
         "start": "The span's first unit.", "score": "The span's score in [0, 1]; null: the probe said IDK.",
         "metric": "The metric the score is of (the template's: `scoring.metric`, `accuracy`, `rougeL`)."}))
 
+#: when ``answered_right`` and ``n_never_right`` were added to the fit's tables
+NEVER_RIGHT_SINCE = "2026-12-01 (problems never answered right)"
 _UNCERTAINTY = {
     "confidence": "The posterior mass of the reported category (null with `fit.uncertainty: none`).",
     **{f"p_{c}": f"The posterior probability of category {c} ({_CATEGORY[c]})." for c in CATEGORIES},
@@ -77,7 +79,11 @@ FIT_PROBLEMS = TableSchema("problems", "fits/problems.parquet", "The fit per pro
     "k": "Fitted k: the copies of that evidence in the context.",
     "category": "The focus category I-V (Figure 1) the problem reports.",
     "loglik": "The point fit's objective at (lam, k).", "prior_oracle": "The point fit's P_i(O).",
-    **since(_UNCERTAINTY, tuple(_UNCERTAINTY), "2026-11-25 (the posterior)")}, optional=tuple(_UNCERTAINTY)))
+    **since({"answered_right": "Whether any of its spans was answered right (a score at or above the binarization "
+                               "cut). False: nothing shows where its evidence is, and its category says nothing "
+                               "about the task."}, ("answered_right",), NEVER_RIGHT_SINCE),
+    **since(_UNCERTAINTY, tuple(_UNCERTAINTY), "2026-11-25 (the posterior)")},
+    optional=("answered_right", *_UNCERTAINTY)))
 
 _SHARES = {
     **{f"share_{c}": f"The share of the problems in category {c}: the posterior mean (with `uncertainty: none`, the "
@@ -91,6 +97,8 @@ _PROBE_CHECK = {
     "idk_closed_book": "The share of them answered IDK.",
     "n_not_covered": "Spans the fit says miss the evidence (C >= lambda >= 1, C < L, not answered right).",
     "idk_not_covered": "The share of them answered IDK.",
+    **since({"n_never_right": "Problems no span of which was answered right (their categories say nothing about "
+                              "the task)."}, ("n_never_right",), NEVER_RIGHT_SINCE),
     "not_covered": "What COW's oracle answers without the evidence: `fitted` or `idk` (null for PIG).",
     "not_covered_wrong": "The fitted probability of a wrong answer without the evidence.",
     "not_covered_idk": "The fitted probability of IDK without the evidence.",
@@ -109,7 +117,7 @@ FIT_TASKS = TableSchema("tasks", "fits/tasks.parquet", "The fit per task subset.
     **since({"em_steps": "EM steps run.",
              "em_ll_change": "The last step's change of the summed objective (nats); null after one step."},
             ("em_steps", "em_ll_change"), "2026-11-24 (the convergence diagnostic)"),
-    **since(_PROBE_CHECK, tuple(_PROBE_CHECK), "2026-11-28 (the probe check)")},
+    **since(_PROBE_CHECK, tuple(c for c in _PROBE_CHECK if c != "n_never_right"), "2026-11-28 (the probe check)")},
     optional=(*_SHARE_ENDS, "share_interval", "em_steps", "em_ll_change", *_PROBE_CHECK)))
 
 def _shares_ok(frame: pl.DataFrame) -> Optional[str]:
@@ -140,7 +148,7 @@ CATEGORIES_TABLE = TableSchema("categories", "report/categories.parquet", (
 PROBE = TableSchema("probe", "report/probe.parquet", (
     "The probe check: does the probe say IDK where DOLCE's oracle would ([DOLCE](../dolce.md))?"), described(
     {"task": pl.String, "subset": pl.String, "scenario": pl.String, **PROBE_CHECK_SCHEMA},
-    {**_SUBSET, **_PROBE_CHECK}))
+    {**_SUBSET, **_PROBE_CHECK}, optional=("n_never_right",)))
 
 RECOVERY = TableSchema("recovery", "report/recovery.parquet", (
     "Planted and layouts suites: how often the designed category was recovered."), declare(

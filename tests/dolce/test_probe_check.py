@@ -10,7 +10,7 @@ from dolce_reference import COW_GENERATORS, simulate_cow_task, synth_task
 from raylc.dolce.cow import COWFit
 from raylc.dolce.fit import fit_observations
 from raylc.dolce.options import FitOptions
-from raylc.dolce.probe_check import probe_check, probe_check_note, probe_check_notes
+from raylc.dolce.probe_check import probe_check, probe_check_note, probe_check_notes, probe_check_table
 
 
 def test_the_check_counts_closed_book_spans_and_spans_without_the_evidence():
@@ -23,7 +23,7 @@ def test_the_check_counts_closed_book_spans_and_spans_without_the_evidence():
     fits = pl.DataFrame({"problem_id": ["a", "b"], "lam": [1, 0]})
     got = probe_check(obs, fits, pl.col("score") < 0.5, "fitted", (0.75, 0.25))
     assert got == {"n_closed_book": 2, "idk_closed_book": 0.5, "n_not_covered": 4, "idk_not_covered": 0.25,
-                   "not_covered": "fitted", "not_covered_wrong": 0.75, "not_covered_idk": 0.25}
+                   "n_never_right": 0, "not_covered": "fitted", "not_covered_wrong": 0.75, "not_covered_idk": 0.25}
 
 
 @pytest.mark.parametrize(("generator", "fitted_wrong", "says"), [
@@ -86,3 +86,25 @@ def test_a_wrong_answer_with_a_small_f1_counts_as_wrong_in_both_scenarios(scenar
     row = tasks.row(0, named=True)
     assert row["scenario"] == scenario.upper() and row["n_not_covered"] >= 100
     assert 0.15 <= row["idk_not_covered"] <= 0.45
+
+
+@pytest.mark.parametrize("scenario", ["cow", "pig"])
+def test_problems_never_answered_right_are_flagged_counted_and_named(scenario):
+    """Two problems whose every span is answered wrongly (one with IDK among the wrong answers,
+    one with only small F1 scores): answered_right is false for exactly those two, the task
+    counts them, and its note says their categories say nothing (the paper's limitation: with all
+    outcomes 0 the mixture cannot tell the source); a table written before the count reads."""
+    obs = synth_task("t", 8, 8, seed=2)
+    never = sorted(obs["problem_id"].unique())[::8][:2]  # one COW-like, one PIG-like problem
+    obs = obs.with_columns(score=pl.when(~pl.col("problem_id").is_in(never)).then(pl.col("score"))
+                           .when(pl.col("C") % 2 == 1).then(None).otherwise(pl.col("score") * 0.1))
+    problems, tasks = fit_observations(obs, FitOptions(scenario=scenario, uncertainty="none"))
+    assert sorted(problems.filter(~pl.col("answered_right"))["problem_id"]) == never
+    row = tasks.row(0, named=True)
+    assert row["n_never_right"] == 2
+    assert "2 problems were never answered right at any span" in probe_check_note(row)
+    old = tasks.drop("n_never_right")
+    assert "n_never_right" not in probe_check_table(old).columns and len(probe_check_table(old)) == 1
+    assert "never answered right" not in probe_check_notes(old)[0]
+    assert "1 problem was never" in probe_check_note(row | {"n_never_right": 1})
+    assert "never answered" not in probe_check_note(row | {"n_never_right": 0})
