@@ -127,7 +127,7 @@ def probe_check_table(task_fits: pl.DataFrame) -> pl.DataFrame:
     table written before the check existed."""
     if "n_not_covered" not in task_fits.columns:
         return pl.DataFrame()
-    present = [c for c in PROBE_CHECK_SCHEMA if c in task_fits.columns]  # n_never_right: since 2026-12-01
+    present = [c for c in PROBE_CHECK_SCHEMA if c in task_fits.columns]  # n_never_right: since 2026-12-02
     return task_fits.select("task", "subset", "scenario", *present).sort("task", "subset")
 
 

@@ -64,7 +64,7 @@ OBSERVATIONS = TableSchema("observations", "score/observations.parquet", (
         "metric": "The metric the score is of (the template's: `scoring.metric`, `accuracy`, `rougeL`)."}))
 
 #: when ``answered_right`` and ``n_never_right`` were added to the fit's tables
-NEVER_RIGHT_SINCE = "2026-12-01 (problems never answered right)"
+NEVER_RIGHT_SINCE = "2026-12-02 (problems never answered right)"
 _UNCERTAINTY = {
     "confidence": "The posterior mass of the reported category (null with `fit.uncertainty: none`).",
     **{f"p_{c}": f"The posterior probability of category {c} ({_CATEGORY[c]})." for c in CATEGORIES},
