@@ -58,7 +58,8 @@ def answered_right(obs: pl.DataFrame, miss: pl.Expr) -> pl.DataFrame:
 def probe_check(obs: pl.DataFrame, problems: pl.DataFrame, miss: pl.Expr, mode: Optional[str],
                 not_covered: Optional[tuple[float, float]]) -> dict[str, Any]:
     """The probe check of one fitted (task, subset) (module docstring): ``obs`` its observations
-    (problem_id, L, C, score; null = IDK), ``problems`` its fit (problem_id, lam), ``miss`` the
+    (problem_id, L, C, score; null = IDK), ``problems`` its fit (problem_id, lam, answered_right:
+    :func:`answered_right`), ``miss`` the
     expression of an answer that is not right, ``mode`` and ``not_covered`` COW's
     ``not_covered`` option and q (None for PIG)."""
     idk = pl.col("score").is_null()
@@ -70,7 +71,7 @@ def probe_check(obs: pl.DataFrame, problems: pl.DataFrame, miss: pl.Expr, mode: 
         n_not_covered=without.sum(),
         idk_not_covered=idk.filter(without).mean(),
     ).row(0, named=True)
-    row["n_never_right"] = int((~answered_right(obs, miss)["answered_right"]).sum())
+    row["n_never_right"] = int((~problems["answered_right"]).sum())
     q = (None, None) if not_covered is None else (float(not_covered[0]), float(not_covered[1]))
     return {**row, "not_covered": mode, "not_covered_wrong": q[0], "not_covered_idk": q[1]}
 
@@ -87,11 +88,7 @@ def probe_check_note(row: dict[str, Any]) -> str:
     """Plain sentences on a (task, subset)'s probe check (a row with the columns of
     :data:`PROBE_CHECK_SCHEMA`, task, subset, scenario): how the probe answers without the
     evidence, and how many problems were never answered right, if any."""
-    name = row.get("subset") or row.get("task")
-    n, share = row.get("n_not_covered") or 0, row.get("idk_not_covered")
-    seen = (f"{_pct(share)} of its {n:,} answers on spans without the evidence and "
-            f"{_pct(row.get('idk_closed_book'))} of its {row.get('n_closed_book') or 0:,} closed-book answers were IDK")
-    return _idk_sentence(row, name, n, share, seen) + _never_right_sentence(row)
+    return _idk_sentence(row) + _never_right_sentence(row)
 
 
 def _never_right_sentence(row: dict[str, Any]) -> str:
@@ -103,7 +100,11 @@ def _never_right_sentence(row: dict[str, Any]) -> str:
             "nothing shows where their evidence is, so their categories say nothing about the task.")
 
 
-def _idk_sentence(row: dict[str, Any], name: str, n: int, share: Optional[float], seen: str) -> str:
+def _idk_sentence(row: dict[str, Any]) -> str:
+    name = row.get("subset") or row.get("task")
+    n, share = row.get("n_not_covered") or 0, row.get("idk_not_covered")
+    seen = (f"{_pct(share)} of its {n:,} answers on spans without the evidence and "
+            f"{_pct(row.get('idk_closed_book'))} of its {row.get('n_closed_book') or 0:,} closed-book answers were IDK")
     if n < MIN_SPANS or share is None:
         return f"{name}: too few spans without the evidence ({n}) to check how the probe answers there."
     if share >= IGNORES_IDK:

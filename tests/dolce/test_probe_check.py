@@ -20,7 +20,7 @@ def test_the_check_counts_closed_book_spans_and_spans_without_the_evidence():
             ("a", 4, 2, 0, 0.0), ("a", 4, 4, 0, 0.0), ("b", 4, 0, 0, 1.0), ("b", 4, 1, 0, 0.0)]
     obs = pl.DataFrame(rows, schema={"problem_id": pl.String, "L": pl.Int64, "C": pl.Int64, "start": pl.Int64,
                                      "score": pl.Float64}, orient="row")
-    fits = pl.DataFrame({"problem_id": ["a", "b"], "lam": [1, 0]})
+    fits = pl.DataFrame({"problem_id": ["a", "b"], "lam": [1, 0], "answered_right": [True, True]})
     got = probe_check(obs, fits, pl.col("score") < 0.5, "fitted", (0.75, 0.25))
     assert got == {"n_closed_book": 2, "idk_closed_book": 0.5, "n_not_covered": 4, "idk_not_covered": 0.25,
                    "n_never_right": 0, "not_covered": "fitted", "not_covered_wrong": 0.75, "not_covered_idk": 0.25}
