@@ -1,7 +1,7 @@
 """Calibration of the DOLCE per-problem uncertainty, and its cost.
 
     .venv/bin/python tests/benchmarks/calibration.py [--groups 4] [--pig-groups 2] [--generators NAME ...] [--cost-only]
-        [--paper-start-only] [--pig-hit-rate]
+        [--no-cost] [--first-seed 0] [--paper-start-only] [--pig-hit-rate]
 
 1. Per generator (``dolce_reference.COW_GENERATORS``): COW "model" (copies re-placed for every
    span, Eq. 3 exactly), "fixed" (copies fixed per problem), "mix" (fixed copies, 15%
@@ -66,14 +66,14 @@ def summarize(label: str, frame: pl.DataFrame, show_table: bool) -> dict:
     return got
 
 
-def over_groups(label: str, frame_of, groups: int, n_problems: int) -> None:
-    """One generator in ``groups`` groups of 5 seeds (``frame_of(seeds)``: one row per problem, as
-    ``calibration_frame``): each group, then mean, min, max over them."""
+def over_groups(label: str, frame_of, groups: int, n_problems: int, first_seed: int = 0) -> None:
+    """One generator in ``groups`` groups of 5 seeds from ``first_seed`` (``frame_of(seeds)``: one
+    row per problem, as ``calibration_frame``): each group, then mean, min, max over them."""
     rows = []
     if groups < 1:
         return
     for g in range(groups):
-        seeds = range(5 * g, 5 * g + 5)
+        seeds = range(first_seed + 5 * g, first_seed + 5 * g + 5)
         rows.append(summarize(f"{label} seeds {seeds.start}-{seeds.stop - 1}",
                               frame_of(seeds), show_table=g == 0))
     figs = {k: [r[k] for r in rows] for k in rows[0]}
@@ -128,7 +128,10 @@ def main() -> None:
     ap.add_argument("--pig-groups", type=int, default=2, help="PIG: groups of 5 seeds")
     ap.add_argument("--generators", nargs="+", choices=list(COW_GENERATORS), default=list(COW_GENERATORS),
                     metavar="NAME", help="COW generators to run (default: all)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first seed of the first group (e.g. 100: seeds no figure in the docs was measured on)")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument("--no-cost", action="store_true", help="skip the cost measurement")
     ap.add_argument("--pig-hit-rate", action="store_true", help="add one group of PIG with Algorithm 2's likelihood")
     ap.add_argument("--paper-start-only", action="store_true",
                     help="COW posterior from the EM of the paper's start alone (no second start)")
@@ -140,14 +143,17 @@ def main() -> None:
     if not args.cost_only:
         for gen in args.generators:
             over_groups(f"COW {gen}", partial(calibration_frame, "COW", n_problems=150, generator=gen),
-                        args.groups, 150)
+                        args.groups, 150, args.first_seed)
         for gen in ("model", "fixed"):
             over_groups(f"PIG {gen} (binned, the default)",
-                        partial(calibration_frame, "PIG", n_problems=40, generator=gen), args.pig_groups, 40)
+                        partial(calibration_frame, "PIG", n_problems=40, generator=gen), args.pig_groups, 40,
+                        args.first_seed)
         if args.pig_hit_rate:
             over_groups("PIG fixed paper (Algorithm 2)",
-                        partial(calibration_frame, "PIG", n_problems=40, generator="fixed", likelihood="paper"), 1, 40)
-    cost()
+                        partial(calibration_frame, "PIG", n_problems=40, generator="fixed", likelihood="paper"), 1, 40,
+                        args.first_seed)
+    if not args.no_cost:
+        cost()
 
 
 if __name__ == "__main__":
