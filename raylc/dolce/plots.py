@@ -170,6 +170,8 @@ def plot_category_shares_by_run(shares: pl.DataFrame, path) -> Path:
     return save_figure(fig, path)
 
 
+#: the lambda-k scatter's legend markers (points squared): a marker's own size says its share
+LEGEND_MARKER_SIZE = 40.0
 #: the lambda-k scatter's percentage labels: readable at the report page's width
 LABEL_FONTSIZE = 8.5
 
@@ -197,10 +199,10 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
     lambda = 0 (Category I, closed-book / zero-shot) is drawn; ticks are the exponential
     candidates 0, 1, 2, 5, 10, ... With ``jitter = 0`` each distinct (lambda, k) is one marker
     whose area grows linearly with its share of the panel's problems (60 + 30 x the share in
-    percent, in points squared), labelled in percent
-    (largest first; a label that would overlap a placed one is left out), coloured by the
-    majority category; with ``jitter > 0`` every problem is a point, displaced
-    by a multiplicative factor exp(U(-jitter, jitter)) (seeded), coloured by its category.
+    percent, in points squared), labelled in percent (largest first; a label that would overlap
+    a placed one is left out), coloured by the majority category; with ``jitter > 0`` every
+    problem is a point, displaced by a multiplicative factor exp(U(-jitter, jitter)) (seeded),
+    coloured by its category. The legend's markers are one size, :data:`LEGEND_MARKER_SIZE`.
     At most ``max_panels`` (task, subset) panels are drawn, in sorted order.
     """
     df = _checked(problems, "problems", ["task", "lam", "k", "category"])
@@ -249,7 +251,9 @@ def plot_lambda_k(problems: pl.DataFrame, path, *, jitter: float = 0.0, seed: in
         ax.set_ylabel("k (redundancy)")
         ax.set_title(f"{_label(task, subset)} (n = {g.height})", fontsize=11)
         ax.grid(True, lw=0.3, alpha=0.5)
-        ax.legend(fontsize=8, title="category", title_fontsize=8, loc="best", markerscale=0.6)  # off the markers
+        legend = ax.legend(fontsize=8, title="category", title_fontsize=8, loc="best")  # off the markers
+        for handle in legend.legend_handles:  # one size for every entry, whatever its cell's share
+            handle.set_sizes([LEGEND_MARKER_SIZE])
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     if labels:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import polars as pl
 import pytest
 from dolce_reference import synth_task
@@ -125,6 +126,33 @@ def test_lambda_k_percent_labels_never_overlap(tmp_path, monkeypatch):
     assert f"{100 * 10 / len(rows):.0f}%" in shown  # the largest cell, (100, 100)
     assert 2 < len(texts) < len(cells) - 4  # labels left out; the far cell (1, 1) keeps its own
     assert any(t.xy == (1, 1) for t in texts)
+
+
+def test_lambda_k_legend_markers_are_one_size_inside_the_legend(tmp_path, monkeypatch):
+    """A cell holding every problem of its panel draws a marker of 3,060 points squared; its legend
+    entry is drawn at one small size, inside the legend's frame, whatever the cell's share."""
+    import raylc.dolce.plots as plots
+
+    figures = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
+    rows = [(f"a{i}", "a", 1, 1, "III") for i in range(10)]
+    rows += [(f"b{i}", "b", 1, 1 + i % 2, "II" if i % 2 else "III") for i in range(10)]
+    problems = pl.DataFrame(rows, schema=["problem_id", "task", "lam", "k", "category"], orient="row").with_columns(
+        subset=pl.col("task"))
+    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = figures[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        frame = legend.get_frame().get_window_extent(renderer)
+        for handle in legend.legend_handles:  # each marker disc, centre and radius in pixels, within the frame
+            radius = np.sqrt(handle.get_sizes()) / 2 * fig.dpi / 72
+            centre = handle.get_offset_transform().transform(handle.get_offsets())
+            assert (centre - radius[:, None] >= [frame.x0, frame.y0]).all(), (handle.get_sizes(), frame)
+            assert (centre + radius[:, None] <= [frame.x1, frame.y1]).all(), (handle.get_sizes(), frame)
 
 
 def test_sensitivity_plot(fitted, tmp_path):
