@@ -268,8 +268,10 @@ def status(run_dir: str = typer.Argument(...,
         rows.append({"stage": stage, "state": state, "seconds": "" if seconds is None else f"{seconds:.1f}",
                      "detail": _stage_detail(stage, state, st)})
     screen = console()  # the first line wraps between words on a narrow terminal: the run id stays whole
-    screen.print(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, "
-                 f"updated {duration(st['age_s'])} ago", highlight=False, markup=False)
+    updated = ("last update unknown (its manifest holds no readable time)" if st["age_s"] is None
+               else f"updated {duration(st['age_s'])} ago")
+    screen.print(f"run {st['run_id']} ({st['uri']}): {st['state']}; job {st['job']}, model {st['model']}, {updated}",
+                 highlight=False, markup=False)
     screen.print(rich_table(pl.DataFrame(rows), "stages"))
     if st["state"] in ("interrupted", "failed"):
         typer.echo(f"re-run the job with --run-id {st['run_id']} (and the same --store) to resume: finished "
@@ -315,8 +317,13 @@ def runs(store: str = typer.Argument("./runs", help="A store root (local folder 
         typer.echo(f"{store}: no runs")
         return
     ago = pl.col("updated_s").map_elements(lambda s: f"{duration(s)} ago", return_dtype=pl.String)
-    shown = table.with_columns(pl.col("age_s").map_elements(duration, return_dtype=pl.String).alias("age"),
-                               ago.alias("updated")).drop("age_s", "updated_s")
+    age = pl.col("age_s").map_elements(duration, return_dtype=pl.String)
+    shown = table.with_columns(age.alias("age"), ago.alias("updated")).drop("age_s", "updated_s")
+    # a time the manifest lacks, or holds as something not a time, is unknown (the row of an
+    # unreadable manifest says so in its state)
+    known = pl.col("state") != "unreadable manifest"
+    shown = shown.with_columns(pl.when(known).then(pl.col(c).fill_null("unknown")).otherwise(pl.col(c)).alias(c)
+                               for c in ("created", "age", "updated"))
     console().print(rich_table(shown, f"runs in {store}"))
 
 

@@ -38,6 +38,13 @@ def _when(value: Any) -> Optional[float]:
         return None
 
 
+def _since(now: float, value: Any) -> Optional[float]:
+    """Seconds from a manifest time to ``now``; None where the manifest has none, or one that is
+    not a time (a hand-edited manifest): unknown, never 0."""
+    when = _when(value)
+    return None if when is None else now - when
+
+
 def _stage_names(manifest: Manifest) -> list[str]:
     """The run's stages in order: its plan (written when the run opens), else those it names."""
     return manifest.plan + [name for name in manifest.stages if name not in manifest.plan]
@@ -70,7 +77,8 @@ def run_state(states: dict[str, str], alive: bool) -> str:
 def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]:
     """The status of the run in ``folder``: run id, job, model, state, per-stage states, the
     inference progress, the budget a stage stopped at (``budget``: stage and
-    :class:`~raylc.run.manifest.Budget`, or None) and the times; a :class:`StoreError` when there
+    :class:`~raylc.run.manifest.Budget`, or None) and the times (``age_s``: seconds since the
+    last update, None when unknown); a :class:`StoreError` when there
     is no run there."""
     manifest = folder.manifest()
     if manifest is None:
@@ -89,7 +97,7 @@ def run_status(folder: RunFolder, now: Optional[float] = None) -> dict[str, Any]
         "infer": infer_progress(manifest.stages.get(INFER), states[INFER], now) if INFER in states else None,
         "budget": manifest.stopped(),
         "created_at": manifest.created_at, "updated_at": manifest.updated_at,
-        "age_s": now - (_when(manifest.updated_at) or now),
+        "age_s": _since(now, manifest.updated_at),
     }
 
 
@@ -112,10 +120,9 @@ def list_runs(root: str, now: Optional[float] = None) -> pl.DataFrame:
             if folder.has(MANIFEST):  # a run whose manifest this raylc cannot read: listed, not hidden
                 rows.append({"run_id": folder.run_id, "state": "unreadable manifest"})
             continue  # else not a run (another folder in the store)
-        created = _when(status["created_at"])
         rows.append({"run_id": folder.run_id, **{k: status[k] for k in ("job", "model", "state")},
-                     "created": _utc(created),
-                     "age_s": None if created is None else now - created, "updated_s": status["age_s"]})
+                     "created": _utc(_when(status["created_at"])),
+                     "age_s": _since(now, status["created_at"]), "updated_s": status["age_s"]})
     schema = {"run_id": pl.String, "job": pl.String, "model": pl.String, "state": pl.String,
               "created": pl.String, "age_s": pl.Float64, "updated_s": pl.Float64}
     return pl.DataFrame(rows, schema=schema).sort("age_s", nulls_last=True)

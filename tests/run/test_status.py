@@ -221,6 +221,29 @@ def test_runs_defaults_to_the_jobs_default_store_and_shows_creation_and_update(t
     assert RUNNER.invoke(app, ["runs"]).exit_code == 2  # no ./runs here
 
 
+@pytest.mark.parametrize("times", [dict(created_at="yesterday", updated_at="not a time"),
+                                   dict(created_at=None, updated_at=None)])
+def test_a_manifest_time_that_is_not_a_time_is_unknown_never_zero(tmp_path, times):
+    """A hand-edited manifest whose times are missing or not times: its ages are unknown (None in
+    the tables, "unknown" on screen); `status` said "updated 0 s ago"."""
+    done = {s: {"status": "done"} for s in STAGES}
+    _write(tmp_path, "r1", _manifest(done, **times))
+    _write(tmp_path, "r2", _manifest(done))
+    assert run_status(RunFolder(str(tmp_path), "r1"))["age_s"] is None
+    table = list_runs(str(tmp_path), now=_when("2026-11-24T11:00:00+00:00"))
+    assert table.rows() == [
+        ("r2", "quickstart", "simulated", "done", "2026-11-24 10:00:00 UTC", 3600.0, 3300.0),
+        ("r1", "quickstart", "simulated", "done", None, None, None)]
+    out = RUNNER.invoke(app, ["status", str(tmp_path / "r1")])
+    first = out.output.splitlines()[0]
+    assert out.exit_code == 0 and first.startswith("run r1 (") and first.endswith(", last update unknown (its "
+                                                                               "manifest holds no readable time)")
+    assert " 0 s ago" not in out.output
+    out = RUNNER.invoke(app, ["runs", str(tmp_path)])
+    line = next(x for x in out.output.splitlines() if "r1" in x)
+    assert out.exit_code == 0 and line.count("unknown") == 3 and "ago" not in line, out.output
+
+
 def test_status_cli_lines(tmp_path):
     stages = {"build": {"status": "done"}, "sample": {"status": "done"},
               "infer": {"status": "running", "progress": PROGRESS}}
