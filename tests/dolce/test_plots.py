@@ -100,24 +100,29 @@ def test_lambda_k_plane(fitted, tmp_path):
     assert_png(plot_lambda_k(problems, tmp_path / "lk_jitter.png", jitter=0.15))
 
 
-def test_lambda_k_percent_labels_never_overlap(tmp_path, monkeypatch):
-    """Neighbouring (lambda, k) cells on the symlog axes (100-130, a few pixels apart): the labels
-    drawn do not overlap, the largest share keeps its label and one that would overlap is left
-    out (issue 18)."""
+def _drawn_lambda_k(problems: pl.DataFrame, tmp_path, monkeypatch):
+    """:func:`plot_lambda_k` of ``problems`` (its PNG checked), and the figure it saved with a
+    renderer to measure it on (saved and closed: a canvas of its own)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     import raylc.dolce.plots as plots
 
     figures = []
     real = plots.save_figure
     monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
+    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
+    return figures[0], FigureCanvasAgg(figures[0]).get_renderer()
+
+
+def test_lambda_k_percent_labels_never_overlap(tmp_path, monkeypatch):
+    """Neighbouring (lambda, k) cells on the symlog axes (100-130, a few pixels apart): the labels
+    drawn do not overlap, the largest share keeps its label and one that would overlap is left
+    out (issue 18)."""
     cells = [(lam, k) for lam in (100, 110, 120, 130) for k in (100, 110, 120, 130)] + [(1, 1)]
     rows = [(f"p{i:03d}-{j}", lam, k) for i, (lam, k) in enumerate(cells) for j in range(1 + (i == 0) * 9)]
     problems = pl.DataFrame(rows, schema=["problem_id", "lam", "k"], orient="row").with_columns(
         task=pl.lit("t"), subset=pl.lit("COW"), category=pl.lit("III"))
-    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figures[0]
-    renderer = FigureCanvasAgg(fig).get_renderer()  # saved and closed: a canvas to measure on
+    fig, renderer = _drawn_lambda_k(problems, tmp_path, monkeypatch)
     ax = fig.axes[0]
     texts = [t for t in ax.texts if t.get_text().endswith("%")]
     boxes = [t.get_window_extent(renderer) for t in texts]
@@ -131,20 +136,12 @@ def test_lambda_k_percent_labels_never_overlap(tmp_path, monkeypatch):
 def test_lambda_k_legend_markers_are_one_size_inside_the_legend(tmp_path, monkeypatch):
     """A cell holding every problem of its panel draws a marker of 3,060 points squared; its legend
     entry is drawn at one small size, inside the legend's frame, whatever the cell's share."""
-    import raylc.dolce.plots as plots
 
-    figures = []
-    real = plots.save_figure
-    monkeypatch.setattr(plots, "save_figure", lambda fig, *a, **kw: (figures.append(fig), real(fig, *a, **kw))[1])
     rows = [(f"a{i}", "a", 1, 1, "III") for i in range(10)]
     rows += [(f"b{i}", "b", 1, 1 + i % 2, "II" if i % 2 else "III") for i in range(10)]
     problems = pl.DataFrame(rows, schema=["problem_id", "task", "lam", "k", "category"], orient="row").with_columns(
         subset=pl.col("task"))
-    assert_png(plot_lambda_k(problems, tmp_path / "lk.png"))
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figures[0]
-    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig, renderer = _drawn_lambda_k(problems, tmp_path, monkeypatch)
     for ax in fig.axes:
         legend = ax.get_legend()
         frame = legend.get_frame().get_window_extent(renderer)
